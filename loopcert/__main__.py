@@ -1,0 +1,5 @@
+import sys
+
+from loopcert.cli import main
+
+sys.exit(main())

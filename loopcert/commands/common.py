@@ -1,0 +1,69 @@
+"""Arguments shared by subcommands: model, device, dtype, prompt, sampling."""
+
+from __future__ import annotations
+
+import torch
+
+from refdec.errors import LoopcertError
+from refdec.io import load_model, parse_dtype
+from refdec.sampling import SamplingParams
+
+
+def add_model_arguments(p, default_model: str = "tiny-raven") -> None:
+    p.add_argument("model", nargs="?", default=default_model,
+                   help=f"preset name or model folder (default: {default_model})")
+    p.add_argument("--seed-weights", type=int, default=0, help="weights seed for a preset")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
+
+
+def add_sampling_arguments(p) -> None:
+    p.add_argument("--prompt", help="text prompt (byte-level or tokenizer.json models)")
+    p.add_argument("--prompt-ids", type=int, nargs="+", help="prompt as token ids")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+
+
+def load_from_args(args):
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise LoopcertError(f"--device {args.device!r} requested but CUDA is not available")
+    model = load_model(args.model, seed=args.seed_weights, dtype=parse_dtype(args.dtype))
+    return model.to(args.device)
+
+
+def sampling_from_args(args) -> SamplingParams:
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def prompt_from_args(args, model) -> list[int]:
+    """--prompt-ids as given; --prompt through the model's tokenizer (bytes when it has none)."""
+    if args.prompt_ids is not None and args.prompt is not None:
+        raise LoopcertError("give --prompt or --prompt-ids, not both")
+    if args.prompt_ids is not None:
+        return list(args.prompt_ids)
+    text = args.prompt if args.prompt is not None else "def "
+    return encode_text(model, text)
+
+
+def encode_text(model, text: str) -> list[int]:
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        return tok.encode(text)
+    if model.cfg.vocab_size < 256:
+        raise LoopcertError(
+            f"model {model.cfg.name!r} has vocab_size={model.cfg.vocab_size} and no tokenizer: "
+            "use --prompt-ids"
+        )
+    return list(text.encode("utf-8"))
+
+
+def decode_text(model, ids: list[int]) -> str | None:
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        return tok.decode(ids)
+    if model.cfg.vocab_size < 256:
+        return None
+    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")

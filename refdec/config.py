@@ -1,0 +1,193 @@
+"""Model configuration for both looped families (DESIGN.md section 2, MODELS.md).
+
+One frozen dataclass describes Ouro, Huginn/Raven and the retrofitted-recurrence
+Llama / OLMo-2 models. Decode settings live elsewhere (refdec.sampling, fastdec.Decoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from refdec.errors import LoopcertError
+
+FAMILIES = ("ouro", "raven")
+# Block layouts (MODELS.md):
+#   ouro      x + n2(attn(n1(x)));  h + n4(mlp(n3(h)))          norms before the residual add
+#   sandwich  n2(attn(n1(x)) + x);  n4(mlp(n3(x)) + x)          Huginn: norms after the add
+#   prenorm   x + attn(n1(x));      x + mlp(n2(x))              Llama / TinyLlama
+#   postnorm  x + n1(attn(x));      x + n2(mlp(x)), q/k norms   OLMo-2
+BLOCKS = ("ouro", "sandwich", "prenorm", "postnorm")
+ROPES = ("interleaved", "half")  # pairs (x[2i], x[2i+1]) vs rotate-half (x[i], x[i+D/2])
+INIT_STATES = ("zeros", "seeded")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3 frequency scaling (rope_type "llama3")."""
+
+    factor: float = 32.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str  # "ouro" | "raven"
+    vocab_size: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int  # < n_heads is grouped-query attention
+    head_dim: int
+    intermediate_size: int  # gated SiLU MLP hidden width
+    n_core: int  # layers in the shared recurrent block (Ouro: the whole stack)
+    recurrence: int  # R: the default (target) depth; any depth >= 1 may still be run
+    n_prelude: int = 0  # Raven only
+    n_coda: int = 0  # Raven only
+    block: str = "sandwich"
+    rope: str = "interleaved"
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    qk_bias: bool = False  # Huginn: a learned [2, 1, H, D] bias added to q, k before RoPE
+    qk_norm: bool = False  # OLMo-2: RMSNorm over the full q / k projections
+    tie_embeddings: bool = False
+    embed_scale: float = 1.0  # Huginn multiplies embeddings by sqrt(d_model)
+    ln_f_before_coda: bool = False  # Huginn applies ln_f before the coda and again after it
+    norm_eps: float = 1e-6
+    max_seq_len: int = 2048  # RoPE table length / context limit
+    init_state: str = "zeros"  # Raven: "zeros" or "seeded" = f(state_seed, absolute position)
+    init_scale: float = 1.0  # seeded state: std sqrt(2/5) * init_scale, clipped at 3 std
+    state_seed: int = 0
+    early_exit_gate: bool = False  # Ouro's gate: loaded, never used at fixed depth
+    name: str = "custom"
+
+    def __post_init__(self):
+        def bad(field_name, why):
+            raise LoopcertError(f"ModelConfig.{field_name}={getattr(self, field_name)!r}: {why}")
+
+        if self.family not in FAMILIES:
+            bad("family", f"must be one of {FAMILIES}")
+        if self.block not in BLOCKS:
+            bad("block", f"must be one of {BLOCKS}")
+        if self.rope not in ROPES:
+            bad("rope", f"must be one of {ROPES}")
+        if self.init_state not in INIT_STATES:
+            bad("init_state", f"must be one of {INIT_STATES}")
+        for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim",
+                     "intermediate_size", "n_core", "recurrence", "max_seq_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, "must be an integer >= 1")
+        for name in ("n_prelude", "n_coda", "state_seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                bad(name, "must be an integer >= 0")
+        if self.n_heads % self.n_kv_heads:
+            bad("n_kv_heads", f"must divide n_heads={self.n_heads}")
+        if self.head_dim % 2:
+            bad("head_dim", "must be even (RoPE rotates pairs)")
+        for name in ("rope_theta", "norm_eps", "embed_scale"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                bad(name, "must be a finite number > 0")
+        if not isinstance(self.init_scale, (int, float)) or not math.isfinite(self.init_scale) or self.init_scale < 0:
+            bad("init_scale", "must be a finite number >= 0")
+        if self.family == "ouro":
+            if self.n_prelude or self.n_coda:
+                bad("n_prelude" if self.n_prelude else "n_coda", "Ouro loops the whole stack: must be 0")
+            if self.block != "ouro":
+                bad("block", "the ouro family uses block='ouro'")
+            if self.ln_f_before_coda:
+                bad("ln_f_before_coda", "Ouro has no coda")
+        else:
+            if self.block == "ouro":
+                bad("block", "block='ouro' belongs to the ouro family")
+            if self.early_exit_gate:
+                bad("early_exit_gate", "only Ouro has an early-exit gate")
+        if self.qk_norm and self.block != "postnorm":
+            bad("qk_norm", "q/k norms belong to the OLMo-2 post-norm block")
+        if self.block == "postnorm" and not self.qk_norm:
+            bad("qk_norm", "the OLMo-2 post-norm block has q/k norms")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            bad("rope_scaling", "must be a RopeScaling or None")
+
+    @property
+    def n_norms_per_block(self) -> int:
+        return 4 if self.block in ("ouro", "sandwich") else 2
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise LoopcertError(f"unknown ModelConfig field(s) {unknown}")
+        missing = sorted(
+            f.name for f in dataclasses.fields(cls)
+            if f.name not in d and f.default is dataclasses.MISSING
+        )
+        if missing:
+            raise LoopcertError(f"missing ModelConfig field(s) {missing}")
+        d = dict(d)
+        if isinstance(d.get("rope_scaling"), dict):
+            try:
+                d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+            except TypeError as e:
+                raise LoopcertError(f"bad rope_scaling {d['rope_scaling']!r}: {e}") from None
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise LoopcertError(f"bad ModelConfig: {e}") from None
+
+
+def _tiny(**kw) -> ModelConfig:
+    base = dict(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8,
+                intermediate_size=48, n_core=2, recurrence=6, max_seq_len=128)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Tiny test models, one per architecture variant (vocab 13, width 32: gemma-style).
+    "tiny-ouro": _tiny(family="ouro", block="ouro", rope="half", n_core=2, recurrence=4,
+                       n_kv_heads=4, early_exit_gate=True, name="tiny-ouro"),
+    "tiny-raven": _tiny(family="raven", block="sandwich", rope="interleaved", n_prelude=1,
+                        n_core=2, n_coda=1, n_kv_heads=4, qk_bias=True, tie_embeddings=True,
+                        embed_scale=math.sqrt(32), ln_f_before_coda=True, init_state="seeded",
+                        name="tiny-raven"),
+    "tiny-raven-llama": _tiny(family="raven", block="prenorm", rope="half", n_prelude=1,
+                              n_core=2, n_coda=1, rope_theta=500000.0,
+                              rope_scaling=RopeScaling(factor=32.0, low_freq_factor=1.0,
+                                                       high_freq_factor=4.0,
+                                                       original_max_position_embeddings=16),
+                              name="tiny-raven-llama"),
+    "tiny-raven-olmo": _tiny(family="raven", block="postnorm", qk_norm=True, rope="half",
+                             n_prelude=1, n_core=2, n_coda=1, init_state="seeded",
+                             name="tiny-raven-olmo"),
+    # Published shapes (MODELS.md), for `inspect` and sizing; weights load from a folder.
+    "ouro-1.4b": ModelConfig(family="ouro", block="ouro", rope="half", vocab_size=49152,
+                             d_model=2048, n_heads=16, n_kv_heads=16, head_dim=128,
+                             intermediate_size=5632, n_core=24, recurrence=4,
+                             rope_theta=1e6, max_seq_len=65536, early_exit_gate=True,
+                             name="ouro-1.4b"),
+    "huginn-0125": ModelConfig(family="raven", block="sandwich", rope="interleaved",
+                               vocab_size=65536, d_model=5280, n_heads=55, n_kv_heads=55,
+                               head_dim=96, intermediate_size=17920, n_prelude=2, n_core=4,
+                               n_coda=2, recurrence=32, rope_theta=50000.0, qk_bias=True,
+                               tie_embeddings=True, embed_scale=math.sqrt(5280),
+                               ln_f_before_coda=True, max_seq_len=4096, name="huginn-0125"),
+}
+TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-"))
+
+
+def get_preset(name: str) -> ModelConfig:
+    if name not in PRESETS:
+        raise LoopcertError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,46 @@
+"""The reference decoder: recompute the whole prefix every step. Slow on purpose."""
+
+from __future__ import annotations
+
+import torch
+
+from refdec.errors import LoopcertError
+from refdec.model import LoopedLM, check_depth
+from refdec.sampling import SamplingParams, greedy_token, sample, transform
+
+
+def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed, depth) -> tuple[list[int], int]:
+    """Validate what every decoder's generate() receives; returns (prompt ids, depth)."""
+    ids = model.check_ids(prompt).tolist()
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise LoopcertError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if len(ids) + max_new_tokens > model.cfg.max_seq_len:
+        raise LoopcertError(
+            f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds "
+            f"max_seq_len={model.cfg.max_seq_len}"
+        )
+    if not isinstance(sampling, SamplingParams):
+        raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LoopcertError(f"seed must be an integer >= 0, got {seed!r}")
+    return ids, check_depth(model.cfg.recurrence if depth is None else depth)
+
+
+@torch.no_grad()
+def generate(model: LoopedLM, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+             seed: int = 0, depth: int | None = None, eos_token_id: int | None = None) -> list[int]:
+    """New token ids (not the prompt); the EOS token is included when it ends the run."""
+    ids, depth = check_generate_args(model, prompt, max_new_tokens, sampling, seed, depth)
+    gen = torch.Generator().manual_seed(seed)
+    new: list[int] = []
+    for _ in range(max_new_tokens):
+        logits = model.depth_logits(ids, [depth])[0, -1]  # (V,) at the last position
+        if sampling.greedy:
+            tok = greedy_token(logits)
+        else:
+            tok = sample(transform(logits, sampling), gen)
+        new.append(tok)
+        ids.append(tok)
+        if tok == eos_token_id:
+            break
+    return new

@@ -1,0 +1,134 @@
+"""Save and load models: config.json + model.safetensors. Never pickle.
+
+A folder whose config.json carries a published `model_type` is read by
+refdec.checkpoints (published key layouts); loopcert's own format carries
+"format": "loopcert" and the ModelConfig fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from refdec.config import PRESETS, ModelConfig
+from refdec.errors import LoopcertError
+from refdec.model import LoopedLM
+
+FORMAT = "loopcert"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+def parse_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise LoopcertError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write via a temporary file in the same folder, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_model(model: LoopedLM, folder, *, dtype=None) -> Path:
+    """Write config.json and model.safetensors; `dtype` (e.g. bfloat16) stores a smaller copy."""
+    folder = Path(folder)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if dtype is not None:
+        tensors = {k: v.to(parse_dtype(dtype)) for k, v in tensors.items()}
+    config = {"format": FORMAT, **model.cfg.to_dict()}
+    write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p))
+    write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2) + "\n"))
+    return folder
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise LoopcertError(f"cannot read safetensors file {path}: {e}") from None
+
+
+def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> LoopedLM:
+    """Copy `tensors` into `model`, naming any missing, unexpected or mis-shaped key."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing:
+        raise LoopcertError(f"{source}: missing tensor(s) {missing}")
+    if unexpected:
+        raise LoopcertError(f"{source}: unexpected tensor(s) {unexpected}")
+    for k, v in tensors.items():
+        if tuple(v.shape) != tuple(expected[k].shape):
+            raise LoopcertError(
+                f"{source}: tensor {k!r} has shape {tuple(v.shape)}, expected {tuple(expected[k].shape)}"
+            )
+        if not v.dtype.is_floating_point:
+            raise LoopcertError(f"{source}: tensor {k!r} has non-float dtype {v.dtype}")
+    with torch.no_grad():
+        for k, p in expected.items():
+            p.copy_(tensors[k].to(p.dtype))
+    return model
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise LoopcertError(f"{folder}: no config.json")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LoopcertError(f"{path}: not valid JSON ({e})") from None
+
+
+def refuse_pickles(folder: Path) -> None:
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise LoopcertError(
+            f"{folder}: refusing pickle file(s) {pickles}; loopcert reads safetensors only"
+        )
+
+
+def load_folder(folder: Path, dtype: torch.dtype) -> LoopedLM:
+    refuse_pickles(folder)
+    raw = read_config(folder)
+    if raw.get("format") != FORMAT:
+        from refdec import checkpoints  # published layouts: Ouro, Huginn, retrofitted
+
+        return checkpoints.load_published(folder, raw, dtype)
+    cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        raise LoopcertError(f"{folder}: no model.safetensors")
+    model = LoopedLM(cfg).to(dtype)
+    return load_state(model, read_safetensors(path), path).eval()
+
+
+def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
+    """A preset name gives random weights from `seed`; a folder gives a saved model."""
+    dtype = parse_dtype(dtype)
+    name = str(name_or_path)
+    if name in PRESETS:
+        return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        return load_folder(folder, dtype)
+    raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")

@@ -1,0 +1,154 @@
+"""LoopedLM: prelude P, a shared block B applied r times, readout C (DESIGN.md section 2).
+
+    e      = P(tokens)                        embeddings (* embed_scale), then prelude blocks
+    h(0)   = init_state(e, positions)         Ouro: e itself; Raven: zeros or f(seed, position)
+    h(r)   = B(inject(h(r-1), e))             Raven: adapter(cat[h, e]); Ouro: no injection
+    p_r(t) = C(h(r)[<= t])[t]                 Ouro: head(h); Raven: [ln_f], coda, ln_f, head
+
+Depth r means every position ran r recurrences: depth-r rows attend only to depth-r keys of
+earlier rows, and the coda of the depth-r readout sees depth-r states only. Nothing is
+cached: `depth_logits` recomputes the whole prefix, so it is the oracle for every cache.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from refdec.config import ModelConfig
+from refdec.errors import LoopcertError
+from refdec.layers import Attend, Block, RMSNorm, causal_attention, rope_tables, seeded_state
+
+AttendFor = Callable[[int], Attend]  # layer index within its stage -> attention callable
+
+
+def _causal(_: int) -> Attend:
+    return causal_attention
+
+
+class LoopedLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, d)
+        self.prelude = nn.ModuleList(Block(cfg) for _ in range(cfg.n_prelude))
+        self.adapter = nn.Linear(2 * d, d, bias=False) if cfg.family == "raven" else None
+        self.core = nn.ModuleList(Block(cfg) for _ in range(cfg.n_core))
+        self.coda = nn.ModuleList(Block(cfg) for _ in range(cfg.n_coda))
+        self.norm = RMSNorm(d, cfg.norm_eps)  # Ouro: per-loop final norm; Raven: ln_f
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
+        self.early_exit_gate = nn.Linear(d, 1) if cfg.early_exit_gate else None
+
+    # -- the pieces, shared with fastdec -------------------------------------------------
+    def embed(self, ids: torch.Tensor, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
+        """ids (B, T) -> e (B, T, d): scaled embeddings through the prelude."""
+        e = self.embed_tokens(ids) * self.cfg.embed_scale
+        for i, blk in enumerate(self.prelude):
+            e = blk(e, cos, sin, attend_for(i))
+        return e
+
+    def initial_state(self, e: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """h(0) for rows at absolute `positions` (T,); e (B, T, d)."""
+        cfg = self.cfg
+        if cfg.family == "ouro":
+            return e
+        if cfg.init_state == "zeros":
+            return torch.zeros_like(e)
+        s = seeded_state(cfg.state_seed, positions, cfg.d_model, cfg.init_scale)
+        return s.to(e.dtype).unsqueeze(0).expand_as(e).contiguous()
+
+    def recur(self, h, e, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
+        """One recurrence: h(r-1) (B, T, d) -> h(r)."""
+        x = self.adapter(torch.cat([h, e], dim=-1)) if self.adapter is not None else h
+        for i, blk in enumerate(self.core):
+            x = blk(x, cos, sin, attend_for(i))
+        if self.cfg.family == "ouro":  # the normed state is both readout and next input
+            x = self.norm(x)
+        return x
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return x @ w.t()  # (B, T, V)
+
+    def readout(self, h, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
+        """Depth-r states (B, T, d) -> logits (B, T, V)."""
+        if self.cfg.family == "ouro":
+            return self.head(h)
+        x = self.norm(h) if self.cfg.ln_f_before_coda else h
+        for i, blk in enumerate(self.coda):
+            x = blk(x, cos, sin, attend_for(i))
+        return self.head(self.norm(x))
+
+    # -- the oracle ----------------------------------------------------------------------
+    def check_ids(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        t = torch.as_tensor(ids)
+        if t.dim() != 1 or t.numel() == 0:
+            raise LoopcertError(f"token ids must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
+        if t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise LoopcertError(f"token ids must be integers, got dtype {t.dtype}")
+        bad = (t < 0) | (t >= self.cfg.vocab_size)
+        if bool(bad.any()):
+            raise LoopcertError(
+                f"token id {int(t[bad][0])} is outside the vocabulary [0, {self.cfg.vocab_size})"
+            )
+        if t.numel() > self.cfg.max_seq_len:
+            raise LoopcertError(f"{t.numel()} tokens exceed max_seq_len={self.cfg.max_seq_len}")
+        return t.long()
+
+    @torch.no_grad()
+    def depth_logits(self, ids, depths: Sequence[int]) -> torch.Tensor:
+        """ids (T,) -> logits (len(depths), T, V) at each requested depth (any order, repeats ok).
+
+        Depths beyond cfg.recurrence simply loop more, like Huginn's num_steps.
+        """
+        depths = [check_depth(r) for r in depths]
+        ids = self.check_ids(ids).to(self.embed_tokens.weight.device)
+        positions = torch.arange(ids.numel(), device=ids.device)
+        cos, sin = rope_tables(self.cfg, positions)
+        e = self.embed(ids[None], cos, sin)  # (1, T, d)
+        h = self.initial_state(e, positions)
+        wanted = set(depths)
+        out: dict[int, torch.Tensor] = {}
+        for r in range(1, max(depths, default=0) + 1):
+            h = self.recur(h, e, cos, sin)
+            if r in wanted:
+                out[r] = self.readout(h, cos, sin)[0]
+        if not depths:
+            return torch.zeros(0, ids.numel(), self.cfg.vocab_size, dtype=self.embed_tokens.weight.dtype)
+        return torch.stack([out[r] for r in depths])
+
+    def forward(self, ids) -> torch.Tensor:
+        return self.depth_logits(ids, [self.cfg.recurrence])[0]
+
+    # -- initialisation ------------------------------------------------------------------
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> "LoopedLM":
+        """Deterministic random weights from `seed` (parameters in name order).
+
+        Linear weights ~ N(0, 1/fan_in) keep activations O(1) across many loops; norm weights
+        are 1 + N(0, 0.1) and biases N(0, 0.1), so a mis-mapped norm or bias changes logits
+        (the checkpoint tests rely on every tensor mattering).
+        """
+        g = torch.Generator().manual_seed(seed)
+        for name, p in sorted(self.named_parameters()):
+            z = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            if name.endswith("embed_tokens.weight"):
+                v = z
+            elif "norm" in name:
+                v = 1.0 + 0.1 * z
+            elif p.dim() == 1 or name.endswith("_bias"):
+                v = 0.1 * z
+            else:
+                v = z / math.sqrt(p.shape[1])
+            p.copy_(v.to(p.dtype))
+        return self
+
+
+def check_depth(r) -> int:
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise LoopcertError(f"depth must be an integer >= 1, got {r!r}")
+    return r
