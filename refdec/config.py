@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from refdec.errors import LoopcertError
 
@@ -84,6 +84,10 @@ class ModelConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 bad(name, "must be an integer >= 0")
+        if self.state_seed >= 2**12:
+            bad("state_seed", "must be < 4096 (it is packed with the position into 32 bits)")
+        if self.max_seq_len > 2**20:
+            bad("max_seq_len", "must be <= 2**20")
         if self.n_heads % self.n_kv_heads:
             bad("n_kv_heads", f"must divide n_heads={self.n_heads}")
         if self.head_dim % 2:
@@ -92,7 +96,8 @@ class ModelConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 bad(name, "must be a finite number > 0")
-        if not isinstance(self.init_scale, (int, float)) or not math.isfinite(self.init_scale) or self.init_scale < 0:
+        scale = self.init_scale
+        if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale < 0:
             bad("init_scale", "must be a finite number >= 0")
         if self.family == "ouro":
             if self.n_prelude or self.n_coda:
@@ -117,14 +122,14 @@ class ModelConfig:
     def n_norms_per_block(self) -> int:
         return 4 if self.block in ("ouro", "sandwich") else 2
 
-    def replace(self, **changes) -> "ModelConfig":
+    def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict) -> ModelConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

@@ -9,7 +9,8 @@ from refdec.model import LoopedLM, check_depth
 from refdec.sampling import SamplingParams, greedy_token, sample, transform
 
 
-def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed, depth) -> tuple[list[int], int]:
+def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
+                        depth) -> tuple[list[int], int]:
     """Validate what every decoder's generate() receives; returns (prompt ids, depth)."""
     ids = model.check_ids(prompt).tolist()
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:

@@ -12,7 +12,7 @@ Shapes: B batch, T new rows, S keys, H heads, KV key/value heads, D head dim.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -54,7 +54,8 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
             s.high_freq_factor - s.low_freq_factor
         )
         mid = (1 - smooth) * inv / s.factor + smooth * inv
-        inv = torch.where(wavelen > low_wavelen, inv / s.factor, torch.where(wavelen < high_wavelen, inv, mid))
+        inv = torch.where(wavelen > low_wavelen, inv / s.factor,
+                          torch.where(wavelen < high_wavelen, inv, mid))
     return inv
 
 
@@ -176,7 +177,9 @@ def seeded_state(seed: int, positions: torch.Tensor, d_model: int, init_scale: f
     """
     rows = []
     for p in positions.tolist():
-        g = torch.Generator().manual_seed((seed << 32) + int(p))
+        # torch's CPU generator keeps only 32 bits of its seed: (seed, position) is packed
+        # injectively for seed < 2**12, position < 2**20 (both checked in ModelConfig).
+        g = torch.Generator().manual_seed((seed << 20) | int(p))
         z = torch.randn(d_model, generator=g, dtype=torch.float64).clamp(-3.0, 3.0)
         rows.append(z * (math.sqrt(2.0 / 5.0) * init_scale))
     return torch.stack(rows) if rows else torch.zeros(0, d_model, dtype=torch.float64)

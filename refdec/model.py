@@ -13,7 +13,7 @@ cached: `depth_logits` recomputes the whole prefix, so it is the oracle for ever
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -126,7 +126,7 @@ class LoopedLM(nn.Module):
 
     # -- initialisation ------------------------------------------------------------------
     @torch.no_grad()
-    def init_weights(self, seed: int) -> "LoopedLM":
+    def init_weights(self, seed: int) -> LoopedLM:
         """Deterministic random weights from `seed` (parameters in name order).
 
         Linear weights ~ N(0, 1/fan_in) keep activations O(1) across many loops; norm weights

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from loopcert.commands.common import (add_model_arguments, add_sampling_arguments, decode_text,
-                                      load_from_args, prompt_from_args, sampling_from_args)
+from loopcert.commands.common import (
+    add_model_arguments,
+    add_sampling_arguments,
+    decode_text,
+    load_from_args,
+    prompt_from_args,
+    sampling_from_args,
+)
 from refdec.decode import generate
 
 HELP = "decode with the reference decoder (no cache, the oracle)"

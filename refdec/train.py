@@ -1,0 +1,521 @@
+"""Train the embedded default model: a small byte-level Raven-style looped LM (issue 5).
+
+    python -m refdec.train --max-minutes 38          # the shipped run (see MODEL_CARD.md)
+    python -m refdec.train --resume                  # continue from --ckpt-dir
+
+Data: the running interpreter's standard library `.py` sources plus the rendered `pydoc_data`
+topics; a fixed sorted document list, split by a hash of each name (`split_of`), recorded in
+data_manifest.json with its sha256 and the Python version. A different Python gives different
+data: the manifest says which.
+
+Depth (Huginn, Geiping et al. 2025, section 3): each step samples r from a log-normal Poisson
+with mean `mean_depth`, clipped to [1, 2R]; iterations before the last `backprop_k` run
+under no_grad (truncated backpropagation). So every readout 1..2R is trained, deep ones most.
+Auxiliary shallow loss (our choice, for drafts): each step also reads out at a depth s drawn
+uniformly from 1..`aux_max_depth`, through s iterations with gradient, with loss
+CE(labels) + KL(stopgrad p_r || p_s): the shallow readout learns to predict the data and to
+agree with the deep one, which is what a draft is judged by.
+
+Schedule: AdamW, linear warmup, cosine decay over `progress` = max(step/steps,
+elapsed/max_minutes). With --max-minutes the run ends on time whatever the CPU contention;
+the step count is then a result, recorded in train_record.json. Checkpoints are safetensors
++ JSON (model, AdamW moments, data RNG), never pickles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from refdec.config import ModelConfig
+from refdec.errors import LoopcertError
+from refdec.io import save_model, write_atomic
+from refdec.layers import rope_tables
+from refdec.model import LoopedLM
+
+DEFAULT_DIR = Path(__file__).parent / "weights" / "default"
+DEFAULT_CKPT = Path("/tmp/loopcert-train")
+HELDOUT_EVERY = 20  # one document in 20 is held out (split_of)
+LN2 = math.log(2.0)
+
+CONFIGS = {
+    "default": ModelConfig(
+        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=192, n_heads=4,
+        n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
+        head_dim=48, intermediate_size=512, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
+        max_seq_len=4096, init_state="zeros", name="default"),
+    "tiny": ModelConfig(
+        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
+        n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
+        recurrence=4, max_seq_len=256, init_state="zeros", name="tiny-trained"),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = "default"  # key of CONFIGS
+    seq_len: int = 256  # training window (bytes); longer contexts decode but are unseen
+    batch_size: int = 16
+    steps: int = 100000  # upper bound; with max_minutes the clock usually ends the run
+    max_minutes: float | None = None
+    lr: float = 3e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 40
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    mean_depth: float = 16.0  # E[r]; R/2 for R = 32
+    depth_sigma: float = 0.5
+    backprop_k: int = 6
+    aux_max_depth: int = 4  # 0 disables the shallow auxiliary loss
+    aux_weight: float = 0.5
+    seed: int = 0
+    threads: int = 2
+    log_every: int = 10
+    ckpt_minutes: float = 3.0
+    data_root: str | None = None  # default: the running interpreter's stdlib
+
+    def __post_init__(self):
+        if self.model not in CONFIGS:
+            raise LoopcertError(f"TrainConfig.model={self.model!r}: choose one of {sorted(CONFIGS)}")
+        for name in ("seq_len", "batch_size", "steps", "backprop_k", "threads", "log_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise LoopcertError(f"TrainConfig.{name}={v!r}: must be an integer >= 1")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be > 0")
+        if self.seq_len + 1 > CONFIGS[self.model].max_seq_len:
+            raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} exceeds the model's max_seq_len")
+
+
+# -- data ---------------------------------------------------------------------------------
+def split_of(name: str) -> str:
+    """'heldout' for one document name in HELDOUT_EVERY (by sha256 of the name), else 'train'."""
+    return "heldout" if hashlib.sha256(name.encode()).digest()[0] % HELDOUT_EVERY == 0 else "train"
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def collect_documents(root: Path | None = None) -> list[tuple[str, bytes]]:
+    """Sorted (name, bytes): every .py under root (no site-packages, no caches), and, for the
+    real stdlib, each pydoc_data topic rendered as text under the name 'pydoc_data/topics/<key>'."""
+    root = Path(root) if root is not None else stdlib_root()
+    if not root.is_dir():
+        raise LoopcertError(f"data root {str(root)!r} is not a directory")
+    docs = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if "site-packages" in rel.split("/") or "__pycache__" in rel.split("/") or not path.is_file():
+            continue
+        docs.append((rel, path.read_bytes()))
+    topics = root / "pydoc_data" / "topics.py"
+    if topics.is_file():
+        ns: dict = {}
+        exec(compile(topics.read_bytes(), str(topics), "exec"), ns)  # a literal dict, stdlib's own
+        for key, text in ns.get("topics", {}).items():
+            docs.append((f"pydoc_data/topics/{key}", text.encode("utf-8")))
+    docs.sort()
+    if not docs:
+        raise LoopcertError(f"no .py files under {root}")
+    return docs
+
+
+def split_documents(docs) -> dict[str, list[tuple[str, bytes]]]:
+    out: dict[str, list[tuple[str, bytes]]] = {"train": [], "heldout": []}
+    for name, data in docs:
+        out[split_of(name)].append((name, data))
+    return out
+
+
+def concat(docs) -> torch.Tensor:
+    """Documents joined by a blank line, as a uint8 tensor of bytes."""
+    return torch.frombuffer(bytearray(b"\n\n".join(d for _, d in docs)), dtype=torch.uint8)
+
+
+def build_manifest(docs, root: Path) -> dict:
+    splits = split_documents(docs)
+    listing = "".join(f"{split_of(n)}\t{n}\t{hashlib.sha256(d).hexdigest()}\n" for n, d in docs)
+    return {
+        "python_version": sys.version.split()[0],
+        "python_implementation": sys.implementation.name,
+        "stdlib_root": str(root),
+        "split_rule": f"heldout iff sha256(name)[0] % {HELDOUT_EVERY} == 0",
+        "join": "documents joined by b'\\n\\n' in sorted name order",
+        "n_documents": {k: len(v) for k, v in splits.items()},
+        "n_bytes": {k: sum(len(d) for _, d in v) for k, v in splits.items()},
+        "n_topics": sum(1 for n, _ in docs if n.startswith("pydoc_data/topics/")),
+        # sha256 of the lines "split<TAB>name<TAB>sha256(content)\n": the list and the contents.
+        "sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        "documents": [[n, split_of(n), len(d), hashlib.sha256(d).hexdigest()] for n, d in docs],
+    }
+
+
+def sample_batch(data: torch.Tensor, batch_size: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    """(B, seq_len + 1) random windows of `data` as int64 token ids."""
+    starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=gen)
+    return data[starts[:, None] + torch.arange(seq_len + 1)].long()
+
+
+def heldout_windows(data: torch.Tensor, n: int, length: int) -> torch.Tensor:
+    """(n, length) evenly spaced windows of the held-out bytes: deterministic, no RNG."""
+    if data.numel() < length + 1:
+        raise LoopcertError(f"held-out text of {data.numel()} bytes is shorter than one window")
+    step = (data.numel() - length - 1) // max(n - 1, 1)
+    return torch.stack([data[i * step: i * step + length] for i in range(n)]).long()
+
+
+# -- the batched forward used for training and evaluation ---------------------------------
+def sdpa(q, k, v):
+    """Causal attention, same maths as refdec.layers.causal_attention, fused and GQA-aware."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def _sdpa_for(_: int):
+    return sdpa
+
+
+def sample_depth(gen: torch.Generator, mean: float, sigma: float, r_max: int) -> int:
+    """Huginn's log-normal Poisson: tau ~ LogNormal(log mean - sigma^2/2, sigma), r ~ Poisson(tau)."""
+    z = float(torch.randn((), generator=gen, dtype=torch.float64))
+    tau = math.exp(math.log(mean) - sigma * sigma / 2 + sigma * z)
+    r = int(torch.poisson(torch.tensor([tau], dtype=torch.float64), generator=gen))
+    return min(max(r, 1), r_max)
+
+
+def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, aux_weight: float):
+    """Loss in nats at depth r (grad through the last k iterations) plus the shallow aux at s."""
+    x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
+    pos = torch.arange(x.shape[1])
+    cos, sin = rope_tables(model.cfg, pos)
+    e = model.embed(x, cos, sin, _sdpa_for)  # (B, T, d)
+    h = model.initial_state(e, pos)
+    shallow = None
+    for i in range(1, r + 1):
+        with torch.set_grad_enabled(i > r - k or i <= s):
+            h = model.recur(h, e, cos, sin, _sdpa_for)
+        if i == s:
+            shallow = model.readout(h, cos, sin, _sdpa_for)
+    deep = model.readout(h, cos, sin, _sdpa_for)  # (B, T, V)
+    main = F.cross_entropy(deep.flatten(0, 1), y.flatten())
+    if shallow is None:
+        return main, main.detach(), None
+    lp_s = F.log_softmax(shallow.flatten(0, 1), -1)
+    lp_r = F.log_softmax(deep.detach().flatten(0, 1), -1)
+    ce_s = F.nll_loss(lp_s, y.flatten())
+    kl = (lp_r.exp() * (lp_r - lp_s)).sum(-1).mean()
+    return main + aux_weight * (ce_s + kl), main.detach(), ce_s.detach()
+
+
+@torch.no_grad()
+def depth_readouts(model: LoopedLM, ids: torch.Tensor, depths) -> dict[int, torch.Tensor]:
+    """ids (B, T) -> {r: float32 log-probs (B, T, V)} for each requested depth r."""
+    pos = torch.arange(ids.shape[1])
+    cos, sin = rope_tables(model.cfg, pos)
+    e = model.embed(ids, cos, sin, _sdpa_for)
+    h = model.initial_state(e, pos)
+    want, out = set(depths), {}
+    for r in range(1, max(want) + 1):
+        h = model.recur(h, e, cos, sin, _sdpa_for)
+        if r in want:
+            out[r] = F.log_softmax(model.readout(h, cos, sin, _sdpa_for).float(), -1)
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: LoopedLM, windows: torch.Tensor, depths, ref_depth: int, batch: int = 8) -> dict:
+    """Held-out figures per depth r: bits/byte, mean TV(p_r, p_ref), greedy agreement with ref.
+
+    windows (N, T+1); predictions at every position of every window (contexts of 0..T-1 bytes).
+    """
+    depths = sorted(set(depths) | {ref_depth})
+    sums = {r: {"nll": 0.0, "tv": 0.0, "agree": 0.0} for r in depths}
+    n = 0
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i: i + batch]
+        x, y = w[:, :-1], w[:, 1:]
+        lps = depth_readouts(model, x, depths)
+        ref = lps[ref_depth]
+        p_ref, g_ref = ref.exp(), ref.argmax(-1)
+        for r in depths:
+            lp = lps[r]
+            sums[r]["nll"] += float(-lp.gather(-1, y[..., None]).sum())
+            sums[r]["tv"] += float(0.5 * (lp.exp() - p_ref).abs().sum(-1).sum())
+            sums[r]["agree"] += float((lp.argmax(-1) == g_ref).sum())
+        n += y.numel()
+    return {r: {"bpb": v["nll"] / n / LN2, "tv": v["tv"] / n, "agree": v["agree"] / n}
+            for r, v in sums.items()} | {"n_tokens": n}
+
+
+# -- setup, checkpoints -------------------------------------------------------------------
+@torch.no_grad()
+def init_for_training(model: LoopedLM, seed: int) -> LoopedLM:
+    """Norms 1; embeddings N(0, 1); linears N(0, 1/fan_in), output projections halved, head small."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in sorted(model.named_parameters()):
+        if "norm" in name:
+            p.fill_(1.0)
+            continue
+        z = torch.randn(p.shape, generator=g)
+        if name.endswith("embed_tokens.weight"):
+            p.copy_(z)
+        elif name.startswith("lm_head"):
+            p.copy_(z * 0.2 / math.sqrt(p.shape[1]))
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            p.copy_(z * 0.5 / math.sqrt(p.shape[1]))
+        else:
+            p.copy_(z / math.sqrt(p.shape[1]))
+    return model
+
+
+def make_optimizer(model: LoopedLM, tc: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for n, p in sorted(model.named_parameters()) if p.dim() == 2 and "embed" not in n]
+    other = [p for n, p in sorted(model.named_parameters()) if not (p.dim() == 2 and "embed" not in n)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                              {"params": other, "weight_decay": 0.0}],
+                             lr=tc.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def lr_at(tc: TrainConfig, step: int, progress: float) -> float:
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * cos)
+
+
+def save_checkpoint(folder: Path, model, opt, gen, state: dict, tc: TrainConfig) -> None:
+    tensors = {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st:
+                for key in ("exp_avg", "exp_avg_sq"):
+                    tensors[f"opt.{key}.{names[id(p)]}"] = st[key].clone()
+                state.setdefault("opt_step", {})[names[id(p)]] = float(st["step"])
+    tensors["rng.data"] = gen.get_state().clone()
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "state.safetensors", lambda p: save_file(tensors, p))
+    meta = {"train_config": dataclasses.asdict(tc), **state}
+    write_atomic(folder / "state.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1)))
+
+
+def load_checkpoint(folder: Path, model, opt, gen) -> dict:
+    if not (folder / "state.json").is_file():
+        raise LoopcertError(f"--resume: no checkpoint in {folder}")
+    meta = json.loads((folder / "state.json").read_text())
+    tensors = load_file(str(folder / "state.safetensors"))
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    params = dict(model.named_parameters())
+    for name, step in meta.get("opt_step", {}).items():
+        p = params[name]
+        opt.state[p] = {"step": torch.tensor(step), "exp_avg": tensors[f"opt.exp_avg.{name}"],
+                        "exp_avg_sq": tensors[f"opt.exp_avg_sq.{name}"]}
+    gen.set_state(tensors["rng.data"])
+    return meta
+
+
+# -- the loop -----------------------------------------------------------------------------
+def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = False,
+          log=print, argv: list[str] | None = None) -> dict:
+    torch.set_num_threads(tc.threads)
+    cfg = CONFIGS[tc.model]
+    root = Path(tc.data_root) if tc.data_root else stdlib_root()
+    docs = collect_documents(root)
+    splits = split_documents(docs)
+    if not splits["train"] or not splits["heldout"]:
+        raise LoopcertError(f"data under {root} gives an empty train or held-out split")
+    data, held = concat(splits["train"]), concat(splits["heldout"])
+    manifest = build_manifest(docs, root)
+    log(f"data: {len(docs)} documents, train {data.numel():,} B, held-out {held.numel():,} B, "
+        f"manifest sha256 {manifest['sha256'][:16]}, python {manifest['python_version']}")
+
+    torch.manual_seed(tc.seed)
+    model = init_for_training(LoopedLM(cfg), tc.seed).train()
+    opt = make_optimizer(model, tc)
+    gen = torch.Generator().manual_seed(tc.seed)
+    state = {"step": 0, "elapsed_s": 0.0, "history": []}
+    if resume:
+        meta = load_checkpoint(ckpt_dir, model, opt, gen)
+        loose = ("steps", "max_minutes", "log_every", "ckpt_minutes")
+        if {k: v for k, v in meta["train_config"].items() if k not in loose} != {
+                k: v for k, v in dataclasses.asdict(tc).items() if k not in loose}:
+            log("warning: resuming with a different TrainConfig than the checkpoint's")
+        state = {k: meta[k] for k in ("step", "elapsed_s", "history")}
+        log(f"resumed at step {state['step']} after {state['elapsed_s'] / 60:.1f} min")
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model {cfg.name}: {n_params:,} parameters; R={cfg.recurrence}, mean depth {tc.mean_depth}, "
+        f"k={tc.backprop_k}, aux depth 1..{tc.aux_max_depth} x{tc.aux_weight}")
+
+    budget = tc.max_minutes * 60 if tc.max_minutes else None
+    t0, base = time.monotonic(), state["elapsed_s"]
+    last_ckpt = time.monotonic()
+    run_nll, run_aux, run_n = 0.0, 0.0, 0
+    while True:
+        elapsed = base + time.monotonic() - t0
+        progress = max(state["step"] / tc.steps, elapsed / budget if budget else 0.0)
+        if progress >= 1.0:
+            break
+        step = state["step"]
+        lr = lr_at(tc, step, progress)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        r = sample_depth(gen, tc.mean_depth, tc.depth_sigma, 2 * cfg.recurrence)
+        s = int(torch.randint(1, tc.aux_max_depth + 1, (), generator=gen)) if tc.aux_max_depth else 0
+        batch = sample_batch(data, tc.batch_size, tc.seq_len, gen)
+        loss, main, aux = training_loss(model, batch, r, tc.backprop_k, s, tc.aux_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        state["step"] = step + 1
+        run_nll += float(main)
+        run_aux += float(aux) if aux is not None else 0.0
+        run_n += 1
+        if state["step"] % tc.log_every == 0:
+            elapsed = base + time.monotonic() - t0
+            rec = {"step": state["step"], "min": round(elapsed / 60, 2),
+                   "bpb": round(run_nll / run_n / LN2, 4), "aux_bpb": round(run_aux / run_n / LN2, 4),
+                   "lr": round(lr, 6)}
+            state["history"].append(rec)
+            log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
+                f"  shallow {rec['aux_bpb']:.3f}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step", flush=True)
+            run_nll, run_aux, run_n = 0.0, 0.0, 0
+        if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
+            state["elapsed_s"] = base + time.monotonic() - t0
+            save_checkpoint(ckpt_dir, model, opt, gen, state, tc)
+            last_ckpt = time.monotonic()
+    state["elapsed_s"] = base + time.monotonic() - t0
+    save_checkpoint(ckpt_dir, model, opt, gen, state, tc)
+    model.eval()
+    quick = evaluate(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
+                     [1, 2, 4, cfg.recurrence], cfg.recurrence)
+    log("held-out (quick): " + "  ".join(
+        f"r={r}: {quick[r]['bpb']:.3f} bpb, agree {quick[r]['agree']:.3f}" for r in (1, 2, 4, cfg.recurrence)))
+    record = {
+        "command": "python -m refdec.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "train_config": dataclasses.asdict(tc), "steps": state["step"],
+        "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
+        "tokens_seen": state["step"] * tc.batch_size * tc.seq_len,
+        "torch_version": torch.__version__, "threads": tc.threads, "history": state["history"],
+    }
+    if out_dir is not None:
+        export(model, out_dir, manifest, held, splits["heldout"], record)
+        log(f"wrote {out_dir}")
+    return {"record": record, "quick_eval": quick, "model": model}
+
+
+# -- shipping -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prompt:
+    name: str  # "<held-out document>:<byte offset>"
+    text: str
+    ids: tuple[int, ...]  # the UTF-8 bytes of text
+
+
+def make_prompts(heldout_docs, n: int = 16, length: int = 192) -> list[dict]:
+    """n snippets of about `length` bytes from distinct held-out .py files, each starting at the
+    first line of a top-level `def`/`class` (or the file start), cut at a line end, valid UTF-8."""
+    files = [(name, d) for name, d in heldout_docs if name.endswith(".py") and len(d) >= 4 * length]
+    step = max(len(files) // n, 1)
+    out = []
+    for name, data in files[::step]:
+        text = data.decode("utf-8", errors="ignore")
+        at = min((i for i in (text.find("\ndef "), text.find("\nclass ")) if i >= 0), default=0)
+        snippet = text[at + 1 if at else 0:][: length]
+        snippet = snippet[: snippet.rfind("\n") + 1] or snippet
+        if len(snippet) < length // 3:
+            continue
+        out.append({"name": f"{name}:{len(text[:at + 1 if at else 0].encode())}", "text": snippet,
+                    "ids": list(snippet.encode("utf-8"))})
+        if len(out) == n:
+            break
+    return out
+
+
+def export(model: LoopedLM, out_dir: Path, manifest: dict, held: torch.Tensor, heldout_docs,
+           record: dict) -> None:
+    out_dir = Path(out_dir)
+    save_model(model, out_dir, dtype="float16")  # computed in float32/64 on load
+    text = lambda obj: (lambda p: Path(p).write_text(json.dumps(obj, indent=1) + "\n"))  # noqa: E731
+    write_atomic(out_dir / "data_manifest.json", text(manifest))
+    write_atomic(out_dir / "prompts.json", text({"source": "held-out split of data_manifest.json",
+                                                  "prompts": make_prompts(heldout_docs)}))
+    write_atomic(out_dir / "train_record.json", text(record))
+
+
+def default_prompts(folder: Path | str | None = None) -> list[Prompt]:
+    """The fixed held-out prompts shipped with the default model (refdec/weights/default/prompts.json)."""
+    path = Path(folder or DEFAULT_DIR) / "prompts.json"
+    if not path.is_file():
+        raise LoopcertError(f"no prompts file at {path}")
+    raw = json.loads(path.read_text())
+    return [Prompt(p["name"], p["text"], tuple(p["ids"])) for p in raw["prompts"]]
+
+
+# -- command line -------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = TrainConfig()
+    p.add_argument("--model", default=d.model, choices=sorted(CONFIGS), help="model shape")
+    p.add_argument("--steps", type=int, default=d.steps, help="stop after this many steps")
+    p.add_argument("--max-minutes", type=float, default=None, help="stop after this much training time")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--mean-depth", type=float, default=d.mean_depth)
+    p.add_argument("--backprop-k", type=int, default=d.backprop_k)
+    p.add_argument("--aux-max-depth", type=int, default=d.aux_max_depth, help="0 disables the aux loss")
+    p.add_argument("--aux-weight", type=float, default=d.aux_weight)
+    p.add_argument("--threads", type=int, default=d.threads)
+    p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--ckpt-minutes", type=float, default=d.ckpt_minutes)
+    p.add_argument("--data-root", default=None, help="folder of .py files (default: this Python's stdlib)")
+    p.add_argument("--ckpt-dir", default=str(DEFAULT_CKPT), help="resumable checkpoint folder")
+    p.add_argument("--out", default=str(DEFAULT_DIR), help="where the shipped model is written")
+    p.add_argument("--no-export", action="store_true", help="train and checkpoint only")
+    p.add_argument("--resume", action="store_true", help="continue from --ckpt-dir")
+
+
+def config_from_args(args) -> TrainConfig:
+    return TrainConfig(model=args.model, steps=args.steps, max_minutes=args.max_minutes, seed=args.seed,
+                       batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                       mean_depth=args.mean_depth, backprop_k=args.backprop_k,
+                       aux_max_depth=args.aux_max_depth, aux_weight=args.aux_weight,
+                       threads=args.threads, log_every=args.log_every, ckpt_minutes=args.ckpt_minutes,
+                       data_root=args.data_root)
+
+
+def run_args(args, argv=None) -> int:
+    train(config_from_args(args), Path(args.ckpt_dir), None if args.no_export else Path(args.out),
+          resume=args.resume, argv=argv)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m refdec.train", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return run_args(p.parse_args(argv), argv)
+    except LoopcertError as e:
+        print(f"refdec.train: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    sys.exit(main())
