@@ -1,0 +1,94 @@
+"""A minimal, straightforward KV-cached autoregressive decoder over refdec's layers.
+
+It is the "honest baseline" of the speed report (issue 6): fastdec's autoregressive strategy
+must be at least as fast as this loop, or its speedups are measured against a strawman.
+It is also a second, independent cache implementation: in float64 it must agree with
+refdec token for token, greedy and sampling alike (it consumes the sampling generator
+exactly as refdec.decode does: one uniform per sampled token).
+
+Cache: one preallocated (K, V) pair of shape (1, KV, S, D) per (stage, depth, layer):
+prelude layers once, core layers per recurrence depth 1..R, coda layers at the readout
+depth R only. Rows at or past `length` are never read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from refdec.decode import check_generate_args
+from refdec.layers import rope_tables
+from refdec.model import LoopedLM
+from refdec.sampling import SamplingParams, greedy_token, sample, transform
+
+
+class _Timeline:
+    """K/V buffers of one attention layer at one depth, written by absolute position."""
+
+    def __init__(self, cfg, capacity, dtype, device):
+        shape = (1, cfg.n_kv_heads, capacity, cfg.head_dim)  # (1, KV, S, D)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    def attend_at(self, start: int):
+        def attend(q, k, v):  # q (1, H, T, D); k, v (1, KV, T, D) for rows start..start+T-1
+            t = q.shape[2]
+            end = start + t
+            self.k[:, :, start:end] = k
+            self.v[:, :, start:end] = v
+            kv_heads = k.shape[1]
+            group = q.shape[1] // kv_heads
+            # GQA without copying keys: fold each KV head's query group into the row axis.
+            qg = q.reshape(1, kv_heads, group * t, q.shape[-1])  # (1, KV, G*T, D)
+            keys, vals = self.k[:, :, :end], self.v[:, :, :end]  # (1, KV, end, D)
+            mask = None
+            if t > 1:
+                rows = torch.arange(start, end, device=q.device).repeat(group)  # (G*T,)
+                mask = torch.arange(end, device=q.device)[None, :] <= rows[:, None]
+            o = torch.nn.functional.scaled_dot_product_attention(qg, keys, vals, attn_mask=mask)
+            return o.reshape(q.shape)
+
+        return attend
+
+
+class NaiveKVDecoder:
+    def __init__(self, model: LoopedLM, depth: int | None = None):
+        self.model = model
+        self.depth = depth
+
+    @torch.no_grad()
+    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+                 seed: int = 0, eos_token_id: int | None = None) -> list[int]:
+        m = self.model
+        ids, depth = check_generate_args(m, prompt, max_new_tokens, sampling, seed, self.depth)
+        cfg = m.cfg
+        w = m.embed_tokens.weight
+        capacity = len(ids) + max_new_tokens
+        tl = lambda: _Timeline(cfg, capacity, w.dtype, w.device)
+        prelude = [tl() for _ in m.prelude]
+        core = [[tl() for _ in m.core] for _ in range(depth)]
+        coda = [tl() for _ in m.coda]
+        gen = torch.Generator().manual_seed(seed)
+
+        def forward(rows: list[int], start: int) -> torch.Tensor:
+            """Run new rows at positions start.. through every depth; logits of the last row."""
+            positions = torch.arange(start, start + len(rows), device=w.device)
+            cos, sin = rope_tables(cfg, positions)
+            x = torch.tensor([rows], device=w.device)
+            e = m.embed(x, cos, sin, lambda i: prelude[i].attend_at(start))
+            h = m.initial_state(e, positions)
+            for r in range(depth):
+                h = m.recur(h, e, cos, sin, lambda i, r=r: core[r][i].attend_at(start))
+            # Every row goes through the readout: the coda keys of depth R are needed later.
+            return m.readout(h, cos, sin, lambda i: coda[i].attend_at(start))[0, -1]
+
+        new: list[int] = []
+        if max_new_tokens == 0:
+            return new
+        logits = forward(ids, 0)  # prefill: the whole prompt, one batched pass per depth
+        for step in range(max_new_tokens):
+            tok = greedy_token(logits) if sampling.greedy else sample(transform(logits, sampling), gen)
+            new.append(tok)
+            if tok == eos_token_id or step == max_new_tokens - 1:
+                break
+            logits = forward([tok], len(ids) + len(new) - 1)
+        return new
