@@ -10,7 +10,7 @@ import sys
 
 from refdec.errors import LoopcertError
 
-COMMANDS = ("generate",)
+COMMANDS = ("generate", "inspect", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

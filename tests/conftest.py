@@ -11,7 +11,8 @@ settings.register_profile("nightly", derandomize=False, deadline=None, max_examp
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+# Tiny models: one thread is fastest, and CI has 2 cores shared with pytest itself.
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
 def pytest_collection_modifyitems(config, items):

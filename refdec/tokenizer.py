@@ -1,0 +1,64 @@
+"""Text <-> token ids through a model folder's tokenizer.json (the `tokenizers` library).
+
+`tokenizers` is optional (`pip install 'loopcert[hf]'`): without it a folder still loads and
+decodes from token ids; only turning text into ids (or back) raises a LoopcertError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from refdec.errors import LoopcertError
+
+FILE = "tokenizer.json"
+
+
+def _library():
+    try:
+        import tokenizers
+    except ImportError:
+        return None
+    return tokenizers
+
+
+class Tokenizer:
+    """encode(text) -> ids and decode(ids) -> text, as the model's own tokenizer does them.
+
+    Defaults follow the upstream `tokenizer(text)` / `tokenizer.decode(ids)` calls: encoding
+    applies the post-processor (e.g. a BOS token), decoding keeps special tokens.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        lib = _library()
+        self._tok = None
+        if lib is not None:
+            try:
+                self._tok = lib.Tokenizer.from_file(str(self.path))
+            except Exception as e:  # the library raises a bare Exception for a malformed file
+                raise LoopcertError(f"{self.path}: not a valid tokenizer.json ({e})") from None
+
+    def _get(self):
+        if self._tok is None:
+            raise LoopcertError(
+                f"{self.path} needs the 'tokenizers' library: pip install 'loopcert[hf]' "
+                "(or pass token ids, e.g. --prompt-ids)"
+            )
+        return self._tok
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise LoopcertError(f"text to encode must be a str, got {type(text).__name__}")
+        return list(self._get().encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
+        return self._get().decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({str(self.path)!r})"
+
+
+def load_tokenizer(folder) -> Tokenizer | None:
+    """The folder's tokenizer, or None when it has no tokenizer.json."""
+    path = Path(folder) / FILE
+    return Tokenizer(path) if path.is_file() else None
