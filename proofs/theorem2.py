@@ -1,0 +1,103 @@
+"""Theorem 2 of LoopSpec (DESIGN.md section 4): the cost model and its optimal depths.
+
+With an envelope phi(r) = beta r^(-alpha) >= mean TV(p_r, p_R), the expected recurrent steps
+per token are at most
+    E[C] <= d1 + phi(d1) d2 + 2 phi(d2) R = d1 + beta d1^(-alpha) d2 + 2 beta d2^(-alpha) R
+(draft to d1; with probability <= eps1 deepen to d2; with probability <= 2 eps2 restart at R,
+Theorem 1). Setting both partial derivatives to zero:
+    d/dd1: 1 = alpha beta d1^(-alpha-1) d2
+    d/dd2: beta d1^(-alpha) = 2 alpha beta R d2^(-alpha-1)
+gives d1^(alpha^2+alpha+1) = (alpha beta)^(alpha+1) (2 alpha R), hence the closed form below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from proofs.result import CheckResult
+from refdec.errors import LoopcertError
+
+PUBLISHED = {"alpha": 1.03, "beta": 0.175, "R": 32, "d1": 1.26, "d2": 8.85, "measured_best": (2, 8)}
+PUBLISHED_TOL = 0.01  # the paper prints two decimals
+
+
+def _positive(name: str, x: float) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)):
+        raise LoopcertError(f"{name} must be a number, got {x!r}")
+    if not (math.isfinite(x) and x > 0):
+        raise LoopcertError(f"{name} must be finite and > 0, got {x!r}")
+    return float(x)
+
+
+def expected_cost(d1: float, d2: float, alpha: float, beta: float, R: float) -> float:
+    """Theorem 2's bound on expected recurrent steps per token: d1 + phi(d1) d2 + 2 phi(d2) R."""
+    d1, d2 = _positive("d1", d1), _positive("d2", d2)
+    alpha, beta, R = _positive("alpha", alpha), _positive("beta", beta), _positive("R", R)
+    return d1 + beta * d1**-alpha * d2 + 2 * beta * d2**-alpha * R
+
+
+def optimal_depths(alpha: float, beta: float, R: float) -> tuple[float, float]:
+    """Continuous minimiser (d1*, d2*) of `expected_cost` (the stationary point, module docstring).
+
+    Not clipped to 1 <= d1 < d2 <= R: a caller choosing integer depths should compare the
+    neighbours with `expected_cost` or use `best_integer_depths`.
+    """
+    alpha, beta, R = _positive("alpha", alpha), _positive("beta", beta), _positive("R", R)
+    k = alpha * alpha + alpha + 1
+    d1 = (alpha * beta) ** ((alpha + 1) / k) * (2 * alpha * R) ** (1 / k)
+    d2 = (alpha * beta) ** (alpha / k) * (2 * alpha * R) ** ((alpha + 1) / k)
+    return d1, d2
+
+
+def best_integer_depths(alpha: float, beta: float, R: int) -> tuple[int, int]:
+    """argmin of `expected_cost` over integers 1 <= d1 < d2 < R (ties: smaller d1, then d2)."""
+    if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or R < 3:
+        raise LoopcertError(f"R must be an integer >= 3 for 1 <= d1 < d2 < R, got {R!r}")
+    pairs = [(d1, d2) for d1 in range(1, R) for d2 in range(d1 + 1, R)]
+    return min(pairs, key=lambda d: expected_cost(d[0], d[1], alpha, beta, R))
+
+
+def fit_envelope(depths: Sequence[float], tvs: Sequence[float]) -> tuple[float, float]:
+    """(alpha, beta) of an upper envelope phi(r) = beta r^(-alpha) of measured (r, TV) points.
+
+    alpha is the negated slope of the least-squares line through (log r, log TV); beta is then
+    the smallest value with phi(r_i) >= TV_i at every point, beta = max_i TV_i r_i^alpha (the
+    least-squares intercept is raised to touch the highest point, never lowered). Points with
+    TV = 0 (r = R itself) need no fitting and lie below any envelope; at least two positive
+    points at distinct depths are required. Exact on noise-free power-law data.
+    """
+    r = np.asarray(depths, dtype=np.float64)
+    tv = np.asarray(tvs, dtype=np.float64)
+    if r.ndim != 1 or r.shape != tv.shape:
+        raise LoopcertError(f"depths and tvs must be 1-D, one length; got {r.shape}, {tv.shape}")
+    if not (np.all(np.isfinite(r)) and np.all(r > 0)):
+        raise LoopcertError(f"depths must be finite and > 0, got {depths!r}")
+    if not (np.all(np.isfinite(tv)) and np.all(tv >= 0)):
+        raise LoopcertError(f"tvs must be finite and >= 0, got {tvs!r}")
+    pos = tv > 0
+    if np.unique(r[pos]).size < 2:
+        raise LoopcertError(f"need TV > 0 at two distinct depths to fit, got depths {depths!r}")
+    x, y = np.log(r[pos]), np.log(tv[pos])
+    slope = float(np.polyfit(x, y, 1)[0])
+    alpha = -slope
+    beta = float(np.max(tv[pos] * r[pos] ** alpha))
+    return alpha, beta
+
+
+def check_theorem2_published() -> CheckResult:
+    """The closed form reproduces the published optimum (1.26, 8.85) from (1.03, 0.175, R=32)."""
+    model = (PUBLISHED["alpha"], PUBLISHED["beta"], PUBLISHED["R"])
+    d1, d2 = optimal_depths(*model)
+    err = max(abs(d1 - PUBLISHED["d1"]), abs(d2 - PUBLISHED["d2"]))
+    details = {
+        **PUBLISHED,
+        "d1_closed_form": d1,
+        "d2_closed_form": d2,
+        "cost_closed_form": expected_cost(d1, d2, *model),
+        # The cost model's own integer optimum; the paper's measured best is (2, 8).
+        "best_integer_depths": best_integer_depths(*model),
+    }
+    return CheckResult("theorem2_published", err, PUBLISHED_TOL, err <= PUBLISHED_TOL, details)
