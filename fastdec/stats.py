@@ -1,0 +1,76 @@
+"""What one generate() call did: counts, rates and the LoopSpec step ratio gamma (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    strategy: str
+    depth: int  # R: the target depth
+    draft_depth: int | None = None  # d1
+    second_depth: int | None = None  # d2
+    tokens: int = 0
+    # Token sources (DESIGN.md section 4): each committed token is exactly one of these.
+    from_first: int = 0  # a first proposal (draft) accepted
+    from_second: int = 0  # a second proposal accepted
+    from_restart: int = 0  # no proposal, or all rejected: drawn from the (residual) target
+    proposals: int = 0  # first proposals verified
+    accepted: int = 0  # first proposals accepted
+    rounds: int = 0  # draft-verify: verification rounds; pipelined: rejection-delimited runs
+    escalations: int = 0  # adaptive-verify: rounds that went on to the full depth
+    gate_checks: int = 0  # second-proposal gates evaluated (pipelined with second_depth)
+    gate_opens: int = 0
+    rewind_checks: int = 0  # one per rejected first proposal, when rewind_depth is set
+    rewind_hits: int = 0  # rewind-depth argmax == target-depth argmax at that rejection
+    steps: int = 0  # engine steps (one recurrence for every lane in the step), prefill excluded
+    prefill_steps: int = 0
+    lane_steps: int = 0  # sum over steps of lanes advanced
+    peak_lanes: int = 0
+    steps_per_width: dict[int, int] = field(default_factory=dict)  # recur calls per padded width
+    seconds: float = 0.0  # wall time of generate()
+
+    @property
+    def rejections(self) -> int:
+        return self.proposals - self.accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposals if self.proposals else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted first proposals per round (see `rounds`)."""
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def gamma(self) -> float:
+        """N*R / (N1*d1 + N2*d2 + Nrest*R): recurrent steps saved per token (<= R/d1)."""
+        cost = self.from_first * (self.draft_depth or 0) + self.from_second * (self.second_depth or 0)
+        cost += self.from_restart * self.depth
+        return self.tokens * self.depth / cost if cost else 0.0
+
+    @property
+    def gate_open_rate(self) -> float:
+        return self.gate_opens / self.gate_checks if self.gate_checks else 0.0
+
+    @property
+    def mean_live_lanes(self) -> float:
+        return self.lane_steps / self.steps if self.steps else 0.0
+
+    @property
+    def rewind_hit_rate(self) -> float:
+        return self.rewind_hits / self.rewind_checks if self.rewind_checks else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        for name in ("rejections", "acceptance_rate", "mean_accepted_length", "gamma", "gate_open_rate",
+                     "mean_live_lanes", "rewind_hit_rate", "tokens_per_s"):
+            d[name] = getattr(self, name)
+        return d
