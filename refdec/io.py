@@ -21,6 +21,7 @@ from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 
 FORMAT = "loopcert"
+DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -123,11 +124,17 @@ def load_folder(folder: Path, dtype: torch.dtype) -> LoopedLM:
 
 
 def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
-    """A preset name gives random weights from `seed`; a folder gives a saved model."""
+    """A preset name gives random weights from `seed`; "default" the packaged trained model;
+    a folder gives a saved model."""
     dtype = parse_dtype(dtype)
     name = str(name_or_path)
     if name in PRESETS:
         return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
+    if name == "default":  # the trained model shipped in the package (refdec.train, issue 5)
+        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+            raise LoopcertError(f"the default model is missing from {DEFAULT_MODEL_DIR}: "
+                                "run `python -m refdec.train` to build it")
+        name_or_path = DEFAULT_MODEL_DIR
     folder = Path(name_or_path)
     if folder.is_dir():
         return load_folder(folder, dtype)

@@ -42,25 +42,25 @@ from safetensors.torch import load_file, save_file
 
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
-from refdec.io import save_model, write_atomic
+from refdec.io import DEFAULT_MODEL_DIR, save_model, write_atomic
 from refdec.layers import rope_tables
 from refdec.model import LoopedLM
 
-DEFAULT_DIR = Path(__file__).parent / "weights" / "default"
+DEFAULT_DIR = DEFAULT_MODEL_DIR
 DEFAULT_CKPT = Path("/tmp/loopcert-train")
 HELDOUT_EVERY = 20  # one document in 20 is held out (split_of)
 LN2 = math.log(2.0)
 
 CONFIGS = {
     "default": ModelConfig(
-        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=192, n_heads=4,
+        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
         n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
-        head_dim=48, intermediate_size=512, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
+        head_dim=32, intermediate_size=352, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
         max_seq_len=4096, init_state="zeros", name="default"),
     "tiny": ModelConfig(
         family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
         n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
-        recurrence=4, max_seq_len=256, init_state="zeros", name="tiny-trained"),
+        recurrence=4, max_seq_len=512, init_state="zeros", name="tiny-trained"),
 }
 
 
@@ -68,18 +68,18 @@ CONFIGS = {
 class TrainConfig:
     model: str = "default"  # key of CONFIGS
     seq_len: int = 256  # training window (bytes); longer contexts decode but are unseen
-    batch_size: int = 16
+    batch_size: int = 8
     steps: int = 100000  # upper bound; with max_minutes the clock usually ends the run
     max_minutes: float | None = None
     lr: float = 3e-3
     min_lr_frac: float = 0.1
-    warmup: int = 40
+    warmup: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     mean_depth: float = 16.0  # E[r]; R/2 for R = 32
     depth_sigma: float = 0.5
-    backprop_k: int = 6
-    aux_max_depth: int = 4  # 0 disables the shallow auxiliary loss
+    backprop_k: int = 4
+    aux_max_depth: int = 3  # 0 disables the shallow auxiliary loss
     aux_weight: float = 0.5
     seed: int = 0
     threads: int = 2
@@ -330,7 +330,12 @@ def load_checkpoint(folder: Path, model, opt, gen) -> dict:
 
 # -- the loop -----------------------------------------------------------------------------
 def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = False,
-          log=print, argv: list[str] | None = None) -> dict:
+          log=print, command: str | None = None, until_step: int | None = None) -> dict:
+    """Train (or resume) per `tc`; checkpoint to ckpt_dir; export the shipped files to out_dir.
+
+    `until_step` pauses early (checkpoint written, schedule unchanged): what an interrupted run
+    looks like to --resume.
+    """
     torch.set_num_threads(tc.threads)
     cfg = CONFIGS[tc.model]
     root = Path(tc.data_root) if tc.data_root else stdlib_root()
@@ -367,7 +372,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     while True:
         elapsed = base + time.monotonic() - t0
         progress = max(state["step"] / tc.steps, elapsed / budget if budget else 0.0)
-        if progress >= 1.0:
+        if progress >= 1.0 or (until_step is not None and state["step"] >= until_step):
             break
         step = state["step"]
         lr = lr_at(tc, step, progress)
@@ -392,7 +397,8 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
                    "lr": round(lr, 6)}
             state["history"].append(rec)
             log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
-                f"  shallow {rec['aux_bpb']:.3f}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step", flush=True)
+                f"  shallow {rec['aux_bpb']:.3f}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step",
+                flush=True)
             run_nll, run_aux, run_n = 0.0, 0.0, 0
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
             state["elapsed_s"] = base + time.monotonic() - t0
@@ -404,9 +410,10 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     quick = evaluate(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
                      [1, 2, 4, cfg.recurrence], cfg.recurrence)
     log("held-out (quick): " + "  ".join(
-        f"r={r}: {quick[r]['bpb']:.3f} bpb, agree {quick[r]['agree']:.3f}" for r in (1, 2, 4, cfg.recurrence)))
+        f"r={r}: {quick[r]['bpb']:.3f} bpb, agree {quick[r]['agree']:.3f}"
+        for r in sorted({1, 2, 4, cfg.recurrence})))
     record = {
-        "command": "python -m refdec.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command or "python -m refdec.train " + " ".join(sys.argv[1:]),
         "train_config": dataclasses.asdict(tc), "steps": state["step"],
         "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
         "tokens_seen": state["step"] * tc.batch_size * tc.seq_len,
@@ -499,9 +506,9 @@ def config_from_args(args) -> TrainConfig:
                        data_root=args.data_root)
 
 
-def run_args(args, argv=None) -> int:
+def run_args(args, command: str | None = None) -> int:
     train(config_from_args(args), Path(args.ckpt_dir), None if args.no_export else Path(args.out),
-          resume=args.resume, argv=argv)
+          resume=args.resume, command=command)
     return 0
 
 
@@ -510,7 +517,7 @@ def main(argv=None) -> int:
     add_arguments(p)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return run_args(p.parse_args(argv), argv)
+        return run_args(p.parse_args(argv), "python -m refdec.train " + " ".join(argv))
     except LoopcertError as e:
         print(f"refdec.train: error: {e}", file=sys.stderr)
         return 2
