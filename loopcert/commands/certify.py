@@ -1,0 +1,84 @@
+"""`loopcert certify`: run every check, write certificate.md and certificate.json.
+
+Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error (loopcert/cli.py).
+Both files are written atomically (refdec.io.write_atomic), and only once the whole run has
+finished: a run that crashes or is interrupted leaves the last report in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from proofs.certify import certify
+from refdec.io import write_atomic
+from reports.render import render_certificate
+
+HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"
+DEFAULT_OUT = Path("reports") / "out"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", nargs="?", default=None,
+                   help="preset name or model folder (default: 'default' if installed, else tiny-raven)")
+    p.add_argument("--decoder", default=None, metavar="MODULE:FACTORY",
+                   help="certify factory(model) instead of fastdec's strategy grid")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="the CI plan (default): minutes on a CPU")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="the nightly plan: more models, cases, samples, and the false-alarm rate")
+    p.set_defaults(mode="quick")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
+    p.add_argument("--seed", type=int, default=0, help="base seed of every sampled check")
+
+
+def command_line(args, model: str) -> str:
+    """The effective command, defaults spelled out, so the stamp says how to rerun it."""
+    parts = ["loopcert certify", model]
+    if args.decoder:
+        parts.append(f"--decoder {args.decoder}")
+    parts += [f"--device {args.device}", f"--dtype {args.dtype}", f"--{args.mode}", f"--seed {args.seed}"]
+    return " ".join(parts)
+
+
+def _writer(text: str):
+    """Write `text` to the temporary file with the usual permissions (mkstemp makes it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+
+    def write(tmp) -> None:
+        Path(tmp).write_text(text)
+        os.chmod(tmp, 0o666 & ~umask)
+
+    return write
+
+
+def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
+    out = Path(out)
+    text = json.dumps(cert, indent=1, allow_nan=False, sort_keys=False) + "\n"
+    md = render_certificate(cert)  # render before writing: a render error leaves both old files
+    json_path, md_path = out / "certificate.json", out / "certificate.md"
+    write_atomic(json_path, _writer(text))
+    write_atomic(md_path, _writer(md))
+    return md_path, json_path
+
+
+def run(args) -> int:
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    cert = certify(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
+    cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
+    md_path, json_path = write_reports(cert, args.out)
+    print(f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
+          f"passed in {cert['stamp']['seconds']:.0f}s" + (f"; failed: {', '.join(cert['failed'])}"
+                                                            if cert["failed"] else ""))
+    print(f"wrote {md_path} and {json_path}")
+    return 0 if cert["passed"] else 1

@@ -1,0 +1,43 @@
+"""Prompts the checks decode from: the model's own held-out prompts when it ships them
+(prompts.json beside the weights, refdec.train), else a fixed pool in its vocabulary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from refdec.errors import LoopcertError
+from refdec.io import DEFAULT_MODEL_DIR
+
+# Token-id prompts for tiny vocabularies (ids are taken mod V); byte texts for byte models.
+ID_POOL = ((0, 5), (1, 2, 3), (4, 7, 11, 2), (12, 3, 8, 6, 9), (2,), (9, 9, 1), (6, 10, 4, 1, 8, 3))
+TEXT_POOL = ("def main():\n    ", "import os\n", "class Config:\n    def __init__(self", "for i in range(",
+             "    return ", "# Copyright ", "if __name__ == ")
+
+
+def model_folder(name) -> Path | None:
+    if str(name) == "default":
+        return DEFAULT_MODEL_DIR
+    p = Path(name)
+    return p if p.is_dir() else None
+
+
+def model_prompts(model, name, k: int, max_len: int = 32) -> list[tuple[int, ...]]:
+    """k prompts as token-id tuples, each cut to its last max_len tokens (refdec is uncached:
+    its cost grows with the prompt, and the checks only need a context, not a long one)."""
+    V = model.cfg.vocab_size
+    folder = model_folder(name)
+    out: list[tuple[int, ...]] = []
+    if folder is not None and (folder / "prompts.json").is_file():
+        try:
+            raw = json.loads((folder / "prompts.json").read_text())
+            out = [tuple(int(t) for t in p["ids"])[-max_len:] for p in raw["prompts"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise LoopcertError(f"{folder / 'prompts.json'}: unreadable prompts ({e})") from None
+        out = [p for p in out if p and max(p) < V]
+    if not out:
+        if V >= 256:
+            out = [tuple(t.encode("utf-8"))[-max_len:] for t in TEXT_POOL]
+        else:
+            out = [tuple(t % V for t in p) for p in ID_POOL]
+    return out[:k]

@@ -1,0 +1,198 @@
+"""`loopcert certify`: exit codes 0 / 1 / 2, the reports it writes, and atomic writing.
+
+The runs use a reduced plan (a handful of samples, three library entries) so that the whole
+command path runs in seconds; the real QUICK plan is what `tox -e certify` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import proofs.certify as certify_mod
+import refdec
+from loopcert.cli import main
+from proofs.certify import QUICK, Plan, default_model_name
+from refdec.sampling import SamplingParams, sample, transform
+
+TEST_PLAN = Plan("quick", greedy_presets=("tiny-raven",), greedy_prompts=1, greedy_tokens=6,
+                 bitwise_prompts=1, bitwise_tokens=6,
+                 sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),), samples=40,
+                 large_model_cases=(), large_model_samples=0, mutant_samples=200, blackbox_mutant_samples=40,
+                 false_alarm=None, theorem1_random_cases=50, theorem1_search_examples=20,
+                 trace_prompts=2, trace_positions=16,
+                 speed_prompts=1,
+                 speed_tokens=4, speed_repeats=1,
+                 mutant_names=("always-accept", "control: gate inverted"))
+
+
+class ShallowDecoder:
+    """A wrong decoder: decides every token at depth 1 instead of R (greedy and sampling)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        ids, gen = list(prompt), torch.Generator().manual_seed(seed)
+        for _ in range(max_new_tokens):
+            law = transform(self.model.depth_logits(ids, [1])[0, -1], sampling)
+            ids.append(int(law.argmax()) if sampling.greedy else sample(law, gen))
+        return ids[len(prompt):]
+
+
+def shallow_factory(model):
+    return ShallowDecoder(model)
+
+
+class ReferenceDecoder:
+    """refdec itself, through the protocol: a user decoder that must pass."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        return refdec.generate(self.model, prompt, max_new_tokens, sampling, seed)
+
+
+def reference_factory(model):
+    return ReferenceDecoder(model)
+
+
+@pytest.fixture
+def small_plan(monkeypatch):
+    monkeypatch.setitem(certify_mod.PLANS, "quick", TEST_PLAN)
+
+
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory):
+    """One passing run of the reduced plan on tiny-ouro (fastdec), shared by several tests."""
+    mp = pytest.MonkeyPatch()
+    mp.setitem(certify_mod.PLANS, "quick", TEST_PLAN)
+    out = tmp_path_factory.mktemp("cert")
+    try:
+        rc = main(["certify", "tiny-ouro", "--out", str(out), "--seed", "3"])
+    finally:
+        mp.undo()
+    return rc, out
+
+
+def test_passing_run_exits_0_and_writes_both_reports(passing_run):
+    rc, out = passing_run
+    assert rc == 0
+    cert = json.loads((out / "certificate.json").read_text())
+    md = (out / "certificate.md").read_text()
+    assert cert["verdict"] == "PASS" and cert["failed"] == []
+    assert md.startswith("# loopcert certificate: PASS")
+    assert (out / "certificate.md").stat().st_mode & 0o004  # readable, not mkstemp's 0600
+    names = [c["name"] for c in cert["checks"]]
+    for want in ("greedy_float64", "greedy_float32", "bitwise_fixed_width", "mutation", "theorem1_random",
+                 "theorem1_search",
+                 "theorem1_traces", "theorem2_traces", "theorem2_published", "speed"):
+        assert want in names
+    assert sum(n.startswith("sampling[") for n in names) == 3  # one per fastdec setting
+    s = cert["stamp"]
+    assert s["model"] == "tiny-ouro" and s["seed"] == 3 and s["dtype"] == "float32"
+    assert s["command"].startswith("loopcert certify tiny-ouro") and "--seed 3" in s["command"]
+    for key in ("commit", "torch", "cuda", "device", "date", "seeds"):
+        assert s[key]
+
+
+def test_report_reads_as_markdown(passing_run):
+    _, out = passing_run
+    md = (out / "certificate.md").read_text()
+    for heading in ("## Stamp", "## Summary", "## Greedy exactness", "## Distributional equality under "
+                    "sampling", "## Mutation power", "## Theorem 1", "## Theorem 2", "## Speed"):
+        assert heading in md
+    assert "detects a binned TV deviation >=" in md  # the power statement
+    assert "| always-accept" in md and "(1.258, 8.845)" in md
+    assert "\nnan" not in md and "None" not in md
+
+
+def test_failing_user_decoder_exits_1(small_plan, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # importable whatever pytest's import mode
+    rc = main(["certify", "tiny-ouro", "--decoder", "test_certify:shallow_factory", "--out", str(tmp_path)])
+    assert rc == 1
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    assert cert["verdict"] == "FAIL"
+    assert "greedy_float64" in cert["failed"]
+    assert "mutation" not in cert["failed"]  # the checks' own power is independent of the candidate
+    bitwise = next(c for c in cert["checks"] if c["name"] == "bitwise_fixed_width")
+    assert "fixed-width" in bitwise["details"]["skipped"]
+    assert "FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_reference_as_user_decoder_exits_0(small_plan, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    rc = main(["certify", "tiny-ouro", "--decoder", "test_certify:reference_factory", "--out", str(tmp_path)])
+    assert rc == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["--dtype", "float8"], ["--decoder", "nocolon"], ["--decoder", "no_such_module_q:f"],
+    ["--device", "tpu"], ["--seed", "-1"], ["no-such-model-or-folder"],
+])
+def test_usage_errors_exit_2(argv, tmp_path, capsys):
+    assert main(["certify", *argv, "--out", str(tmp_path)]) == 2
+    assert "loopcert certify: error:" in capsys.readouterr().err
+    assert not (tmp_path / "certificate.md").exists()
+
+
+def test_conflicting_plans_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["certify", "--quick", "--full"])
+    assert e.value.code == 2
+
+
+def _old_reports(tmp_path):
+    (tmp_path / "certificate.md").write_text("old md\n")
+    (tmp_path / "certificate.json").write_text('{"old": true}\n')
+
+
+def test_a_crashed_run_leaves_the_last_report(tmp_path, monkeypatch):
+    _old_reports(tmp_path)
+
+    def crash(*a, **k):
+        raise RuntimeError("interrupted halfway")
+
+    monkeypatch.setattr("loopcert.commands.certify.certify", crash)
+    with pytest.raises(RuntimeError):
+        main(["certify", "tiny-ouro", "--out", str(tmp_path)])
+    assert (tmp_path / "certificate.md").read_text() == "old md\n"
+    assert (tmp_path / "certificate.json").read_text() == '{"old": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["certificate.json", "certificate.md"]
+
+
+def test_a_render_failure_leaves_both_old_files(tmp_path, monkeypatch):
+    _old_reports(tmp_path)
+    monkeypatch.setattr("loopcert.commands.certify.certify",
+                        lambda *a, **k: {"verdict": "PASS", "passed": True, "failed": [],
+                                         "stamp": {"model": "m", "seconds": 0.0}, "checks": []})
+
+    def broken(cert):
+        raise KeyError("render")
+
+    monkeypatch.setattr("loopcert.commands.certify.render_certificate", broken)
+    with pytest.raises(KeyError):
+        main(["certify", "tiny-ouro", "--out", str(tmp_path)])
+    assert (tmp_path / "certificate.json").read_text() == '{"old": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["certificate.json", "certificate.md"]
+
+
+def test_default_model_is_the_trained_one_when_installed():
+    try:
+        refdec.load_model("default")
+    except refdec.LoopcertError:
+        assert default_model_name() == "tiny-raven"
+    else:
+        assert default_model_name() == "default"
+
+
+def test_quick_plan_covers_temperature_top_k_top_p_and_three_tokens():
+    ps = [sp for _, sp, _ in QUICK.sampling_cases]
+    assert min(sp.temperature for sp in ps) < 1 < max(sp.temperature for sp in ps)
+    assert any(sp.top_k for sp in ps) and any(sp.top_p for sp in ps)
+    assert all(n >= 3 for _, _, n in QUICK.sampling_cases)
