@@ -170,20 +170,25 @@ def render(m: dict, stamp: dict) -> str:
           f"{tr['tokens_seen'] / max(man['n_bytes']['train'], 1):.2f} epochs).", "",
           f"Depth per step (Huginn): r ~ Poisson(LogNormal(log {tc['mean_depth']} - sigma^2/2, "
           f"sigma={tc['depth_sigma']})), clipped to [1, {2 * R}]; gradient through the last "
-          f"{tc['backprop_k']} iterations only. Auxiliary shallow readout at "
-          f"s ~ U{{1..{tc['aux_max_depth']}}} "
-          f"with gradient through its s iterations, weight {tc['aux_weight']}: CE(data) + "
-          "KL(stopgrad p_r || p_s). AdamW (betas 0.9, 0.95, weight decay "
+          f"{tc['backprop_k']} iterations only. "
+          + (f"Auxiliary shallow readout at s ~ U{{1..{tc['aux_max_depth']}}} "
+             f"with gradient through its s iterations, weight {tc['aux_weight']}: CE(data) + "
+             "KL(stopgrad p_r || p_s). " if tc["aux_max_depth"] else
+             "No auxiliary shallow loss: a shallow depth is trained only when it is drawn as r. ")
+          + "AdamW (betas 0.9, 0.95, weight decay "
           f"{tc['weight_decay']}), lr {tc['lr']} with {tc['warmup']} warmup steps and cosine decay to "
           f"{tc['min_lr_frac']} x over max(step/steps, time/max_minutes); grad clip {tc['grad_clip']}; "
           f"seed {tc['seed']}.", ""]
     hist = m["history"]
     if hist:
         pick = sorted({0, len(hist) // 4, len(hist) // 2, 3 * len(hist) // 4, len(hist) - 1})
-        L += ["Training loss (running mean over the log interval, bits/byte; deep = sampled depth r, "
-              "shallow = aux depth s):", "",
-              tabulate([[hist[i]["step"], hist[i]["min"], hist[i]["bpb"], hist[i]["aux_bpb"]] for i in pick],
-                       ["step", "minutes", "deep bpb", "shallow bpb"], tablefmt="github"), ""]
+        aux = "aux_bpb" in hist[-1]
+        L += ["Training loss (running mean over the log interval, bits/byte; deep = sampled depth r"
+              + (", shallow = aux depth s):" if aux else "):"), "",
+              tabulate([[hist[i]["step"], hist[i]["min"], hist[i]["bpb"]]
+                        + ([hist[i]["aux_bpb"]] if aux else []) for i in pick],
+                       ["step", "minutes", "deep bpb"] + (["shallow bpb"] if aux else []),
+                       tablefmt="github"), ""]
     ev = m["eval"]
     L += ["## Held-out evaluation", "",
           f"{ev['n_windows']} evenly spaced windows of {ev['window']} + 1 bytes of the held-out split, "

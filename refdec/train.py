@@ -1,6 +1,8 @@
 """Train the embedded default model: a small byte-level Raven-style looped LM (issue 5).
 
-    python -m refdec.train --max-minutes 38          # the shipped run (see MODEL_CARD.md)
+    python -m refdec.train --max-minutes 36          # the shipped run (see MODEL_CARD.md)
+    OMP_WAIT_POLICY=PASSIVE python -m refdec.train --model core1 --aux-max-depth 0 \
+        --backprop-k 8 --depth-sigma 0.75 --max-minutes 35      # the 1-block retrain (not shipped)
     python -m refdec.train --resume                  # continue from --ckpt-dir
 
 Data: the running interpreter's standard library `.py` sources plus the rendered `pydoc_data`
@@ -11,10 +13,16 @@ data: the manifest says which.
 Depth (Huginn, Geiping et al. 2025, section 3): each step samples r from a log-normal Poisson
 with mean `mean_depth`, clipped to [1, 2R]; iterations before the last `backprop_k` run
 under no_grad (truncated backpropagation). So every readout 1..2R is trained, deep ones most.
-Auxiliary shallow loss (our choice, for drafts): each step also reads out at a depth s drawn
-uniformly from 1..`aux_max_depth`, through s iterations with gradient, with loss
-CE(labels) + KL(stopgrad p_r || p_s): the shallow readout learns to predict the data and to
-agree with the deep one, which is what a draft is judged by.
+Auxiliary shallow loss (our choice, for drafts; `--aux-max-depth 0` turns it off): each step
+also reads out at a depth s drawn uniformly from 1..`aux_max_depth`, through s iterations with
+gradient, with loss CE(labels) + KL(stopgrad p_r || p_s): the shallow readout learns to predict
+the data and to agree with the deep one, which is what a draft is judged by.
+
+The defaults reproduce the shipped model (2-block core, aux on). Its depth profile is flat
+(fixed point after 3-4 iterations; depth 1 within 0.02 bits/byte of depth R). A 35-minute
+retrain with a 1-block core (`--model core1`), no aux, k=8, depth sigma 0.75 was better at
+depth R (1.850 vs 1.883 bits/byte held-out) but hardly less flat (depth 1 - depth R = 0.056),
+so it was not shipped; see train_record.json / MODEL_CARD.md for the shipped recipe.
 
 Schedule: AdamW, linear warmup, cosine decay over `progress` = max(step/steps,
 elapsed/max_minutes). With --max-minutes the run ends on time whatever the CPU contention;
@@ -57,6 +65,11 @@ CONFIGS = {
         n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
         head_dim=32, intermediate_size=352, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
         max_seq_len=4096, init_state="zeros", name="default"),
+    # the default with a 1-block core: each iteration does less (issue 5's depth profile)
+    "core1": ModelConfig(
+        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
+        n_kv_heads=1, head_dim=32, intermediate_size=352, n_prelude=1, n_core=1, n_coda=1,
+        recurrence=32, max_seq_len=4096, init_state="zeros", name="core1"),
     "tiny": ModelConfig(
         family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
         n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
@@ -77,7 +90,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     mean_depth: float = 16.0  # E[r]; R/2 for R = 32
-    depth_sigma: float = 0.5
+    depth_sigma: float = 0.5  # Huginn's; larger gives more shallow (and very deep) draws
     backprop_k: int = 4
     aux_max_depth: int = 3  # 0 disables the shallow auxiliary loss
     aux_weight: float = 0.5
@@ -96,6 +109,12 @@ class TrainConfig:
                 raise LoopcertError(f"TrainConfig.{name}={v!r}: must be an integer >= 1")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be > 0")
+        if not self.depth_sigma >= 0 or not self.mean_depth >= 1:
+            raise LoopcertError(f"TrainConfig: mean_depth={self.mean_depth!r} must be >= 1 and "
+                                f"depth_sigma={self.depth_sigma!r} >= 0")
+        if isinstance(self.aux_max_depth, bool) or not isinstance(self.aux_max_depth, int) \
+                or self.aux_max_depth < 0:
+            raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
         if self.seq_len + 1 > CONFIGS[self.model].max_seq_len:
             raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} exceeds the model's max_seq_len")
 
@@ -393,12 +412,13 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         if state["step"] % tc.log_every == 0:
             elapsed = base + time.monotonic() - t0
             rec = {"step": state["step"], "min": round(elapsed / 60, 2),
-                   "bpb": round(run_nll / run_n / LN2, 4), "aux_bpb": round(run_aux / run_n / LN2, 4),
-                   "lr": round(lr, 6)}
+                   "bpb": round(run_nll / run_n / LN2, 4), "lr": round(lr, 6)}
+            if tc.aux_max_depth:
+                rec["aux_bpb"] = round(run_aux / run_n / LN2, 4)
             state["history"].append(rec)
+            shallow = f"  shallow {rec['aux_bpb']:.3f}" if tc.aux_max_depth else ""
             log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
-                f"  shallow {rec['aux_bpb']:.3f}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step",
-                flush=True)
+                f"{shallow}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step", flush=True)
             run_nll, run_aux, run_n = 0.0, 0.0, 0
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
             state["elapsed_s"] = base + time.monotonic() - t0
@@ -413,7 +433,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         f"r={r}: {quick[r]['bpb']:.3f} bpb, agree {quick[r]['agree']:.3f}"
         for r in sorted({1, 2, 4, cfg.recurrence})))
     record = {
-        "command": command or "python -m refdec.train " + " ".join(sys.argv[1:]),
+        "command": command or command_line(sys.argv[1:]),
         "train_config": dataclasses.asdict(tc), "steps": state["step"],
         "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
         "tokens_seen": state["step"] * tc.batch_size * tc.seq_len,
@@ -484,6 +504,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--mean-depth", type=float, default=d.mean_depth)
+    p.add_argument("--depth-sigma", type=float, default=d.depth_sigma, help="log-normal sigma of the depth")
     p.add_argument("--backprop-k", type=int, default=d.backprop_k)
     p.add_argument("--aux-max-depth", type=int, default=d.aux_max_depth, help="0 disables the aux loss")
     p.add_argument("--aux-weight", type=float, default=d.aux_weight)
@@ -500,7 +521,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args) -> TrainConfig:
     return TrainConfig(model=args.model, steps=args.steps, max_minutes=args.max_minutes, seed=args.seed,
                        batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                       mean_depth=args.mean_depth, backprop_k=args.backprop_k,
+                       mean_depth=args.mean_depth, depth_sigma=args.depth_sigma, backprop_k=args.backprop_k,
                        aux_max_depth=args.aux_max_depth, aux_weight=args.aux_weight,
                        threads=args.threads, log_every=args.log_every, ckpt_minutes=args.ckpt_minutes,
                        data_root=args.data_root)
@@ -512,12 +533,22 @@ def run_args(args, command: str | None = None) -> int:
     return 0
 
 
+RECORDED_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+
+
+def command_line(argv) -> str:
+    """The command as run, prefixed by the OpenMP settings in effect (they decide the step time:
+    2-thread OpenMP with the default busy-wait policy on a shared CPU ran 6-14x slower)."""
+    env = " ".join(f"{k}={os.environ[k]}" for k in RECORDED_ENV if k in os.environ)
+    return (env + " " if env else "") + "python -m refdec.train " + " ".join(argv)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m refdec.train", description=__doc__.splitlines()[0])
     add_arguments(p)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return run_args(p.parse_args(argv), "python -m refdec.train " + " ".join(argv))
+        return run_args(p.parse_args(argv), command_line(argv))
     except LoopcertError as e:
         print(f"refdec.train: error: {e}", file=sys.stderr)
         return 2

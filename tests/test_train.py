@@ -13,6 +13,7 @@ from refdec.io import DEFAULT_MODEL_DIR
 from refdec.train import (
     TrainConfig,
     collect_documents,
+    command_line,
     default_prompts,
     sample_depth,
     split_documents,
@@ -69,6 +70,18 @@ def test_a_few_steps_reduce_the_loss(corpus, tmp_path):
     assert all(list(p.ids) == list(p.text.encode()) for p in prompts)
 
 
+def test_training_without_the_shallow_loss_and_the_recorded_command(corpus, tmp_path, monkeypatch):
+    from refdec.train import CONFIGS
+    assert CONFIGS["core1"].n_core == 1 and CONFIGS["core1"].n_kv_heads == 1
+    assert CONFIGS["core1"].recurrence == CONFIGS["default"].recurrence == 32
+    out = train(tiny_config(corpus, aux_max_depth=0, steps=5), tmp_path / "ckpt", None,
+                log=lambda *a, **k: None)
+    assert all("aux_bpb" not in h and math.isfinite(h["bpb"]) for h in out["record"]["history"])
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert command_line(["--max-minutes", "35"]).startswith("OMP_")
+    assert "OMP_WAIT_POLICY=PASSIVE" in command_line(["--max-minutes", "35"])
+
+
 def test_resume_continues_exactly(corpus, tmp_path):
     tc = tiny_config(corpus, steps=12)
     quiet = lambda *a, **k: None  # noqa: E731
@@ -87,6 +100,8 @@ def test_bad_train_config_is_a_loopcert_error():
         TrainConfig(model="huge")
     with pytest.raises(LoopcertError, match="seq_len"):
         TrainConfig(model="tiny", seq_len=10_000)
+    with pytest.raises(LoopcertError, match="aux_max_depth"):
+        TrainConfig(aux_max_depth=-1)
 
 
 # -- the shipped model ---------------------------------------------------------------------
