@@ -1,5 +1,9 @@
 """Tokens/s of every strategy against the autoregressive baseline, measured in one run.
 
+A quick developer's probe (whole generate() calls, settings timed one after another). The
+speedup report and the regression gates are `loopcert bench` (proofs/speedup.py, proofs/gates.py):
+interleaved rounds, decode-only times, ideal speedup and efficiency.
+
     python -m fastdec.bench tiny-raven --depth 8 --draft-depth 2 --second-depth 4 --tokens 100
 
 MODEL is a preset (random weights), "default" (the packaged trained model) or a folder.

@@ -59,6 +59,8 @@ class Decoder:
                    acceptance always uses the law the draft was drawn from)
     fixed_width    run every engine call at this width (bitwise batch invariance mode)
     cuda_graphs    None: on for CUDA devices; True needs CUDA
+    telemetry_depths  extra rewind-telemetry depths in [1, depth] (reports: Stats.rewind_at); each
+                   adds a readout depth, so it costs time: never set it in a timed run
     reads          "view" (strided views, eager) or "gather" (index gather, what graphs use)
     """
 
@@ -66,7 +68,7 @@ class Decoder:
                  second_depth: int | None = None, gate: bool | str = True, draft_ahead: int = 4,
                  depth: int | None = None, rewind_depth: int | None = None, device="cpu", dtype=None,
                  fixed_width: int | None = None, draft_filter: bool = True, cuda_graphs: bool | None = None,
-                 reads: str = "view"):
+                 reads: str = "view", telemetry_depths=()):
         if not isinstance(model, LoopedLM):
             raise LoopcertError(f"model must be a refdec.LoopedLM, got {type(model).__name__}")
         if strategy not in STRATEGIES:
@@ -94,6 +96,13 @@ class Decoder:
             rewind_depth = _int("rewind_depth", rewind_depth)
             if not 1 <= rewind_depth <= depth:
                 raise LoopcertError(f"rewind_depth={rewind_depth} must be in [1, depth={depth}]")
+        try:
+            telemetry_depths = tuple(sorted({_int("telemetry depth", d) for d in telemetry_depths}))
+        except TypeError:
+            raise LoopcertError(f"telemetry_depths must be a sequence of depths, "
+                                f"got {telemetry_depths!r}") from None
+        if any(not 1 <= d <= depth for d in telemetry_depths):
+            raise LoopcertError(f"telemetry_depths={telemetry_depths} must lie in [1, depth={depth}]")
         verify_depth = None
         if strategy == "adaptive-verify":
             verify_depth = rewind_depth if rewind_depth is not None else 2 * draft_depth
@@ -127,9 +136,12 @@ class Decoder:
         self.gate, self.draft_ahead, self.rewind_depth = gate, draft_ahead, rewind_depth
         self.verify_depth, self.fixed_width, self.draft_filter = verify_depth, fixed_width, draft_filter
         self.device, self.dtype, self.cuda_graphs, self.reads = device, dtype, bool(cuda_graphs), reads
+        self.telemetry_depths = telemetry_depths
         self.lossless = LOSSLESS[strategy]
         self._engines: dict[int, Engine] = {}
         self._step_hook = None  # tests: hook(engine, live lanes) before every engine step
+        self.time_calls = False  # benchmarks: time every engine call (Stats.call_seconds)
+        self.reuse_prefill = False  # benchmarks: skip the prefill of a prompt this engine just prefilled
 
     @property
     def readout_depths(self) -> list[int]:
@@ -137,7 +149,7 @@ class Decoder:
         ds = {self.depth}
         if self.strategy != "autoregressive":
             ds.add(self.draft_depth)
-        for d in (self.second_depth, self.rewind_depth, self.verify_depth):
+        for d in (self.second_depth, self.rewind_depth, self.verify_depth, *self.telemetry_depths):
             if d is not None:
                 ds.add(d)
         return sorted(ds)
@@ -154,6 +166,7 @@ class Decoder:
                                         self.fixed_width, self.reads, self.cuda_graphs)
         eng = self._engines[cap]
         eng.step_hook = self._step_hook
+        eng.time_calls = self.time_calls
         return eng
 
     @torch.no_grad()
@@ -170,6 +183,6 @@ class Decoder:
                 raise LoopcertError(f"eos_token_id={eos_token_id} is outside the vocabulary "
                                     f"[0, {self.model.cfg.vocab_size})")
         run = Run(self, self.engine(len(ids) + max_new_tokens), ids, max_new_tokens, sampling, seed,
-                  eos_token_id, keep_logits)
+                  eos_token_id, keep_logits, self.reuse_prefill)
         tokens, stats = run.run()
         return GenerateResult(tokens, stats, run.target_logits)

@@ -9,12 +9,14 @@ row and are never read):
     recur     every lane: h(r) = B(inject(h(r-1), e))               (reads core level r-1)
     readout   lanes whose new depth r is a readout depth: logits     (reads coda level of r)
 
-The block maths is refdec's (LoopedLM.embed / recur / readout / initial_state); this module
-only supplies the cached `attend` callable. Every row of every call is computed by the same
-ops at the same width, whatever else is in the batch and in whichever row it sits: that is
-batch invariance, and with `fixed_width` (every call at one width) every strategy reproduces
-the autoregressive baseline bit for bit (the matmul kernels of this CPU give equal rows for
-equal widths, W a power of two; not across widths, hence the fixed-width mode).
+The block maths is refdec's (LoopedLM.embed / recur / readout / initial_state, run op for op
+by fastdec.fastpath without module dispatch); this module only supplies the cached `attend`
+callable. Every row of every call is computed by the same ops at the same width, whatever
+else is in the batch and in whichever row it sits: that is batch invariance, and with
+`fixed_width` (every call at one width, every read over the whole capacity) every strategy
+reproduces the autoregressive baseline bit for bit (the matmul kernels of this CPU give equal
+rows for equal widths, W a power of two; not across widths, hence the fixed-width mode). In
+the normal mode a call reads keys up to its last lane's position only, not the capacity.
 
 Attention reads the main line through strided views (no copy) in eager mode; under CUDA
 graphs, where a view's offset cannot change between replays, it gathers by index tensors.
@@ -25,13 +27,15 @@ Shapes: W rows (lanes + padding), H heads, KV key/value heads, S attended positi
 from __future__ import annotations
 
 import math
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 
 from fastdec.cache import KVCache, Timeline
+from fastdec.fastpath import FastModel
 from refdec.layers import compute_dtype, rope_tables
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -68,6 +72,8 @@ class Plan:
     side_rows: list[tuple[int, int, int]]  # (slot, level, pos), rows side_start ...
     side_start: int
     n_real: int
+    read_len: int  # keys read per row: the capacity (fixed width), else the call's last position + 1
+    masked: bool  # some real row sits before position read_len - 1 (else the mask hides nothing)
 
 
 def width_for(n: int, fixed: int | None = None) -> int:
@@ -98,14 +104,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.T
     One 3-D bmm per key/value head over the lanes: a 4-D matmul over a strided view takes a
     different kernel on CPU than over a contiguous tensor (other bits), a 3-D bmm does not.
     masked_fill, not an additive mask: garbage keys may score inf, and inf - inf is NaN.
+    hidden None: no key is masked (the same bits as an all-False mask, one op fewer).
     """
     n, h, _, d = q.shape
     kv = k.shape[1]
     qg = q.reshape(n, kv, h // kv, d)  # (n, KV, G, D): head j*G+g uses key head j
-    scores = torch.stack([torch.bmm(qg[:, j], k[:, j].transpose(1, 2)) for j in range(kv)], 1)
-    scores = (scores / math.sqrt(d)).masked_fill(hidden[:, None, None, :], float("-inf"))  # (n, KV, G, S)
+    if kv == 1:  # MQA: no stack (a copy) around the one bmm; the same values
+        scores = torch.bmm(qg[:, 0], k[:, 0].transpose(1, 2))[:, None]
+    else:
+        scores = torch.stack([torch.bmm(qg[:, j], k[:, j].transpose(1, 2)) for j in range(kv)], 1)
+    scores = scores / math.sqrt(d)  # (n, KV, G, S)
+    if hidden is not None:
+        scores = scores.masked_fill(hidden[:, None, None, :], float("-inf"))
     p = torch.softmax(scores, dim=-1)
-    out = torch.stack([torch.bmm(p[:, j], v[:, j]) for j in range(kv)], 1)  # (n, KV, G, D)
+    if kv == 1:
+        out = torch.bmm(p[:, 0], v[:, 0])  # (n, G, D) = (n, H, D)
+    else:
+        out = torch.stack([torch.bmm(p[:, j], v[:, j]) for j in range(kv)], 1)  # (n, KV, G, D)
     return out.reshape(n, h, 1, d)
 
 
@@ -127,6 +142,7 @@ class Engine:
     def __init__(self, model, depth: int, readout_depths, capacity: int, n_side: int = 0,
                  fixed_width: int | None = None, reads: str = "view", cuda_graphs: bool = False):
         self.model, self.cfg = model, model.cfg
+        self.net = FastModel(model)  # refdec's maths op for op, minus module dispatch (fastdec.fastpath)
         p = next(model.parameters())
         self.dtype, self.device = p.dtype, p.device
         self.depth = depth
@@ -151,7 +167,11 @@ class Engine:
             for tl_name, tl in zip(PHASES, self.cache.timelines())
         }
         self._call: _Call | None = None
+        self._level_of = {"prelude": lambda ln: 0, "recur": lambda ln: ln.depth,
+                          "readout": lambda ln: self.readout_slot[ln.depth]}
         self.step_hook = None  # tests: called as hook(engine, live lanes) before every step
+        self.time_calls = False  # benchmarks: time every call into call_seconds (syncs CUDA per call)
+        self.prefilled: tuple | None = None  # (prompt, its last position's target logits), see Run.prefill
         self.graphs = None
         if cuda_graphs:
             from fastdec.graphs import CudaGraphs
@@ -166,6 +186,7 @@ class Engine:
         self.peak_lanes = 0
         self.steps_per_width: Counter = Counter()  # recur calls per width
         self.calls: Counter = Counter()  # (phase, width) -> calls
+        self.call_seconds: defaultdict = defaultdict(lambda: [0.0, 0.0])  # (phase, width) -> [wall, cpu]
 
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width)
@@ -212,8 +233,17 @@ class Engine:
     def timeline(self, kind: str) -> Timeline:
         return self.cache.timelines()[PHASES.index(kind)]
 
+    @torch.inference_mode()
     def run_phase(self, kind: str, lanes: list[Lane], width: int | None = None):
-        """-> (lanes in row order, outputs with W rows each)."""
+        """-> (lanes in row order, outputs with W rows each).
+
+        Inference mode, not just no_grad: the parameters require grad, and under no_grad every
+        op still passes the autograd dispatch keys; skipping them saves ~1/4 of a small model's
+        step (the same kernels, the same bits). Outputs are inference tensors: the engine and
+        the strategies never update them in place, and Run.commit hands out clones.
+        """
+        if self.time_calls:
+            t0, c0 = time.perf_counter(), time.process_time()
         inp, order, plan = self.phase_inputs(kind, lanes, width)
         w = inp["pos"].shape[0]
         self.calls[(kind, w)] += 1
@@ -221,41 +251,52 @@ class Engine:
             outs = self.graphs.run(kind, inp)
         else:
             outs = self.phase_fn(kind, inp, None if self.reads == "gather" else plan)
+        if self.time_calls:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            acc = self.call_seconds[(kind, w)]
+            acc[0] += time.perf_counter() - t0
+            acc[1] += time.process_time() - c0
         return order, outs
 
     def phase_inputs(self, kind: str, lanes: list[Lane], width: int | None = None):
-        """Static-shape inputs (index tensors, states) of one call, and its eager Plan."""
+        """Static-shape inputs (index tensors, states) of one call, and its eager Plan.
+
+        The integer inputs travel as one (4 or 5, W) host tensor, one copy to the device.
+        """
         n = len(lanes)
         w = width if width is not None else self.width(n)
         if n > w:
             raise ValueError(f"{n} lanes in a call of width {w}")
         tl = self.timeline(kind)
-        main = sorted((ln for ln in lanes if ln.side < 0), key=lambda ln: (self.level(kind, ln), ln.pos))
+        level = self._level_of[kind]
+        main = sorted((ln for ln in lanes if ln.side < 0), key=lambda ln: (level(ln), ln.pos))
         side = [ln for ln in lanes if ln.side >= 0]
-        order = main + side
+        order = main + side if side else main
+        levels = [level(ln) for ln in order]
         pad = w - n
-        levels = [self.level(kind, ln) for ln in order]
-        dev = self.device
-
-        def t(xs, dtype=torch.long):
-            return torch.tensor(xs, dtype=dtype, device=dev)
-
         trash_pos, trash_slot = tl.trash_pos, tl.trash_slot
-        inp = {
-            "pos": t([ln.pos for ln in order] + [0] * pad),
-            "level": t(levels + [0] * pad),
-            "write_pos": t([ln.pos if ln.side < 0 else trash_pos for ln in order] + [trash_pos] * pad),
-            "side_slot": t([ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad),
-            "is_side": t([ln.side >= 0 for ln in order] + [False] * pad, torch.bool),
-        }
+        pos = [ln.pos for ln in order]
+        rows = [pos + [0] * pad, levels + [0] * pad,
+                [ln.pos if ln.side < 0 else trash_pos for ln in order] + [trash_pos] * pad,
+                [ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad]
         if kind == "prelude":
-            inp["ids"] = t([ln.token for ln in order] + [0] * pad)
-        else:
+            rows.append([ln.token for ln in order] + [0] * pad)
+        ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)  # (4 or 5, W)
+        inp = dict(zip(("pos", "level", "write_pos", "side_slot", "ids"), ints))
+        if self.reads == "gather":
+            inp["is_side"] = inp["side_slot"] != trash_slot
+        if kind != "prelude":
             inp["h"] = self._stack([ln.h for ln in order], pad)
             if kind == "recur":
                 inp["e"] = self._stack([ln.e for ln in order], pad)
-        plan = Plan(split_runs(levels[:len(main)]), [(ln.side, lv, ln.pos) for ln, lv in
-                                                       zip(side, levels[len(main):])], len(main), n)
+        if self.fixed_width is not None or self.reads == "gather":
+            read_len = self.capacity  # one key length for every call: bitwise batch invariance
+        else:
+            read_len = max(pos) + 1 if pos else 1
+        nm = len(main)
+        plan = Plan(split_runs(levels[:nm]), [(ln.side, lv, ln.pos) for ln, lv in zip(side, levels[nm:])],
+                    nm, n, read_len, any(p < read_len - 1 for p in pos))
         return inp, order, plan
 
     def _stack(self, rows: list[torch.Tensor], pad: int) -> torch.Tensor:
@@ -267,11 +308,16 @@ class Engine:
     def phase_fn(self, kind: str, inp: dict[str, torch.Tensor], plan: Plan | None = None):
         """The computation of one call: tensors in, tensors out (W rows). With plan None it is
         free of host syncs and data-dependent shapes, so fastdec.graphs can capture it."""
-        model = self.model
+        model = self.net
         pos = inp["pos"]
         cos = self.cos.index_select(0, pos)[:, None, None, :]  # (W, 1, 1, D/2): T=1 row per lane
         sin = self.sin.index_select(0, pos)[:, None, None, :]
-        hidden = self.key_pos[None, :] > pos[:, None]  # (W, S)
+        if plan is None:
+            hidden = self.key_pos[None, :] > pos[:, None]  # (W, S)
+        elif plan.masked:
+            hidden = self.key_pos[None, :plan.read_len] > pos[:, None]  # (W, read_len)
+        else:
+            hidden = None
         side_slot = inp["side_slot"] if plan is None or plan.side_rows else None
         self._call = _Call(inp, hidden, side_slot, plan)
         attend_for = self._attenders[kind].__getitem__
@@ -298,20 +344,24 @@ class Engine:
         c = self._call
         inp = c.inp
         tl.write(layer, k[:, :, 0], v[:, :, 0], inp["level"], inp["write_pos"], c.side_slot)
-        s = self.capacity
         if c.plan is None:
             kk, vv = tl.gather(layer, inp["level"], inp["pos"], inp["side_slot"], inp["is_side"],
                                self.key_pos)
             return attention(q, kk, vv, c.hidden)
-        plan = c.plan
+        plan, hidden = c.plan, c.hidden
+        s = plan.read_len
+        if len(plan.runs) == 1 and not plan.side_rows and plan.n_real == q.shape[0]:  # the common case
+            kk, vv = tl.run_view(layer, plan.runs[0][2], plan.runs[0][3], plan.n_real, s)
+            return attention(q, kk, vv, hidden)
         pieces = []
         for start, n, level0, delta in plan.runs:
             kk, vv = tl.run_view(layer, level0, delta, n, s)
-            pieces.append(attention(q[start:start + n], kk, vv, c.hidden[start:start + n]))
+            rows = slice(start, start + n)
+            pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows]))
         if plan.side_rows:
             a, b = plan.side_start, plan.side_start + len(plan.side_rows)
             kk, vv = tl.side_view(layer, plan.side_rows, s)
-            pieces.append(attention(q[a:b], kk, vv, c.hidden[a:b]))
+            pieces.append(attention(q[a:b], kk, vv, None if hidden is None else hidden[a:b]))
         if plan.n_real < q.shape[0]:  # padded rows: their output is never used
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)

@@ -30,7 +30,14 @@ class Stats:
     lane_steps: int = 0  # sum over steps of lanes advanced
     peak_lanes: int = 0
     steps_per_width: dict[int, int] = field(default_factory=dict)  # recur calls per padded width
+    calls: dict[str, dict[int, int]] = field(default_factory=dict)  # phase -> padded width -> calls
+    # phase -> padded width -> [wall, cpu] seconds in those calls (Decoder.time_calls only)
+    call_seconds: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    rewind_at: dict[int, list[int]] = field(default_factory=dict)  # telemetry depth -> [checks, hits]
     seconds: float = 0.0  # wall time of generate()
+    prefill_seconds: float = 0.0  # wall time of the prefill (and the first token) within `seconds`
+    cpu_seconds: float = 0.0  # process CPU time of generate() (robust to other load on the host)
+    prefill_cpu_seconds: float = 0.0
 
     @property
     def rejections(self) -> int:
@@ -68,9 +75,24 @@ class Stats:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens after the first: the first comes out of the prefill, whatever the strategy."""
+        return max(self.tokens - 1, 0)
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.seconds - self.prefill_seconds
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """The speed a strategy controls: prefill (the same for every strategy) excluded."""
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         for name in ("rejections", "acceptance_rate", "mean_accepted_length", "gamma", "gate_open_rate",
-                     "mean_live_lanes", "rewind_hit_rate", "tokens_per_s"):
+                     "mean_live_lanes", "rewind_hit_rate", "tokens_per_s", "decode_tokens",
+                     "decode_seconds", "decode_tokens_per_s"):
             d[name] = getattr(self, name)
         return d

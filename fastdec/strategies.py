@@ -43,14 +43,17 @@ class Run:
     """State of one generate() call."""
 
     def __init__(self, dec, engine: Engine, prompt: list[int], max_new_tokens: int,
-                 sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool):
+                 sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool,
+                 reuse_prefill: bool = False):
         self.dec, self.engine, self.cache = dec, engine, engine.cache
         self.prompt, self.max_new, self.eos = prompt, max_new_tokens, eos_token_id
+        self.reuse_prefill = reuse_prefill
         self.sampling = sampling
         self.draft_params = sampling if dec.draft_filter else SamplingParams(temperature=sampling.temperature)
         self.greedy = sampling.greedy
         self.gen = torch.Generator().manual_seed(seed)
         self.R, self.d1, self.d2, self.rw = dec.depth, dec.draft_depth, dec.second_depth, dec.rewind_depth
+        self.telemetry = dec.telemetry_depths
         self.last_pos = len(prompt) + max_new_tokens - 1
         self.tokens: list[int] = []
         self.target_logits: list[torch.Tensor] | None = [] if keep_logits else None
@@ -79,7 +82,7 @@ class Run:
         else:
             s.from_restart += 1
         if self.target_logits is not None:
-            self.target_logits.append(logits.detach().cpu())
+            self.target_logits.append(logits.detach().cpu().clone())  # a normal tensor (Engine.run_phase)
         return len(self.tokens) >= self.max_new or token == self.eos
 
     def verify(self, lane: Lane, logits: torch.Tensor) -> tuple[int, Source]:
@@ -94,36 +97,61 @@ class Run:
         s.proposals += 1
         if src == Source.FIRST:
             s.accepted += 1
-        elif self.rw is not None:
-            s.rewind_checks += 1
-            s.rewind_hits += int(greedy_token(lane.logits[self.rw]) == greedy_token(lane.logits[self.R]))
+        else:
+            if self.rw is not None:
+                s.rewind_checks += 1
+                s.rewind_hits += int(greedy_token(lane.logits[self.rw]) == greedy_token(lane.logits[self.R]))
+            if self.telemetry:
+                target = greedy_token(lane.logits[self.R])
+                for d in self.telemetry:
+                    c = s.rewind_at.setdefault(d, [0, 0])
+                    c[0] += 1
+                    c[1] += int(greedy_token(lane.logits[d]) == target)
         return tok, src
 
     # -- the whole call ---------------------------------------------------------------------------
     def run(self) -> tuple[list[int], Stats]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
+        s = self.stats
         self.cache.reset()
         self.engine.reset_counters()
         if self.max_new > 0:
             first = self.prefill()
+            s.prefill_seconds, s.prefill_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
             if not first:
                 getattr(self, self.dec.strategy.replace("-", "_"))()
-        e, s = self.engine, self.stats
+        e = self.engine
         s.steps, s.lane_steps, s.peak_lanes = e.steps, e.lane_steps, e.peak_lanes
         s.steps_per_width = dict(sorted(e.steps_per_width.items()))
+        for (phase, width), n in sorted(e.calls.items()):
+            s.calls.setdefault(phase, {})[width] = n
+        for (phase, width), secs in sorted(e.call_seconds.items()):
+            s.call_seconds.setdefault(phase, {})[width] = list(secs)
         if self.dec.strategy == "pipelined":  # runs of accepted proposals between rejections
             s.rounds = s.rejections + 1 if s.proposals else 0
-        s.seconds = time.perf_counter() - t0
+        s.seconds, s.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         return self.tokens, s
 
     def prefill(self) -> bool:
-        lanes = [Lane(p, t) for p, t in enumerate(self.prompt)]
-        for _ in range(self.R):
-            self.engine.advance(lanes)
+        """Positions 0..P-1 to depth R; the first token from p_R at P-1.
+
+        reuse_prefill: decoding writes positions >= P only, so after a prefill of this very
+        prompt on this engine (`Engine.prefilled`, set by every prefill) rows 0..P-1 still hold
+        it: skip the work (benchmarks; the model must not have changed in between).
+        """
+        key = tuple(self.prompt)
+        if self.reuse_prefill and self.engine.prefilled is not None and self.engine.prefilled[0] == key:
+            lg = self.engine.prefilled[1]
+        else:
+            self.engine.prefilled = None
+            lanes = [Lane(p, t) for p, t in enumerate(self.prompt)]
+            for _ in range(self.R):
+                self.engine.advance(lanes)
+            self.stats.prefill_steps = self.engine.steps
+            lg = lanes[-1].logits[self.R]
+            self.engine.prefilled = (key, lg)
         self.cache.length = len(self.prompt)
-        self.stats.prefill_steps = self.engine.steps
         self.engine.reset_counters()
-        lg = lanes[-1].logits[self.R]
         return self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg)
 
     # -- strategies -------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import sys
 
 from refdec.errors import LoopcertError
 
-COMMANDS = ("generate", "inspect", "train", "certify", "speculate")
+COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,146 @@
+"""`loopcert bench`: the speedup report, and the regression gates (issue 6).
+
+    loopcert bench [MODEL] [--quick] [--device D] [--out DIR]   writes DIR/speedup.md + speedup.json
+    loopcert bench [MODEL] --write-baseline [--baseline F]        writes the gate baseline F
+    loopcert bench [MODEL] --gate [--baseline F]                  exit 1 if a gated figure regressed
+                                                                  (every figure: DIR/gate.json)
+
+Reports are written atomically (refdec.io.write_atomic), only once the whole run has finished.
+Exit status: 0 ok, 1 a gate failed, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from loopcert.commands.common import load_from_args
+from proofs import gates, speedup
+from proofs.naive_kv import NaiveKVDecoder
+from proofs.prompts import model_prompts
+from proofs.result import _plain
+from refdec.errors import LoopcertError
+from refdec.io import write_atomic
+from reports.speedup import render
+
+HELP = "speedup report of every strategy over the autoregressive baseline; regression gates"
+DEFAULT_OUT = Path("reports") / "out"
+DEFAULT_BASELINE = Path("benchmarks") / "baseline.json"
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "model", nargs="?", default="default", help="preset name or model folder (default: default)"
+    )
+    p.add_argument("--seed-weights", type=int, default=0, help="weights seed for a preset")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
+    p.add_argument("--quick", action="store_true", help="the CI plan: under 5 minutes on a CPU")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default 1: tiny models gain nothing)"
+    )
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--gate", action="store_true", help="run the regression gates against --baseline")
+    what.add_argument("--write-baseline", action="store_true", help="measure and write --baseline")
+    p.add_argument(
+        "--baseline", default=str(DEFAULT_BASELINE), help=f"gate baseline (default: {DEFAULT_BASELINE})"
+    )
+    p.add_argument("--tokens", type=int, default=None, help="new tokens per prompt (default: the plan's)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default: the plan's)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help=f"speedup tolerance of the gate (default: the baseline's, {gates.SPEEDUP_TOL})",
+    )
+
+
+def command_line(args) -> str:
+    parts = [
+        "loopcert bench",
+        args.model,
+        f"--device {args.device}",
+        f"--dtype {args.dtype}",
+        f"--threads {args.threads}",
+    ]
+    if args.quick:
+        parts.append("--quick")
+    parts += [f"--{k} {getattr(args, k)}" for k in ("tokens", "repeats") if getattr(args, k) is not None]
+    if args.gate:
+        parts.append(f"--gate --baseline {args.baseline}")
+    if args.write_baseline:
+        parts.append(f"--write-baseline --baseline {args.baseline}")
+    return " ".join(parts)
+
+
+def _writer(text: str):
+    umask = os.umask(0)
+    os.umask(umask)
+
+    def write(tmp) -> None:
+        Path(tmp).write_text(text)
+        os.chmod(tmp, 0o666 & ~umask)
+
+    return write
+
+
+def _json(data: dict) -> str:
+    return json.dumps(_plain(data), indent=1, allow_nan=False) + "\n"
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(args) -> int:
+    if args.threads < 1:
+        raise LoopcertError(f"--threads must be >= 1, got {args.threads}")
+    if args.tolerance is not None and not 0 <= args.tolerance < 1:
+        raise LoopcertError(f"--tolerance must be in [0, 1), got {args.tolerance}")
+    for name in ("tokens", "repeats"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise LoopcertError(f"--{name} must be >= 1, got {v}")
+    overrides = {k: getattr(args, k) for k in ("tokens", "repeats") if getattr(args, k) is not None}
+    torch.set_num_threads(args.threads)
+    base = gates.read_baseline(args.baseline) if args.gate else None  # a missing baseline fails first
+    model = load_from_args(args)
+    prompts = model_prompts(model, args.model, 16, max_len=4096)
+    naive = NaiveKVDecoder(model)
+    t0 = time.perf_counter()
+    if args.gate or args.write_baseline:
+        # the gate measures with the baseline's plan; --tokens / --repeats shape a new baseline
+        plan = gates.GatePlan(**base["plan"]) if base else dataclasses.replace(gates.GatePlan(), **overrides)
+        cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
+        cur["command"] = command_line(args)
+        if args.write_baseline:
+            write_atomic(Path(args.baseline), _writer(_json(cur)))
+            say(f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s)")
+            return 0
+        results = gates.compare(cur, base, args.tolerance)
+        for r in results:
+            if r.details.get("kind") == "speed":
+                say(("  " if r.passed else "  REGRESSION ") + r.details["message"])
+        bad = gates.failures(results)
+        report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
+        write_atomic(Path(args.out) / "gate.json", _writer(_json(report)))
+        for msg in bad:
+            say(f"FAIL {msg}")
+        say(f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({time.perf_counter() - t0:.0f} s)")
+        return 1 if bad else 0
+    plan = dataclasses.replace(speedup.PLANS["quick" if args.quick else "full"], **overrides)
+    res = speedup.bench(model, args.model, plan, prompts, args.device, naive=naive, progress=say)
+    res["stamp"]["command"] = command_line(args)
+    res["stamp"]["seconds"] = time.perf_counter() - t0
+    md = render(_plain(res))  # render before writing: a render error leaves both old files
+    out = Path(args.out)
+    write_atomic(out / "speedup.json", _writer(_json(res)))
+    write_atomic(out / "speedup.md", _writer(md))
+    say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
+    return 0

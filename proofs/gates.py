@@ -1,0 +1,285 @@
+"""Regression gates for fastdec's speed (issue 6) against a committed baseline file
+(benchmarks/baseline.json, written by `loopcert bench --write-baseline`).
+
+A gate run times a few settings (proofs.speedup.gate_settings) on fixed prompts, greedy and
+sampling with fixed seeds, interleaved rounds (proofs.speedup.time_runs), and compares two
+kinds of figure with the baseline:
+
+- exact: for every setting and mode, the emitted tokens (a hash), token sources, proposals,
+  acceptances, gate checks and opens, engine steps, lane steps, peak lanes and calls per
+  (phase, width). With fixed seeds they are deterministic on one machine and torch build, so
+  they are gated EXACTLY: any change is a change in what the decoder does, and the gate names
+  the figure. (Another CPU may round float32 differently: rewrite the baseline there.)
+- speed: each setting's speedup over the autoregressive baseline of the same run, and the
+  baseline's over proofs.naive_kv; ratios, never absolute times. A regression is
+  measured < baseline * (1 - tolerance), tolerance SPEEDUP_TOL unless the baseline file says
+  otherwise. Speedups come from process CPU time on a CPU (steadier than wall time when other
+  jobs share the host) and from wall time on CUDA. Faster passes (and is reported).
+
+A baseline written for other weights or another plan is not comparable: the gate fails and
+says so. Checks return CheckResults (proofs.result); the command prints the failing ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from proofs.result import CheckResult, _plain
+from proofs.speedup import (
+    BASELINE,
+    GREEDY,
+    NAIVE,
+    SAMPLING,
+    Progress,
+    Setting,
+    gate_settings,
+    loadavg,
+    ratio,
+    time_runs,
+)
+from refdec.errors import LoopcertError
+
+FORMAT = 1
+# Measured on the 2-core development host with two other busy jobs (load average 3-4): the
+# gate plan's per-round speedup ratios spread by about +-20%, and the medians of two whole gate
+# runs differed by up to 11%. 25% leaves room for that; the regressions the gate exists for
+# (a dearer step, a less accepting draft) move the ratio far more, and their exact figures move.
+SPEEDUP_TOL = 0.25
+EXACT = (
+    "tokens_sha",
+    "tokens",
+    "from_first",
+    "from_second",
+    "from_restart",
+    "proposals",
+    "accepted",
+    "gate_checks",
+    "gate_opens",
+    "steps",
+    "lane_steps",
+    "peak_lanes",
+    "calls",
+)
+MODES = {"greedy": GREEDY, "sampling": SAMPLING}
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    prompts: int = 2
+    prompt_len: int = 48
+    tokens: int = 32
+    repeats: int = 5
+    seed: int = 0
+
+
+def fingerprint(model) -> str:
+    """sha256 of the weights (names, dtypes, shapes, bytes): which model a baseline belongs to."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def tokens_sha(tokens: Sequence[Sequence[int]]) -> str:
+    return hashlib.sha256(json.dumps([list(t) for t in tokens]).encode()).hexdigest()[:16]
+
+
+def measure(
+    model,
+    model_name: str,
+    prompts: Sequence[Sequence[int]],
+    plan: GatePlan = GatePlan(),
+    device="cpu",
+    build: Callable[[Setting], object] | None = None,
+    naive=None,
+    settings: Sequence[Setting] | None = None,
+    modes: Sequence[str] = tuple(MODES),
+    progress: Progress | None = None,
+) -> dict:
+    """The gated figures of one run. `build(setting)` makes the decoder timed under that
+    setting's label (default: the setting itself): tests pass deliberately worse decoders.
+    `modes`: a subset of MODES (a gate compares every mode its baseline has)."""
+    settings = list(settings or gate_settings(model.cfg.recurrence))
+    if settings[0].label != BASELINE:
+        raise LoopcertError(f"the first gate setting must be {BASELINE!r}, got {settings[0].label!r}")
+    build = build or (lambda st: st.build(model, device))
+    prompts = [tuple(p)[-plan.prompt_len :] for p in prompts[: plan.prompts]]
+    clock = "wall" if torch.device(device).type == "cuda" else "cpu"
+    load = {"start": loadavg()}
+    figures: dict = {}
+    for mode in modes:
+        sampling = MODES[mode]
+        decoders = {st.label: build(st) for st in settings}
+        if naive is not None and mode == "greedy":
+            decoders[NAIVE] = naive
+        if progress:
+            progress(
+                f"gate: {mode}, {len(decoders)} decoders x {len(prompts)} prompts x {plan.tokens} tokens, "
+                f"{plan.repeats} rounds"
+            )
+        t = time_runs(decoders, prompts, plan.tokens, plan.repeats, sampling, plan.seed)
+        base = t[BASELINE]
+        per = {}
+        for st in settings:
+            rec = t[st.label]
+            s = rec["stats"]
+            per[st.label] = {
+                "exact": {
+                    "tokens_sha": tokens_sha(rec["tokens"]),
+                    **{k: s[k] for k in EXACT if k != "tokens_sha"},
+                },
+                "deterministic": rec["deterministic"],
+            }
+            if st.label != BASELINE:
+                per[st.label]["speedup"] = ratio(base[clock], rec[clock])
+                per[st.label]["rounds"] = [b / x for b, x in zip(base[clock], rec[clock])]
+        if NAIVE in t:  # whole-call times: naive_kv has no decode-only clock
+            key = f"{clock}_total"
+            per[BASELINE]["speedup_over_naive"] = ratio(t[NAIVE][key], base[key])
+            per[BASELINE]["rounds_over_naive"] = [n / b for n, b in zip(t[NAIVE][key], base[key])]
+        figures[mode] = per
+    load["end"] = loadavg()
+    return _plain(
+        {
+            "format": FORMAT,
+            "model": model_name,
+            "model_fingerprint": fingerprint(model),
+            "device": str(device),
+            "clock": clock,
+            "plan": dataclasses.asdict(plan),
+            "prompts": [list(p) for p in prompts],
+            "settings": [st.label for st in settings],
+            "speedup_tolerance": SPEEDUP_TOL,
+            "load_average": load,
+            "figures": figures,
+        }
+    )
+
+
+def compare(current: dict, baseline: dict, tolerance: float | None = None) -> list[CheckResult]:
+    """One CheckResult per gated figure (and one for comparability). measured/bound: the
+    figure and its baseline value (exact) or its lowest passing value (speed)."""
+    tol = baseline.get("speedup_tolerance", SPEEDUP_TOL) if tolerance is None else tolerance
+    out = []
+    same = {
+        k: (current.get(k), baseline.get(k))
+        for k in ("model_fingerprint", "plan", "prompts", "settings", "clock")
+    }
+    moved = [k for k, (a, b) in same.items() if a != b]
+    out.append(
+        CheckResult(
+            "comparable",
+            len(moved),
+            0,
+            not moved,
+            {
+                "moved": moved,
+                "current": {k: same[k][0] for k in moved},
+                "baseline": {k: same[k][1] for k in moved},
+                "message": (
+                    f"the baseline was written for another {', '.join(moved)}: rewrite it with "
+                    "`loopcert bench --write-baseline`"
+                )
+                if moved
+                else "ok",
+            },
+        )
+    )
+    if moved:
+        return out
+    for mode, per in baseline["figures"].items():
+        for label, base in per.items():
+            cur = current["figures"].get(mode, {}).get(label)
+            name = f"{mode} / {label}"
+            if cur is None:
+                out.append(
+                    CheckResult(f"{name} / present", 0, 1, False, {"message": f"{name}: not measured"})
+                )
+                continue
+            if not cur.get("deterministic", True):
+                out.append(
+                    CheckResult(
+                        f"{name} / deterministic",
+                        0,
+                        1,
+                        False,
+                        {"message": f"{name}: rounds of one run disagreed (nondeterminism)"},
+                    )
+                )
+            for k, want in base["exact"].items():
+                got = cur["exact"].get(k)
+                ok = got == want
+                num = lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0  # noqa: E731
+                out.append(
+                    CheckResult(
+                        f"{name} / {k}",
+                        num(got),
+                        num(want),
+                        ok,
+                        {
+                            "kind": "exact",
+                            "current": got,
+                            "baseline": want,
+                            "message": f"{name}: {k} moved: baseline {want} -> now {got}" if not ok else "ok",
+                        },
+                    )
+                )
+            for k, what in (
+                ("speedup", "speedup over autoregressive"),
+                ("speedup_over_naive", "speedup over proofs.naive_kv"),
+            ):
+                if k not in base:
+                    continue
+                got, want = cur.get(k), base[k]
+                bound = want * (1 - tol)
+                ok = got is not None and got >= bound
+                out.append(
+                    CheckResult(
+                        f"{name} / {k}",
+                        got if got is not None else float("nan"),
+                        bound,
+                        ok,
+                        {
+                            "kind": "speed",
+                            "current": got,
+                            "baseline": want,
+                            "tolerance": tol,
+                            "rounds": cur.get("rounds" if k == "speedup" else "rounds_over_naive"),
+                            "message": (
+                                f"{name}: {what} not measured"
+                                if got is None
+                                else f"{name}: {what} fell to {got:.3f}x, below {want:.3f}x * (1 - {tol}) = "
+                                f"{bound:.3f}x"
+                                if not ok
+                                else f"{name}: {what} {got:.3f}x (baseline {want:.3f}x)"
+                            ),
+                        },
+                    )
+                )
+    return out
+
+
+def failures(results: Sequence[CheckResult]) -> list[str]:
+    return [r.details.get("message", r.name) for r in results if not r.passed]
+
+
+def read_baseline(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise LoopcertError(f"no baseline at {path}: write one with `loopcert bench --write-baseline`")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LoopcertError(f"{path}: not JSON ({e})") from None
+    if data.get("format") != FORMAT:
+        raise LoopcertError(f"{path}: baseline format {data.get('format')!r}, expected {FORMAT}")
+    return data
