@@ -46,6 +46,10 @@ def greedy_only(baseline):
     return {**baseline, "figures": {"greedy": baseline["figures"]["greedy"]}}
 
 
+# Timing-dependent (speed figures within the gate's tolerance): nightly, and in `tox -e bench`
+# (benchmarks/test_bench.py), never in the default run: the team rule is no timed assertions
+# in tests that gate every change.
+@pytest.mark.slow
 def test_the_baseline_passes_its_own_gate(model, baseline):
     again = gates.measure(model, "tiny", PROMPTS, PLAN, settings=SETTINGS)
     results = gates.compare(again, baseline)
@@ -65,6 +69,7 @@ def busy(seconds):
     return hook
 
 
+@pytest.mark.slow
 def test_a_slowed_decoder_fails_on_speed_only(model, baseline):
     def build(st):
         dec = st.build(model)
@@ -90,7 +95,8 @@ def test_a_less_accepting_decoder_fails_on_exact_figures(model, baseline):
     bad = messages(gates.compare(cur, greedy_only(baseline)))
     assert any("greedy / pipelined d1=3 d2=5: accepted moved" in m for m in bad), bad
     assert any("greedy / pipelined d1=3 d2=5: from_first moved" in m for m in bad), bad
-    assert not any("/ autoregressive" in m or "pipelined d1=3:" in m for m in bad)  # only the culprit moved
+    # only the culprit's exact figures moved (speed figures are timing, not asserted here)
+    assert not any(("/ autoregressive" in m or "pipelined d1=3:" in m) and "moved" in m for m in bad)
 
 
 def test_a_baseline_of_other_weights_is_refused(baseline, tmp_path):
