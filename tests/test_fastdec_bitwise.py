@@ -17,15 +17,6 @@ from fastdec import WIDTHS, Decoder
 from refdec import LoopedLM, SamplingParams
 from refdec.config import TINY_PRESETS, get_preset
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 PROMPT = [1, 2, 3, 4, 5, 6, 7]
 N_NEW = 10
 LOSSLESS_SETTINGS = [

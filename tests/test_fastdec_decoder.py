@@ -12,15 +12,6 @@ from loopcert.cli import main
 from refdec import LoopcertError, LoopedLM, SamplingParams
 from refdec.config import TINY_PRESETS, get_preset
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 _models: dict = {}
 
 

@@ -11,15 +11,6 @@ from fastdec.stats import Stats
 from refdec import LoopedLM, get_preset
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matmuls: threads only add contention (the suite shares 2 cores).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_width_for_pads_to_the_next_width():
     assert [width_for(n) for n in (1, 2, 3, 5, 8, 9, 33, 64)] == [1, 2, 4, 8, 8, 16, 64, 64]
     assert width_for(3, fixed=16) == 16

@@ -6,22 +6,12 @@ strategy consumes one uniform per token exactly like refdec, so it must match it
 """
 
 import pytest
-import torch
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from fastdec import Decoder
 from refdec import LoopedLM, SamplingParams, generate
 from refdec.config import TINY_PRESETS, get_preset
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 _models: dict = {}
 
