@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 
@@ -79,16 +78,6 @@ def command_line(args) -> str:
     return " ".join(parts)
 
 
-def _writer(text: str):
-    umask = os.umask(0)
-    os.umask(umask)
-
-    def write(tmp) -> None:
-        Path(tmp).write_text(text)
-        os.chmod(tmp, 0o666 & ~umask)
-
-    return write
-
 
 def _json(data: dict) -> str:
     return json.dumps(_plain(data), indent=1, allow_nan=False) + "\n"
@@ -120,7 +109,7 @@ def run(args) -> int:
         cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
         cur["command"] = command_line(args)
         if args.write_baseline:
-            write_atomic(Path(args.baseline), _writer(_json(cur)))
+            write_atomic(Path(args.baseline), lambda tmp: Path(tmp).write_text(_json(cur)))
             say(f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s)")
             return 0
         results = gates.compare(cur, base, args.tolerance)
@@ -129,7 +118,7 @@ def run(args) -> int:
                 say(("  " if r.passed else "  REGRESSION ") + r.details["message"])
         bad = gates.failures(results)
         report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
-        write_atomic(Path(args.out) / "gate.json", _writer(_json(report)))
+        write_atomic(Path(args.out) / "gate.json", lambda tmp: Path(tmp).write_text(_json(report)))
         for msg in bad:
             say(f"FAIL {msg}")
         say(f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({time.perf_counter() - t0:.0f} s)")
@@ -140,7 +129,7 @@ def run(args) -> int:
     res["stamp"]["seconds"] = time.perf_counter() - t0
     md = render(_plain(res))  # render before writing: a render error leaves both old files
     out = Path(args.out)
-    write_atomic(out / "speedup.json", _writer(_json(res)))
-    write_atomic(out / "speedup.md", _writer(md))
+    write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res)))
+    write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -8,7 +8,6 @@ finished: a run that crashes or is interrupted leaves the last report in place.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -46,25 +45,14 @@ def command_line(args, model: str) -> str:
     return " ".join(parts)
 
 
-def _writer(text: str):
-    """Write `text` to the temporary file with the usual permissions (mkstemp makes it 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-
-    def write(tmp) -> None:
-        Path(tmp).write_text(text)
-        os.chmod(tmp, 0o666 & ~umask)
-
-    return write
-
 
 def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
     out = Path(out)
     text = json.dumps(cert, indent=1, allow_nan=False, sort_keys=False) + "\n"
     md = render_certificate(cert)  # render before writing: a render error leaves both old files
     json_path, md_path = out / "certificate.json", out / "certificate.md"
-    write_atomic(json_path, _writer(text))
-    write_atomic(md_path, _writer(md))
+    write_atomic(json_path, lambda tmp: Path(tmp).write_text(text))
+    write_atomic(md_path, lambda tmp: Path(tmp).write_text(md))
     return md_path, json_path
 
 
