@@ -1,5 +1,5 @@
 """Prompts the checks decode from: the model's own held-out prompts when it ships them
-(prompts.json beside the weights, refdec.train), else a fixed pool in its vocabulary."""
+(prompts.json beside the weights, trainer.train), else a fixed pool in its vocabulary."""
 
 from __future__ import annotations
 

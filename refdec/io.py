@@ -133,10 +133,10 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     name = str(name_or_path)
     if name in PRESETS:
         return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
-    if name == "default":  # the trained model shipped in the package (refdec.train, issue 5)
+    if name == "default":  # the trained model shipped in the package (trainer.train, issue 5)
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():
             raise LoopcertError(f"the default model is missing from {DEFAULT_MODEL_DIR}: "
-                                "run `python -m refdec.train` to build it")
+                                "run `python -m trainer.train` to build it")
         name_or_path = DEFAULT_MODEL_DIR
     folder = Path(name_or_path)
     if folder.is_dir():

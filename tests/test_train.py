@@ -1,4 +1,4 @@
-"""refdec.train: a few steps of a tiny model learn, resume is exact, the data split is fixed;
+"""trainer.train: a few steps of a tiny model learn, resume is exact, the data split is fixed;
 the shipped default model loads, decodes at depth 2R and comes with held-out prompts."""
 
 import json
@@ -10,7 +10,7 @@ import torch
 from refdec import load_model
 from refdec.errors import LoopcertError
 from refdec.io import DEFAULT_MODEL_DIR
-from refdec.train import (
+from trainer.train import (
     TrainConfig,
     collect_documents,
     command_line,
@@ -71,7 +71,7 @@ def test_a_few_steps_reduce_the_loss(corpus, tmp_path):
 
 
 def test_training_without_the_shallow_loss_and_the_recorded_command(corpus, tmp_path, monkeypatch):
-    from refdec.train import CONFIGS
+    from trainer.train import CONFIGS
     assert CONFIGS["core1"].n_core == 1 and CONFIGS["core1"].n_kv_heads == 1
     assert CONFIGS["core1"].recurrence == CONFIGS["default"].recurrence == 32
     out = train(tiny_config(corpus, aux_max_depth=0, steps=5), tmp_path / "ckpt", None,
@@ -106,7 +106,7 @@ def test_bad_train_config_is_a_loopcert_error():
 
 # -- the shipped model ---------------------------------------------------------------------
 needs_default = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
-                                   reason="default model not built yet (python -m refdec.train)")
+                                   reason="default model not built yet (python -m trainer.train)")
 
 
 @needs_default

@@ -1,10 +1,10 @@
-"""`loopcert train`: train the embedded default model (refdec.train), CPU, resumable."""
+"""`loopcert train`: train the embedded default model (trainer.train), CPU, resumable."""
 
 from __future__ import annotations
 
 import sys
 
-from refdec import train
+from trainer import train
 
 HELP = "train the default looped byte-level model on this Python's standard library"
 

@@ -1,9 +1,9 @@
 """Train the embedded default model: a small byte-level Raven-style looped LM (issue 5).
 
-    python -m refdec.train --max-minutes 36          # the shipped run (see MODEL_CARD.md)
-    OMP_WAIT_POLICY=PASSIVE python -m refdec.train --model core1 --aux-max-depth 0 \
+    python -m trainer.train --max-minutes 36          # the shipped run (see MODEL_CARD.md)
+    OMP_WAIT_POLICY=PASSIVE python -m trainer.train --model core1 --aux-max-depth 0 \
         --backprop-k 8 --depth-sigma 0.75 --max-minutes 35      # the 1-block retrain (not shipped)
-    python -m refdec.train --resume                  # continue from --ckpt-dir
+    python -m trainer.train --resume                  # continue from --ckpt-dir
 
 Data: the running interpreter's standard library `.py` sources plus the rendered `pydoc_data`
 topics; a fixed sorted document list, split by a hash of each name (`split_of`), recorded in
@@ -540,17 +540,17 @@ def command_line(argv) -> str:
     """The command as run, prefixed by the OpenMP settings in effect (they decide the step time:
     2-thread OpenMP with the default busy-wait policy on a shared CPU ran 6-14x slower)."""
     env = " ".join(f"{k}={os.environ[k]}" for k in RECORDED_ENV if k in os.environ)
-    return (env + " " if env else "") + "python -m refdec.train " + " ".join(argv)
+    return (env + " " if env else "") + "python -m trainer.train " + " ".join(argv)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m refdec.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.splitlines()[0])
     add_arguments(p)
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run_args(p.parse_args(argv), command_line(argv))
     except LoopcertError as e:
-        print(f"refdec.train: error: {e}", file=sys.stderr)
+        print(f"trainer.train: error: {e}", file=sys.stderr)
         return 2
 
 
