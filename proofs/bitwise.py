@@ -9,15 +9,15 @@ fixed-width mode can take this check; for others it is skipped with that reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from proofs.candidates import Candidate, fastdec_candidate
+from proofs.progress import Progress
 from proofs.protocol import run_generate
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
 
 FIXED_WIDTH = 8
-Progress = Callable[[str], None]
 
 
 def check_bitwise(name: str, candidates: Sequence[Candidate], model32, prompts: Sequence[Sequence[int]],

@@ -18,14 +18,10 @@ Which model each check runs on, and why:
 
 from __future__ import annotations
 
-import datetime
 import math
-import platform
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
@@ -38,9 +34,11 @@ from proofs.false_alarm import check_false_alarm
 from proofs.greedy import check_greedy
 from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, depth_pairs, traces
 from proofs.oracle import Oracle
+from proofs.progress import Progress
 from proofs.prompts import model_prompts
 from proofs.result import CheckResult
 from proofs.speed import check_speed
+from proofs.stamp import stamp
 from proofs.theorem1 import check_theorem1_random
 from proofs.theorem1_search import check_theorem1_search
 from proofs.theorem2 import check_theorem2_published
@@ -48,13 +46,13 @@ from refdec.config import TINY_PRESETS
 from refdec.errors import LoopcertError
 from refdec.io import parse_dtype
 from refdec.sampling import SamplingParams
+from refdec.validate import check_int
 
-Progress = Callable[[str], None]
 FALLBACK_MODEL = "tiny-raven"
 
 
 @dataclass(frozen=True)
-class Plan:
+class CertifyPlan:
     mode: str
     greedy_presets: tuple[str, ...]  # tiny presets checked besides the certified model
     greedy_prompts: int
@@ -96,12 +94,13 @@ LARGE_CASES = (  # a 256-token model at depth 32 costs ~0.3 s per 3-token sample
     ("T=1", SamplingParams(temperature=1.0), 3),
     ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
 )
-QUICK = Plan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2, greedy_tokens=12,
+QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2,
+                    greedy_tokens=12,
              bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, samples=400,
              large_model_cases=(), large_model_samples=0, mutant_samples=1000, blackbox_mutant_samples=200,
              false_alarm=None, theorem1_random_cases=1000, theorem1_search_examples=200, trace_prompts=4,
              trace_positions=48, speed_prompts=1, speed_tokens=16, speed_repeats=2)
-FULL = Plan("full", greedy_presets=TINY_PRESETS, greedy_prompts=6, greedy_tokens=24,
+FULL = CertifyPlan("full", greedy_presets=TINY_PRESETS, greedy_prompts=6, greedy_tokens=24,
             bitwise_prompts=4, bitwise_tokens=32, sampling_cases=FULL_CASES, samples=1500,
             large_model_cases=LARGE_CASES, large_model_samples=500, mutant_samples=3000,
             blackbox_mutant_samples=1000, false_alarm=(200, 500), theorem1_random_cases=20000,
@@ -119,34 +118,12 @@ def default_model_name() -> str:
     return "default"
 
 
-def git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
-        if sha.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-        return sha.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def stamp(model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: Plan, seed: int) -> dict:
-    cuda = torch.version.cuda if torch.cuda.is_available() else None
-    gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
-    return {
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "cuda": cuda or "none", "gpu": gpu, "python": platform.python_version(),
-        "platform": platform.platform(), "cpu_threads": torch.get_num_threads(),
-        "device": device, "dtype": str(dtype).replace("torch.", ""), "mode": plan.mode,
-        "model": model_name, "decoder": decoder, "seed": seed,
-        "seeds": {"sampling": [seed, seed + max(plan.samples, plan.large_model_samples) - 1],
-                  "mutants": [seed, seed + plan.mutant_samples - 1],
-                  "theorem1_random": seed, "greedy": 0},
-    }
+def certificate_stamp(model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: CertifyPlan,
+                      seed: int) -> dict:
+    """proofs.stamp's fields, plus what a certificate adds: decoder, plan, base seed."""
+    seeds = {"sampling": [seed, seed + max(plan.samples, plan.large_model_samples) - 1],
+             "mutants": [seed, seed + plan.mutant_samples - 1], "theorem1_random": seed, "greedy": 0}
+    return {**stamp(model_name, device, dtype, seeds), "mode": plan.mode, "decoder": decoder, "seed": seed}
 
 
 def load(name: str, dtype: torch.dtype, device: str):
@@ -178,10 +155,10 @@ def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress) -> Chec
     return result
 
 
-class Run:
+class CertifyRun:
     """What every check of one certify run shares: plan, models, oracle, candidates, progress."""
 
-    def __init__(self, plan: Plan, model_name: str, user: Candidate | None, device: str,
+    def __init__(self, plan: CertifyPlan, model_name: str, user: Candidate | None, device: str,
                  dtype: torch.dtype, seed: int, say: Progress):
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.seed, self.say = seed, say
@@ -339,8 +316,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
     plan = PLANS[mode]
     dtype = parse_dtype(dtype)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise LoopcertError(f"seed must be an integer >= 0, got {seed!r}")
+    check_int("seed", seed, 0)
     if not (device == "cpu" or device.startswith("cuda")):
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -348,7 +324,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     model_name = model_name or default_model_name()
     user = user_candidate(decoder) if decoder else None
     t_start = time.perf_counter()
-    run = Run(plan, model_name, user, device, dtype, seed, say)
+    run = CertifyRun(plan, model_name, user, device, dtype, seed, say)
     dname = str(dtype).replace("torch.", "")
     say(f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
         f"{device}, {dname}, seed {seed}")
@@ -374,7 +350,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         "verdict": "PASS" if not failed else "FAIL",
         "passed": not failed,
         "failed": failed,
-        "stamp": {**stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
+        "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
                   "R": run.R, "vocab_size": run.oracle.V, "settings": [c.label for c in run.candidates],
                   "default_depths": [d1, d2], "alpha": plan.alpha, "samples": plan.samples,
                   "seconds": time.perf_counter() - t_start},

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from proofs.oracle import ExactLaw, Oracle, exact_law
+from proofs.progress import Progress
 from proofs.protocol import Decoder, run_generate
 from proofs.result import CheckResult
 from proofs.stats import chisquare_gof, detectable_tv, holm
 from refdec.sampling import SamplingParams
 
 POWER = 0.99
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

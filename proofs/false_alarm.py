@@ -9,8 +9,6 @@ Binomial(K, alpha). The check fails when the count is implausibly high for that 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 from scipy import stats
@@ -18,14 +16,13 @@ from scipy import stats
 import refdec
 from proofs.distribution import Case, case_laws, check_distribution
 from proofs.oracle import Oracle
+from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.specref import SpecRef
 from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"
 CASE = Case("T=1", SamplingParams(temperature=1.0), (1, 2, 3))
-
-Progress = Callable[[str], None]
 
 
 def check_false_alarm(replicates: int, n_samples: int, base_seed: int, alpha: float = 0.05,

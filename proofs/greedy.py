@@ -17,6 +17,7 @@ import torch
 
 import refdec
 from proofs.oracle import Oracle
+from proofs.progress import Progress
 from proofs.protocol import Decoder, run_generate
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
@@ -26,8 +27,6 @@ from refdec.sampling import SamplingParams
 # forward accumulates in that precision (xformers-style table; grows as precision falls).
 TIE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-2, torch.bfloat16: 2.5e-1}
 GREEDY = SamplingParams()
-
-Progress = Callable[[str], None]
 
 
 def reference_tokens(model64, prompt: Sequence[int], n: int) -> list[int]:

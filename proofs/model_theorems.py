@@ -7,7 +7,7 @@ Theorem 1: the (p_R, p_d1, p_d2) triples of a grid of depth pairs go through
 `proofs.theorem1.check_theorem1_cases` (largest P(both rejected)/eps2, gated and ungated).
 
 Theorem 2: mean TV(p_r, p_R) over positions, an upper envelope phi(r) = beta r^(-alpha) fitted
-to it (`proofs.theorem2.fit_envelope`, on the depths above TV_FLOOR), the closed-form
+to it (`proofs.theorem2.fit_depth_curve`, on the depths above TV_FLOOR), the closed-form
 (d1*, d2*), and the measured best pair on a grid. "Measured" here is the exact expected number
 of recurrent steps per token of gated LoopSpec under the model's own laws,
 E[C] = d1 + P(x1 rejected) d2 + P(both rejected) R, averaged over positions (Theorem 2's cost
@@ -28,14 +28,10 @@ import torch
 from fastdec.accept import loopspec_law, total_variation
 from proofs.result import CheckResult
 from proofs.theorem1 import check_theorem1_cases
-from proofs.theorem2 import best_integer_depths, expected_cost, fit_envelope, optimal_depths
+from proofs.theorem2 import TV_FLOOR, best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from refdec.sampling import SamplingParams, transform
 
 BOUND_SLACK = 1e-9  # float64 rounding of averages
-# Depths whose mean TV(p_r, p_R) is below this have converged to p_R up to float64 rounding
-# of softmax sums (~1e-16 per term); fitting log TV there fits rounding noise and tilts the
-# slope, so the envelope is fitted on the depths above it (and still reported at every depth).
-TV_FLOOR = 1e-9
 
 
 def traces(model64, prompts: Sequence[Sequence[int]], max_positions: int | None = None) -> torch.Tensor:
@@ -91,10 +87,8 @@ def measured_costs(laws: torch.Tensor, pairs: Sequence[tuple[int, int]]) -> dict
 def check_theorem2_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], label: str) -> CheckResult:
     R = laws.shape[0]
     curve = mean_tv_curve(laws)
-    fitted = [r for r in range(1, R) if curve[r - 1] >= TV_FLOOR]
-    if len(fitted) < 2:  # converged almost at once: fit what there is
-        fitted = [r for r in range(1, R) if curve[r - 1] > 0]
-    alpha, beta = fit_envelope(fitted, [curve[r - 1] for r in fitted])
+    env = fit_depth_curve(curve)
+    alpha, beta, fitted = env.alpha, env.beta, list(env.depths)
     d1s, d2s = optimal_depths(alpha, beta, R)
     costs = measured_costs(laws, pairs)
     ratios = {k: v["cost"] / expected_cost(k[0], k[1], alpha, beta, R) for k, v in costs.items()}

@@ -18,7 +18,7 @@ if any mutant survives or any control is flagged.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +28,7 @@ import refdec
 from proofs.distribution import Case, binned_tv, case_laws, check_distribution
 from proofs.greedy import check_greedy
 from proofs.oracle import REMAINDER, ExactLaw, Oracle
+from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.specref import Bugs, SpecRef
 from refdec.sampling import SamplingParams
@@ -44,8 +45,6 @@ CASES = (
 GREEDY_PROMPTS = ((1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1))
 GREEDY_TOKENS = 12
 CONTROL_TV_TOL = 1e-9  # a control's exact TV shift is float64 rounding only
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
+from refdec.validate import is_int
 
 
 @runtime_checkable
@@ -43,7 +44,7 @@ def tokens_of(result) -> list[int]:
         raise LoopcertError(f"generate() returned {type(result).__name__!r}, not token ids or .tokens")
     out = []
     for t in toks:
-        if isinstance(t, bool) or not isinstance(t, int):
+        if not is_int(t):
             raise LoopcertError(f"generate() returned a non-integer token {t!r}")
         out.append(int(t))
     return out

@@ -28,6 +28,7 @@ from proofs.oracle import Oracle
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
+from refdec.validate import is_int
 
 TARGET_FILTERS = ("temperature", "top_k", "top_p")
 
@@ -49,9 +50,7 @@ class Bugs:
         if self.target_missing not in (None, *TARGET_FILTERS):
             raise LoopcertError(f"Bugs.target_missing must be None or one of {TARGET_FILTERS}, "
                                 f"got {self.target_missing!r}")
-        if self.score_depth is not None and (isinstance(self.score_depth, bool)
-                                             or not isinstance(self.score_depth, int)
-                                             or self.score_depth < 1):
+        if self.score_depth is not None and not is_int(self.score_depth, 1):
             raise LoopcertError(f"Bugs.score_depth must be a depth >= 1, got {self.score_depth!r}")
         if not math.isfinite(self.greedy_near_miss) or self.greedy_near_miss < 0:
             raise LoopcertError(f"Bugs.greedy_near_miss must be >= 0, got {self.greedy_near_miss!r}")

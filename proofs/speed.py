@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from proofs.candidates import Candidate
+from proofs.progress import Progress
 from proofs.protocol import tokens_of
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
-
-Progress = Callable[[str], None]
 
 
 def _sync(model) -> None:

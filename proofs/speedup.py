@@ -32,29 +32,26 @@ Settings are labelled by `Setting.label`; the baseline is the "autoregressive" s
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
-import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from fastdec import Decoder, Engine, Lane, Stats
+from proofs.progress import Progress
 from proofs.protocol import tokens_of
-from proofs.theorem2 import best_integer_depths, expected_cost, fit_envelope, optimal_depths
+from proofs.stamp import stamp
+from proofs.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, transform
 
-Progress = Callable[[str], None]
 GREEDY = SamplingParams()
 SAMPLING = SamplingParams(temperature=1.0)
 BASELINE = "autoregressive"
 NAIVE = "naive-kv"  # proofs.naive_kv: the honest-baseline reference loop (DESIGN.md section 6)
-TV_FLOOR = 1e-9  # mean TVs below this are float64 rounding: left out of the Theorem 2 fit
 COUNTS = (
     "tokens",
     "from_first",
@@ -396,12 +393,12 @@ def theorem2_compare(spectrum: dict, rows: Sequence[dict]) -> dict:
                 "speedup": b2["speedup"],
                 "label": b2["label"],
             }
-    depths = [r for r in range(1, R) if spectrum["mean_tv"][r - 1] >= TV_FLOOR]
     try:
-        alpha, beta = fit_envelope(depths, [spectrum["mean_tv"][r - 1] for r in depths])
+        env = fit_depth_curve(spectrum["mean_tv"])
     except LoopcertError as e:
         out.update(fitted=False, reason=str(e))
         return out
+    alpha, beta, depths = env.alpha, env.beta, list(env.depths)
     d1, d2 = optimal_depths(alpha, beta, R)
     out.update(
         fitted=True,
@@ -635,34 +632,11 @@ def telemetry(model, settings: Sequence[Setting], prompts, n_tokens: int, device
     return out
 
 
-def stamp(model_name: str, model, device: str, plan: Plan, seed: int, load: dict) -> dict:
-    from proofs.certify import git_commit  # heavy import, only for the stamp
-
-    p = next(model.parameters())
-    dev = torch.device(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-        "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu,
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "dtype": str(p.dtype).replace("torch.", ""),
-        "model": model_name,
-        "mode": plan.mode,
-        "seeds": {"prompt i": f"{seed} + i", "weights": "as shipped"},
-        "load_average": load,
-    }
+def bench_stamp(model_name: str, model, device: str, plan: Plan, seed: int, load: dict) -> dict:
+    """proofs.stamp's fields, plus the plan's mode and the host's load average."""
+    dtype = next(model.parameters()).dtype
+    seeds = {"prompt i": f"{seed} + i", "weights": "as shipped"}
+    return {**stamp(model_name, device, dtype, seeds), "mode": plan.mode, "load_average": load}
 
 
 def loadavg() -> list[float] | None:
@@ -755,7 +729,7 @@ def bench(
     )
     load["end"] = loadavg()
     return {
-        "stamp": stamp(model_name, model, device, plan, seed, load),
+        "stamp": bench_stamp(model_name, model, device, plan, seed, load),
         "plan": dataclasses.asdict(plan),
         "clock": clock,
         "R": R,

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from refdec.errors import LoopcertError
+from refdec.validate import check_int
 
 PROB_SUM_TOL = 1e-6  # expected laws must sum to 1 within this; they are then renormalised
 EXACT_SPLIT_MAX_BINS = 20  # up to 2^20 subset sums for the exact kappa in `detectable_tv`
@@ -167,8 +168,7 @@ def detectable_tv(
     Returns inf when there is a single bin or when delta exceeds 1 - min_i p_i, the largest TV
     any law has from p (all mass on the least likely bin): then no deviation is guaranteed.
     """
-    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
-        raise LoopcertError(f"n_samples must be an integer >= 1, got {n_samples!r}")
+    check_int("n_samples", n_samples, 1)
     alpha, power = _level("alpha", alpha), _level("power", power)
     if power <= alpha:
         raise LoopcertError(f"power must exceed alpha, got power={power!r}, alpha={alpha!r}")

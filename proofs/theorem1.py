@@ -23,6 +23,7 @@ import torch
 from fastdec.accept import RESIDUAL_TOL, LoopSpecLaw, loopspec_law, residual, total_variation
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
+from refdec.validate import check_int
 
 # Absolute slack of every inequality: accept.py treats residuals of mass <= RESIDUAL_TOL as
 # empty (each of the two residuals can add that much to P(both)), plus float64 rounding of
@@ -199,10 +200,8 @@ def random_triple(g: torch.Generator, vocab: int) -> Triple:
 
 def check_theorem1_random(n_cases: int, seed: int, vocab: int = 8) -> CheckResult:
     """Theorem 1 and the Lemma on n_cases random and adversarial triples (see `random_triple`)."""
-    if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
-        raise LoopcertError(f"n_cases must be an integer >= 1, got {n_cases!r}")
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
-        raise LoopcertError(f"vocab must be an integer >= 2, got {vocab!r}")
+    check_int("n_cases", n_cases, 1)
+    check_int("vocab", vocab, 2)
     g = torch.Generator().manual_seed(seed)
     triples = (random_triple(g, vocab) for _ in range(n_cases))
     result = check_theorem1_cases(triples, "theorem1_random")

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
+from refdec.validate import check_int
 
 PUBLISHED = {"alpha": 1.03, "beta": 0.175, "R": 32, "d1": 1.26, "d2": 8.85, "measured_best": (2, 8)}
 PUBLISHED_TOL = 0.01  # the paper prints two decimals
+# Depths whose mean TV(p_r, p_R) is below this have converged to p_R up to float64 rounding of
+# softmax sums (~1e-16 per term); fitting log TV there fits rounding noise and tilts the slope.
+# Curves computed in float32 need a higher floor (their rounding noise is ~1e-7 per term).
+TV_FLOOR = 1e-9
 
 
 def _positive(name: str, x: float) -> float:
@@ -54,8 +60,7 @@ def optimal_depths(alpha: float, beta: float, R: float) -> tuple[float, float]:
 
 def best_integer_depths(alpha: float, beta: float, R: int) -> tuple[int, int]:
     """argmin of `expected_cost` over integers 1 <= d1 < d2 < R (ties: smaller d1, then d2)."""
-    if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or R < 3:
-        raise LoopcertError(f"R must be an integer >= 3 for 1 <= d1 < d2 < R, got {R!r}")
+    R = check_int("R (for 1 <= d1 < d2 < R)", R, 3)
     pairs = [(d1, d2) for d1 in range(1, R) for d2 in range(d1 + 1, R)]
     return min(pairs, key=lambda d: expected_cost(d[0], d[1], alpha, beta, R))
 
@@ -85,6 +90,29 @@ def fit_envelope(depths: Sequence[float], tvs: Sequence[float]) -> tuple[float, 
     alpha = -slope
     beta = float(np.max(tv[pos] * r[pos] ** alpha))
     return alpha, beta
+
+
+@dataclass(frozen=True)
+class Envelope:
+    alpha: float
+    beta: float
+    depths: tuple[int, ...]  # the depths r the fit used
+
+
+def fit_depth_curve(mean_tv: Sequence[float], floor: float = TV_FLOOR) -> Envelope:
+    """The envelope of a depth curve, mean_tv[r - 1] = mean TV(p_r, p_R) for r = 1..R: the one
+    fit behind the certificate, the speedup report and the model card.
+
+    Fitted (`fit_envelope`) on the depths r < R with TV >= floor; when fewer than two are (a
+    model that converges almost at once), on every depth r < R with TV > 0. LoopcertError when
+    even that leaves fewer than two.
+    """
+    R = len(mean_tv)
+    depths = [r for r in range(1, R) if mean_tv[r - 1] >= floor]
+    if len(depths) < 2:
+        depths = [r for r in range(1, R) if mean_tv[r - 1] > 0]
+    alpha, beta = fit_envelope(depths, [mean_tv[r - 1] for r in depths])
+    return Envelope(alpha, beta, tuple(depths))
 
 
 def check_theorem2_published() -> CheckResult:

@@ -36,6 +36,7 @@ from torch import nn
 from refdec.config import ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
+from refdec.validate import check_int, is_int
 
 LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo")
 LAYOUT_OF_BLOCK = {"ouro": "ouro", "sandwich": "huginn", "prenorm": "retro-llama", "postnorm": "retro-olmo"}
@@ -78,7 +79,7 @@ class Fields:
 
     def int(self, *names: str, min_value: int = 1) -> int:
         name, v = self.first(*names)
-        if isinstance(v, bool) or not isinstance(v, int) or v < min_value:
+        if not is_int(v, min_value):
             self.bad(name, f"must be an integer >= {min_value}, got {v!r}")
         return v
 
@@ -117,10 +118,7 @@ def rope_scaling_from(f: Fields) -> RopeScaling | None:
 
 
 def check_recurrence(recurrence) -> int | None:
-    if recurrence is not None and (isinstance(recurrence, bool) or not isinstance(recurrence, int)
-                                   or recurrence < 1):
-        raise LoopcertError(f"recurrence must be an integer >= 1, got {recurrence!r}")
-    return recurrence
+    return None if recurrence is None else check_int("recurrence", recurrence, 1)
 
 
 def raven_block(keys) -> str:
@@ -588,7 +586,7 @@ def eos_ids(folder: Path, raw: dict) -> tuple[int, ...]:
     if v is None:
         return ()
     ids = v if isinstance(v, list) else [v]
-    if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+    if not ids or any(not is_int(i, 0) for i in ids):
         raise LoopcertError(f"{folder / source}: eos_token_id must be an integer >= 0 or a "
                             f"non-empty list of them, got {v!r}")
     return tuple(ids)
@@ -625,8 +623,7 @@ def write_published(model: LoopedLM, folder, layout: str | None = None, shard_si
     for name in (SINGLE, INDEX):
         if (folder / name).exists():
             raise LoopcertError(f"{folder / name} exists; write_published writes into a fresh folder")
-    if shard_size is not None and (isinstance(shard_size, bool) or not isinstance(shard_size, int)
-                                   or shard_size < 1):
+    if shard_size is not None and not is_int(shard_size, 1):
         raise LoopcertError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     shapes = {k: tuple(v.shape) for k, v in state.items()}

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from refdec.errors import LoopcertError
+from refdec.validate import is_int
 
 FAMILIES = ("ouro", "raven")
 # Block layouts (MODELS.md):
@@ -78,11 +79,11 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim",
                      "intermediate_size", "n_core", "recurrence", "max_seq_len"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 bad(name, "must be an integer >= 1")
         for name in ("n_prelude", "n_coda", "state_seed"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v, 0):
                 bad(name, "must be an integer >= 0")
         if self.state_seed >= 2**12:
             bad("state_seed", "must be < 4096 (it is packed with the position into 32 bits)")

@@ -7,14 +7,14 @@ import torch
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM, check_depth
 from refdec.sampling import SamplingParams, greedy_token, sample, transform
+from refdec.validate import check_int
 
 
 def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
                         depth) -> tuple[list[int], int]:
     """Validate what every decoder's generate() receives; returns (prompt ids, depth)."""
     ids = model.check_ids(prompt).tolist()
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise LoopcertError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, 0)
     if len(ids) + max_new_tokens > model.cfg.max_seq_len:
         raise LoopcertError(
             f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds "
@@ -22,8 +22,7 @@ def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
         )
     if not isinstance(sampling, SamplingParams):
         raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise LoopcertError(f"seed must be an integer >= 0, got {seed!r}")
+    check_int("seed", seed, 0)
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
 
 

@@ -21,6 +21,7 @@ from torch import nn
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
 from refdec.layers import Attend, Block, RMSNorm, causal_attention, rope_tables, seeded_state
+from refdec.validate import check_int
 
 AttendFor = Callable[[int], Attend]  # layer index within its stage -> attention callable
 
@@ -149,6 +150,4 @@ class LoopedLM(nn.Module):
 
 
 def check_depth(r) -> int:
-    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise LoopcertError(f"depth must be an integer >= 1, got {r!r}")
-    return r
+    return check_int("depth", r, 1)

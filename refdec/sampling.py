@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from refdec.errors import LoopcertError
+from refdec.validate import is_int
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class SamplingParams:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise LoopcertError(f"temperature must be a finite number >= 0, got {t!r}")
         k = self.top_k
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        if k is not None and not is_int(k, 1):
             raise LoopcertError(f"top_k must be an integer >= 1 or None, got {k!r}")
         p = self.top_p
         if p is not None and (

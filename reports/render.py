@@ -59,13 +59,15 @@ def stamp_section(cert: dict) -> str:
         ["commit", s.get("commit")], ["date (UTC)", s.get("date")],
         ["model", f"{s.get('model')} (R={s.get('R')}, vocab {s.get('vocab_size')})"],
         ["decoder", s.get("decoder")], ["settings", "; ".join(s.get("settings", []))],
-        ["device", s.get("device") + (f" ({s['gpu']})" if s.get("gpu") else "")], ["dtype", s.get("dtype")],
+        ["device", s.get("device") + (f" ({s['device_name']})" if s.get("device_name") else "")],
+        ["dtype", s.get("dtype")],
         ["plan", s.get("mode")],
         ["seeds", f"base {s.get('seed')}; sampling {fmt(seeds.get('sampling'))}; "
                   f"mutants {fmt(seeds.get('mutants'))}; greedy {seeds.get('greedy')}"],
         ["torch / CUDA", f"{s.get('torch')} / {s.get('cuda')}"],
         ["python / platform", f"{s.get('python')} / {s.get('platform')}"],
-        ["CPU threads", s.get("cpu_threads")], ["run time", f"{fmt(s.get('seconds'), 3)} s"],
+        ["torch threads / CPUs", f"{s.get('threads')} / {s.get('cpu_count')}"],
+        ["run time", f"{fmt(s.get('seconds'), 3)} s"],
     ]
     return "## Stamp\n\n" + table(rows, ["", ""])
 

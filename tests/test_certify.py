@@ -15,10 +15,10 @@ import torch
 import proofs.certify as certify_mod
 import refdec
 from loopcert.cli import main
-from proofs.certify import QUICK, Plan, default_model_name
+from proofs.certify import QUICK, CertifyPlan, default_model_name
 from refdec.sampling import SamplingParams, sample, transform
 
-TEST_PLAN = Plan("quick", greedy_presets=("tiny-raven",), greedy_prompts=1, greedy_tokens=6,
+TEST_PLAN = CertifyPlan("quick", greedy_presets=("tiny-raven",), greedy_prompts=1, greedy_tokens=6,
                  bitwise_prompts=1, bitwise_tokens=6,
                  sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),), samples=40,
                  large_model_cases=(), large_model_samples=0, mutant_samples=200, blackbox_mutant_samples=40,

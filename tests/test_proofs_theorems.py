@@ -3,6 +3,7 @@ with a negative control for each check that can fail."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -69,9 +70,9 @@ def test_theorem2_check_fails_when_the_envelope_is_too_low(laws, monkeypatch):
     """Negative control: an 'envelope' at a tenth of the fit no longer bounds the measured cost."""
     from proofs import model_theorems
 
-    real = model_theorems.fit_envelope
-    monkeypatch.setattr(model_theorems, "fit_envelope",
-                        lambda r, tv: (real(r, tv)[0], real(r, tv)[1] / 10))
+    real = model_theorems.fit_depth_curve
+    monkeypatch.setattr(model_theorems, "fit_depth_curve",
+                        lambda curve: dataclasses.replace(real(curve), beta=real(curve).beta / 10))
     r = check_theorem2_traces(laws, depth_pairs(6, False), "tiny-raven")
     assert not r.passed and r.measured > 1.0
 

@@ -17,6 +17,7 @@ from proofs.theorem2 import (
     best_integer_depths,
     check_theorem2_published,
     expected_cost,
+    fit_depth_curve,
     fit_envelope,
     optimal_depths,
 )
@@ -119,3 +120,17 @@ def test_check_result_serialises_plain_values():
     }
     with pytest.raises(LoopcertError, match="name"):
         CheckResult("", 0.0, 1.0, True, {})
+
+
+def test_fit_depth_curve_uses_the_depths_above_the_floor():
+    R, alpha, beta = 16, 1.2, 0.3
+    curve = [beta * r**-alpha for r in range(1, R)] + [0.0]
+    curve[9:15] = [1e-12] * 6  # converged to rounding: below the floor, left out
+    env = fit_depth_curve(curve)
+    assert env.depths == tuple(range(1, 10))
+    assert env.alpha == pytest.approx(alpha) and env.beta == pytest.approx(beta)
+    # converged almost at once: every positive depth is fitted rather than none
+    early = fit_depth_curve([0.2, 1e-12, 1e-13, 0.0])
+    assert early.depths == (1, 2, 3)
+    with pytest.raises(LoopcertError, match="two distinct depths"):
+        fit_depth_curve([0.0] * 8)

@@ -11,10 +11,8 @@ checked against the model's data_manifest.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,8 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from proofs.stamp import stamp as make_stamp
+from proofs.theorem2 import fit_depth_curve
 from refdec.decode import generate
 from refdec.errors import LoopcertError
 from refdec.io import DEFAULT_MODEL_DIR, load_model, write_atomic
@@ -39,18 +39,7 @@ from trainer.train import (
 BPB_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 SAMPLE_PROMPTS = ("def ", "import ", "class ")
 LONG_BUCKETS = ((0, 256), (256, 1024), (1024, 2048))
-
-
-def git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + (" (working tree modified)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
+FLOAT32_TV_FLOOR = 1e-5  # below it a float32 mean TV is rounding noise
 
 
 def param_counts(model) -> dict[str, int]:
@@ -72,19 +61,6 @@ def long_context(model, held: torch.Tensor, depth: int, n: int, length: int) -> 
     return {f"{a}-{b}": float(nll[:, a:b].mean()) for a, b in LONG_BUCKETS if b <= length}
 
 
-def fit_envelope(tv: dict[int, float], r_max: int, floor: float = 1e-5) -> tuple[float, float, list[int]]:
-    """Least-squares fit of log TV = log beta - alpha log r (DESIGN.md Theorem 2) over the depths
-    r <= r_max with TV above `floor` (below it the float32 evaluation is noise)."""
-    rs = [r for r in range(1, r_max + 1) if tv[r] > floor]
-    if len(rs) < 2:
-        return float("nan"), float("nan"), rs
-    x = torch.tensor([math.log(r) for r in rs], dtype=torch.float64)
-    y = torch.tensor([math.log(tv[r]) for r in rs], dtype=torch.float64)
-    a = torch.stack([torch.ones_like(x), -x], 1)
-    sol = torch.linalg.lstsq(a, y[:, None]).solution[:, 0]
-    return float(sol[1]), float(sol[0].exp()), rs  # alpha, beta, depths used
-
-
 def measure(model_dir: Path, n_windows: int, window: int, sample_tokens: int, log=print) -> dict:
     t0 = time.monotonic()
     model = load_model(model_dir, dtype=torch.float32)
@@ -100,7 +76,11 @@ def measure(model_dir: Path, n_windows: int, window: int, sample_tokens: int, lo
     ev = evaluate(model, heldout_windows(held, n_windows, window + 1), depths, R)
     log(f"depth sweep done ({time.monotonic() - t0:.0f} s)")
     long = long_context(model, held, R, 2, 2048) if cfg.max_seq_len >= 2048 else {}
-    alpha, beta, fit_rs = fit_envelope({r: ev[r]["tv"] for r in depths}, R // 2)
+    try:  # the certificate's and the speedup report's fit; float32 curve, float32 floor
+        env = fit_depth_curve([ev[r]["tv"] for r in range(1, R + 1)], floor=FLOAT32_TV_FLOOR)
+        alpha, beta, fit_rs = env.alpha, env.beta, list(env.depths)
+    except LoopcertError:
+        alpha, beta, fit_rs = float("nan"), float("nan"), []
     samples = []
     for prompt in SAMPLE_PROMPTS:
         for depth in sorted({R, min(4, R)}, reverse=True):
@@ -209,8 +189,9 @@ def render(m: dict, stamp: dict) -> str:
           tabulate([[f"{r} (R)" if r == R else r, f"{per[r]['bpb']:.3f}", f"{per[r]['tv']:.2e}",
                      f"{100 * per[r]['agree']:.1f}%"] for r in sorted(per)],
                    ["depth r", "bits/byte", f"TV(p_r, p_{R})", "greedy agree"], tablefmt="github"), "",
-          "Power-law envelope TV ~ beta r^-alpha (DESIGN.md Theorem 2) fitted over depths "
-          f"{m['envelope']['fit_depths']} (r <= R/2 with TV > 1e-5; smaller TV is float32 noise): "
+          "Power-law envelope TV <= beta r^-alpha (DESIGN.md Theorem 2; `proofs.theorem2.fit_depth_curve`, "
+          f"the certificate's fit) over depths {m['envelope']['fit_depths']} (r < R with TV >= "
+          f"{FLOAT32_TV_FLOOR:g}; smaller TV is float32 noise): "
           f"alpha = {m['envelope']['alpha']:.3f}, beta = {m['envelope']['beta']:.3f}.", "",
           "## Greedy samples", "",
           "Reference decoder (`refdec.generate`, no cache), greedy, from the bare prompt:", ""]
@@ -242,8 +223,8 @@ def main(argv=None) -> int:
     except LoopcertError as e:
         print(f"trainer.card: error: {e}", file=sys.stderr)
         return 2
-    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-             "commit": git_commit(), "torch": torch.__version__, "python": sys.version.split()[0]}
+    stamp = make_stamp(model_dir.name, "cpu", torch.float32,
+                       {"training": m["train"]["train_config"]["seed"], "evaluation": "none (fixed windows)"})
     out = Path(args.out) if args.out else model_dir / "MODEL_CARD.md"
     write_atomic(out, lambda f: Path(f).write_text(render(m, stamp)))
     write_atomic(out.with_name("card.json"),

@@ -53,6 +53,7 @@ from refdec.errors import LoopcertError
 from refdec.io import DEFAULT_MODEL_DIR, save_model, write_atomic
 from refdec.layers import rope_tables
 from refdec.model import LoopedLM
+from refdec.validate import is_int
 
 DEFAULT_DIR = DEFAULT_MODEL_DIR
 DEFAULT_CKPT = Path("/tmp/loopcert-train")
@@ -105,15 +106,14 @@ class TrainConfig:
             raise LoopcertError(f"TrainConfig.model={self.model!r}: choose one of {sorted(CONFIGS)}")
         for name in ("seq_len", "batch_size", "steps", "backprop_k", "threads", "log_every"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 raise LoopcertError(f"TrainConfig.{name}={v!r}: must be an integer >= 1")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be > 0")
         if not self.depth_sigma >= 0 or not self.mean_depth >= 1:
             raise LoopcertError(f"TrainConfig: mean_depth={self.mean_depth!r} must be >= 1 and "
                                 f"depth_sigma={self.depth_sigma!r} >= 0")
-        if isinstance(self.aux_max_depth, bool) or not isinstance(self.aux_max_depth, int) \
-                or self.aux_max_depth < 0:
+        if not is_int(self.aux_max_depth, 0):
             raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
         if self.seq_len + 1 > CONFIGS[self.model].max_seq_len:
             raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} exceeds the model's max_seq_len")
