@@ -51,7 +51,7 @@ SETTINGS = sp.gate_settings(32)  # the default model's R; the first is the basel
 def test_decode(benchmark, model, prompts, setting, device, mode):
     if setting.draft_depth is not None and setting.draft_depth >= model.cfg.recurrence:
         pytest.skip(f"{setting.label} needs R > {setting.draft_depth}")
-    dec = setting.build(model, device)  # CUDA: graphs on by default
+    dec = Decoder(model, setting, device=device)  # CUDA: graphs on by default
     sampling = MODES[mode]
     last = {}
 
@@ -111,7 +111,7 @@ def test_the_gate_can_fail(model):
     def build(st):
         if st.strategy == "pipelined":
             return Decoder(model, "pipelined", draft_depth=st.draft_depth + 1, second_depth=st.second_depth)
-        return st.build(model)
+        return Decoder(model, st)
 
     cur = gates.measure(model, "default", prompts, plan, build=build, modes=["greedy"])
     bad = gates.failures(gates.compare(cur, {**base, "plan": cur["plan"],

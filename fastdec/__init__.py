@@ -1,7 +1,9 @@
 """fastdec: the static-shape self-speculative decoder for looped LMs (DESIGN.md section 5)."""
 
-from fastdec.decoder import LOSSLESS, STRATEGIES, Decoder, GenerateResult
+from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig, default_draft_depth
+from fastdec.decoder import Decoder, GenerateResult
 from fastdec.engine import WIDTHS, Engine, Lane
 from fastdec.stats import Stats
 
-__all__ = ["LOSSLESS", "STRATEGIES", "WIDTHS", "Decoder", "Engine", "GenerateResult", "Lane", "Stats"]
+__all__ = ["LOSSLESS", "STRATEGIES", "WIDTHS", "DecodeConfig", "Decoder", "Engine", "GenerateResult", "Lane",
+           "Stats", "default_draft_depth"]

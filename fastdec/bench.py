@@ -17,36 +17,36 @@ median is reported. Set OMP_NUM_THREADS=1 for tiny models: threads only add over
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 
 import torch
 
+from fastdec.config import DecodeConfig, default_draft_depth
 from fastdec.decoder import Decoder
 from refdec.errors import LoopcertError
 from refdec.io import load_model
 from refdec.sampling import SamplingParams
 
 
-def settings(d1: int, d2: int | None, rewind: int | None, ahead: int) -> list[tuple[str, dict]]:
-    rows = [("autoregressive", {}),
-            (f"draft-verify d1={d1} k={ahead}", {"strategy": "draft-verify", "draft_depth": d1,
-                                                 "draft_ahead": ahead}),
-            (f"pipelined d1={d1}", {"strategy": "pipelined", "draft_depth": d1})]
+def settings(d1: int, d2: int | None, rewind: int | None, ahead: int) -> list[DecodeConfig]:
+    rows = [DecodeConfig("autoregressive"),
+            DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=ahead),
+            DecodeConfig("pipelined", draft_depth=d1)]
     if d2 is not None:
-        rows.append((f"pipelined d1={d1} d2={d2}", {"strategy": "pipelined", "draft_depth": d1,
-                                                    "second_depth": d2}))
+        rows.append(DecodeConfig("pipelined", draft_depth=d1, second_depth=d2))
     if rewind is not None:
-        rows.append((f"adaptive-verify d1={d1} V={rewind} (LOSSY)",
-                     {"strategy": "adaptive-verify", "draft_depth": d1, "rewind_depth": rewind}))
+        rows.append(DecodeConfig("adaptive-verify", draft_depth=d1, rewind_depth=rewind))
     return rows
 
 
 def bench(model, depth: int, rows, prompt: list[int], n_tokens: int, repeats: int,
           sampling: SamplingParams, device: str = "cpu", fixed_width: int | None = None) -> list[dict]:
     out = []
-    for label, kw in rows:
-        dec = Decoder(model, depth=depth, device=device, fixed_width=fixed_width, **kw)
+    for config in rows:
+        dec = Decoder(model, dataclasses.replace(config, depth=depth), device=device, fixed_width=fixed_width)
+        label = config.label + ("" if config.lossless else " (LOSSY)")
         dec.generate(prompt, n_tokens, sampling, seed=0)  # warm-up (and CUDA graph capture)
         walls, res = [], None
         for r in range(repeats):
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("model", nargs="?", default="tiny-raven")
     p.add_argument("--seed-weights", type=int, default=0)
     p.add_argument("--depth", type=int, default=None, help="target depth R (default the model's)")
-    p.add_argument("--draft-depth", type=int, default=2)
+    p.add_argument("--draft-depth", type=int, default=None, help="d1 (default: max(1, round(R/16)))")
     p.add_argument("--second-depth", type=int, default=None)
     p.add_argument("--rewind-depth", type=int, default=None, help="adds adaptive-verify at this depth")
     p.add_argument("--draft-ahead", type=int, default=4)
@@ -91,7 +91,8 @@ def main(argv=None) -> int:
                 model.adapter.weight[:, :model.cfg.d_model] *= args.damp_state
         depth = args.depth or model.cfg.recurrence
         prompt = [(7 * i + 3) % model.cfg.vocab_size for i in range(args.prompt_len)]
-        rows = bench(model, depth, settings(args.draft_depth, args.second_depth, args.rewind_depth,
+        d1 = args.draft_depth or default_draft_depth(depth)
+        rows = bench(model, depth, settings(d1, args.second_depth, args.rewind_depth,
                                             args.draft_ahead),
                      prompt, args.tokens, args.repeats, SamplingParams(temperature=args.temperature),
                      args.device, args.fixed_width)

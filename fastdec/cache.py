@@ -7,27 +7,35 @@ A looped model has three kinds of attention timelines, each a `Timeline` here:
     coda      one level per readout depth in use (d1, d2, rewind, target: every one of them is
               computed for every committed position, so each coda timeline is complete)
 
-Main line. Keys are indexed by absolute position: `k[level, layer, :, p]` is position p's key.
+Sequences. Every buffer has a leading sequence dimension: row b is one sequence's cache, and
+the sequences of a batch never read each other's rows (each lane reads its own row only).
+
+Main line. Keys are indexed by absolute position: `k[b, level, layer, :, p]` is position p's key.
 Committed positions and the live lanes of the main speculation chain (the first-proposal
 chain: each lane sits at its own position) share it, so a lane at depth r reads its whole
-ancestor path as one slice `k[r-1, layer, :, :S]` masked to positions <= its own, and a
-wavefront of lanes at depths r, r+d1, r+2*d1, ... reads through one strided view: no gather.
-A main-line lane writes straight into its position, so committing it moves `length` and copies
-nothing; rollback drops lane objects: nothing is erased, nothing is copied.
+ancestor path as one slice `k[b, r-1, layer, :, :S]` masked to positions <= its own, and lanes
+whose (row, level) cells are in arithmetic progression (a wavefront at depths r, r+d1, r+2*d1,
+...; one depth across the sequences of a batch) read through one strided view: no gather.
+A main-line lane writes straight into its position, so committing it moves the sequence's
+`length` (held by the sequence, fastdec.strategies) and copies nothing; rollback drops lane
+objects: nothing is erased, nothing is copied. Both are O(1) per sequence.
 
 Side slots. A lane off the main line (a LoopSpec second proposal, which sits at the same
 position as a first-proposal lane) keeps its own rows in `side_k[slot, level, layer]`; it
 reads the main line up to its parent and its own row on top, in a materialised copy (the one
 place a copy happens: its position's main-line row belongs to another lane). When it wins, its
-rows are copied into the main line at its position (`promote`), O(levels) work.
+rows are copied into the main line at its position (`promote`), O(levels) work. Side slots
+belong to one sequence (row) each.
 
-INVARIANT: slots at or past `length` that no live lane has written at that level, side slots
+INVARIANT: slots at or past a sequence's `length` that no live lane has written at that level, side slots
 not owned by a live lane, levels deeper than a lane's depth, and the trash row/slot (where
 padded rows write) are garbage and never influence a result. Every read is masked to
 positions <= the reading lane's position, along its own ancestor path, at its own level.
-`poison` fills exactly those slots with large random garbage so tests can check it bitwise.
+Rows no running sequence owns are garbage too. `poison` fills exactly those slots with large
+random garbage so tests can check it bitwise.
 
-Shapes: levels, layers, KV key/value heads, S attended positions (+1 trash row), D head dim.
+Shapes: B sequence rows, levels, layers, KV key/value heads, S attended positions (+1 trash
+position), D head dim. A (row, level) pair is a *cell*, numbered row * levels + level.
 """
 
 from __future__ import annotations
@@ -36,19 +44,20 @@ import torch
 
 
 class Timeline:
-    """Keys and values of one stack of attention layers at several levels.
+    """Keys and values of one stack of attention layers at several levels, for B sequences.
 
-    k, v:           (levels, layers, KV, S + 1, D)   main line; row S is the trash row
-    side_k, side_v: (n_side + 1, levels, layers, KV, D)   side lanes' own rows; slot n_side is trash
+    k, v:           (B, levels, layers, KV, S + 1, D)   main line; position S is the trash position
+    side_k, side_v: (B, n_side + 1, levels, layers, KV, D)   side lanes' own rows; slot n_side is trash
     """
 
     def __init__(self, levels: int, layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 n_side: int, dtype: torch.dtype, device):
-        self.levels, self.layers, self.capacity, self.n_side = levels, layers, capacity, n_side
-        shape = (levels, layers, kv_heads, capacity + 1, head_dim)
+                 n_side: int, dtype: torch.dtype, device, rows: int = 1):
+        self.levels, self.layers, self.capacity = levels, layers, capacity
+        self.n_side, self.rows = n_side, rows
+        shape = (rows, levels, layers, kv_heads, capacity + 1, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        side = (n_side + 1, levels, layers, kv_heads, head_dim)
+        side = (rows, n_side + 1, levels, layers, kv_heads, head_dim)
         self.side_k = torch.zeros(side, dtype=dtype, device=device)
         self.side_v = torch.zeros(side, dtype=dtype, device=device)
         self.kv_index = torch.arange(kv_heads, device=device)[None, :]  # (1, KV)
@@ -63,121 +72,112 @@ class Timeline:
         return self.n_side
 
     # -- writes (index tensors only: the same code runs inside a CUDA graph) ------------------
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, level: torch.Tensor,
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, level: torch.Tensor,
               main_pos: torch.Tensor, side_slot: torch.Tensor | None) -> None:
-        """k, v (W, KV, D) rows; level, main_pos, side_slot (W,) long.
+        """k, v (W, KV, D) rows; row, level, main_pos, side_slot (W,) long.
 
-        Main rows write at (level, main_pos); side rows have main_pos = trash and write their
-        own slot; padded rows write both trash places. side_slot None: no side rows at all.
+        Main rows write at (row, level, main_pos); side rows have main_pos = trash and write
+        their own slot; padded rows write both trash places. side_slot None: no side rows at all.
         """
         li = self.layer_index[layer]
-        idx = (level[:, None], li, self.kv_index, main_pos[:, None])  # broadcast to (W, KV)
+        r = row[:, None]
+        idx = (r, level[:, None], li, self.kv_index, main_pos[:, None])  # broadcast to (W, KV)
         self.k.index_put_(idx, k)
         self.v.index_put_(idx, v)
         if side_slot is not None:
-            sidx = (side_slot[:, None], level[:, None], li, self.kv_index)
+            sidx = (r, side_slot[:, None], level[:, None], li, self.kv_index)
             self.side_k.index_put_(sidx, k)
             self.side_v.index_put_(sidx, v)
 
     # -- reads ----------------------------------------------------------------------------------
-    def run_view(self, layer: int, level0: int, delta: int, n: int, length: int):
-        """(n, KV, length, D) views of lanes at levels level0 + i*delta (delta >= 0): no copy."""
+    def run_view(self, layer: int, cell0: int, delta: int, n: int, length: int):
+        """(n, KV, length, D) views of lanes in cells cell0 + i*delta (delta >= 0): no copy.
+
+        A cell is (row, level) numbered row * levels + level: a wavefront of one sequence, or
+        one level across sequences, is a single view."""
         out = []
         for t in (self.k, self.v):
-            st = t.stride()
-            out.append(t.as_strided((n, t.shape[2], length, t.shape[4]), (delta * st[0], st[2], st[3], st[4]),
-                                    t.storage_offset() + level0 * st[0] + layer * st[1]))
+            st = t.stride()  # contiguous: st[0] = levels * st[1], so a cell is st[1] elements
+            out.append(t.as_strided((n, t.shape[3], length, t.shape[5]), (delta * st[1], st[3], st[4], st[5]),
+                                    t.storage_offset() + cell0 * st[1] + layer * st[2]))
         return out
 
-    def side_view(self, layer: int, rows: list[tuple[int, int, int]], length: int):
-        """Materialised (n, KV, length, D) keys/values for side lanes (slot, level, pos):
+    def side_view(self, layer: int, rows: list[tuple[int, int, int, int]], length: int):
+        """Materialised (n, KV, length, D) keys/values for side lanes (row, slot, level, pos):
         the main line at the lane's level with the lane's own row at its position."""
         out = []
         for main, side in ((self.k, self.side_k), (self.v, self.side_v)):
             parts = []
-            for slot, level, pos in rows:
-                m = main[level, layer, :, :length].clone()  # (KV, length, D): the documented copy
-                m[:, pos] = side[slot, level, layer]
+            for row, slot, level, pos in rows:
+                m = main[row, level, layer, :, :length].clone()  # (KV, length, D): the documented copy
+                m[:, pos] = side[row, slot, level, layer]
                 parts.append(m)
             out.append(torch.stack(parts))
         return out
 
-    def gather(self, layer: int, level: torch.Tensor, pos: torch.Tensor, side_slot: torch.Tensor,
-               is_side: torch.Tensor, key_pos: torch.Tensor):
+    def gather(self, layer: int, row: torch.Tensor, level: torch.Tensor, pos: torch.Tensor,
+               side_slot: torch.Tensor, is_side: torch.Tensor, key_pos: torch.Tensor):
         """Graph-safe read: (W, KV, S, D) copies selected by index tensors, side rows overlaid
         at their position; key_pos = arange(S). Used under CUDA graphs, where views cannot move."""
         length = key_pos.shape[0]
-        lv = level * self.layers + layer  # flat (level, layer) index, (W,)
+        flat_index = (row * self.levels + level) * self.layers + layer  # flat (row, level, layer), (W,)
         at = ((key_pos[None, :] == pos[:, None]) & is_side[:, None])[:, None, :, None]  # (W, 1, S, 1)
         out = []
         for main, side in ((self.k, self.side_k), (self.v, self.side_v)):
-            flat = main.view(-1, *main.shape[2:])[:, :, :length]  # (levels*layers, KV, length, D)
-            g = flat.index_select(0, lv)
-            own = side[side_slot, level, self.layer_index[layer]]  # (W, KV, D)
+            flat = main.view(-1, *main.shape[3:])[:, :, :length]  # (B*levels*layers, KV, length, D)
+            g = flat.index_select(0, flat_index)
+            own = side[row, side_slot, level, self.layer_index[layer]]  # (W, KV, D)
             out.append(torch.where(at, own[:, :, None, :], g))
         return out
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def promote(self, slot: int, pos: int) -> None:
+    def promote(self, row: int, slot: int, pos: int) -> None:
         """Copy a side lane's rows (every level, every layer) into the main line at `pos`."""
-        self.k[:, :, :, pos] = self.side_k[slot]
-        self.v[:, :, :, pos] = self.side_v[slot]
+        self.k[row, :, :, :, pos] = self.side_k[row, slot]
+        self.v[row, :, :, :, pos] = self.side_v[row, slot]
 
-    def fill_forward(self, pos: int, src: int, dst: list[int]) -> None:
+    def fill_forward(self, row: int, pos: int, src: int, dst: list[int]) -> None:
         """Copy level `src` of position `pos` into levels `dst` (lossy adaptive-verify only)."""
         for d in dst:
-            self.k[d, :, :, pos] = self.k[src, :, :, pos]
-            self.v[d, :, :, pos] = self.v[src, :, :, pos]
+            self.k[row, d, :, :, pos] = self.k[row, src, :, :, pos]
+            self.v[row, d, :, :, pos] = self.v[row, src, :, :, pos]
 
     def poison(self, gen: torch.Generator, scale: float, keep_main: torch.Tensor,
                keep_side: torch.Tensor) -> None:
         """Overwrite every slot not kept with N(0, scale^2) garbage (finite, never NaN: masked
         attention multiplies hidden values by exact zeros, and 0 x NaN would be NaN).
 
-        keep_main (levels, S + 1) bool, keep_side (n_side + 1, levels) bool.
+        keep_main (B, levels, S + 1) bool, keep_side (B, n_side + 1, levels) bool.
         """
-        km = keep_main.to(self.k.device)[:, None, None, :, None]
-        ks = keep_side.to(self.k.device)[:, :, None, None, None]
+        km = keep_main.to(self.k.device)[:, :, None, None, :, None]
+        ks = keep_side.to(self.k.device)[:, :, :, None, None, None]
         for t, keep in ((self.k, km), (self.v, km), (self.side_k, ks), (self.side_v, ks)):
             g = (torch.randn(t.shape, generator=gen, dtype=torch.float64) * scale).to(t.dtype).to(t.device)
             t.copy_(torch.where(keep, t, g))
 
 
 class KVCache:
-    """The three timelines of one model at one capacity, plus the committed length.
+    """The three timelines of one model at one capacity, for `rows` sequences.
 
-    `length`: positions [0, length) are committed and complete at every level of every timeline.
+    Which positions are committed is each sequence's state (its `length`), not the cache's:
+    the cache only holds buffers, and a sequence's rollback never touches them.
     """
 
     def __init__(self, cfg, depth: int, n_readouts: int, capacity: int, n_side: int,
-                 dtype: torch.dtype, device):
+                 dtype: torch.dtype, device, rows: int = 1):
         def tl(levels, layers):
-            return Timeline(levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, dtype, device)
+            return Timeline(levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, dtype, device,
+                            rows)
 
-        self.capacity, self.n_side = capacity, n_side
+        self.capacity, self.n_side, self.rows = capacity, n_side, rows
         self.prelude = tl(1, cfg.n_prelude)
         self.core = tl(depth, cfg.n_core)
         self.coda = tl(n_readouts, cfg.n_coda)
-        self.length = 0
-        self.free_slots = list(range(n_side))
 
     def timelines(self):
         return (self.prelude, self.core, self.coda)
 
-    def reset(self) -> None:
-        """Start a new sequence: O(1), the old contents become garbage (see INVARIANT)."""
-        self.length = 0
-        self.free_slots = list(range(self.n_side))
-
-    def take_slot(self) -> int | None:
-        return self.free_slots.pop(0) if self.free_slots else None
-
-    def free_slot(self, slot: int) -> None:
-        if slot >= 0:
-            self.free_slots.append(slot)
-            self.free_slots.sort()
-
-    def promote(self, slot: int, pos: int) -> None:
+    def promote(self, row: int, slot: int, pos: int) -> None:
         for t in self.timelines():
             if t.layers:
-                t.promote(slot, pos)
+                t.promote(row, slot, pos)

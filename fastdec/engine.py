@@ -18,6 +18,12 @@ reproduces the autoregressive baseline bit for bit (the matmul kernels of this C
 rows for equal widths, W a power of two; not across widths, hence the fixed-width mode). In
 the normal mode a call reads keys up to its last lane's position only, not the capacity.
 
+Sequences. A lane belongs to one sequence (its cache `row`); the lanes of many sequences
+advance in one call and each reads only its own row, so a row's results do not depend on the
+other sequences either. In fixed-width mode every read of a sequence spans its own `span`
+(the capacity it would have decoding alone), so a sequence decoded inside any batch equals
+itself decoded alone, bit for bit (needle-in-batch).
+
 Attention reads the main line through strided views (no copy) in eager mode; under CUDA
 graphs, where a view's offset cannot change between replays, it gathers by index tensors.
 
@@ -28,7 +34,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -44,36 +49,43 @@ PHASES = ("prelude", "recur", "readout")
 
 @dataclass(eq=False)
 class Lane:
-    """One position being deepened. `depth` recurrences done; `h` (1, d) the state at it."""
+    """One position of one sequence being deepened (engine state only: what a strategy knows
+    about a lane is its own, fastdec.strategies.Node). `depth` recurrences done; `h` (1, d)
+    the state at it."""
 
     pos: int
     token: int
+    row: int = 0  # the sequence's cache row
     side: int = -1  # side slot (off the main line), -1 = main line
     depth: int = 0
     h: torch.Tensor | None = None
     e: torch.Tensor | None = None  # (1, d) prelude output, injected at every recurrence
     logits: dict[int, torch.Tensor] = field(default_factory=dict)  # readout depth -> (V,)
-    # strategy bookkeeping (fastdec.strategies)
-    parent: Lane | None = None
-    child: Lane | None = None  # first-proposal child (main line)
-    side_child: Lane | None = None  # second-proposal child (side slot)
-    x1: int | None = None
-    q1: torch.Tensor | None = None
-    x2: int | None = None
-    q2: torch.Tensor | None = None
 
 
 @dataclass
 class Plan:
-    """Host-side layout of one eager call: rows are main lanes sorted by level (split into runs
-    of levels level0 + i*delta, each one strided view), then side lanes, then padding."""
+    """Host-side layout of one eager call: rows are main lanes sorted by (span, cell) (split
+    into runs of cells cell0 + i*delta, each one strided view), then side lanes grouped by
+    span, then padding."""
 
-    runs: list[tuple[int, int, int, int]]  # (first row, rows, level0, delta)
-    side_rows: list[tuple[int, int, int]]  # (slot, level, pos), rows side_start ...
-    side_start: int
+    runs: list[tuple[int, int, int, int, int]]  # (first row, rows, cell0, delta, keys read)
+    side_groups: list[tuple[int, list, int]]  # (first row, [(row, slot, level, pos)], keys read)
     n_real: int
-    read_len: int  # keys read per row: the capacity (fixed width), else the call's last position + 1
+    read_len: int  # the most keys any row reads (fixed width: a span, else the call's last position + 1)
     masked: bool  # some real row sits before position read_len - 1 (else the mask hides nothing)
+
+
+@dataclass
+class CallRecord:
+    """What one engine call was: its phase, padded width, lanes (row order) and, when the
+    caller asked for timing, its wall and CPU seconds."""
+
+    kind: str
+    width: int
+    lanes: list[Lane]
+    wall: float = 0.0
+    cpu: float = 0.0
 
 
 def width_for(n: int, fixed: int | None = None) -> int:
@@ -86,7 +98,7 @@ def width_for(n: int, fixed: int | None = None) -> int:
 
 
 def split_runs(levels: list[int]) -> list[tuple[int, int, int, int]]:
-    """Sorted levels -> maximal runs in arithmetic progression: (start, n, level0, delta)."""
+    """Sorted levels (or cells) -> maximal runs in arithmetic progression: (start, n, level0, delta)."""
     runs, i, m = [], 0, len(levels)
     while i < m:
         j = i
@@ -140,7 +152,8 @@ class Engine:
     """
 
     def __init__(self, model, depth: int, readout_depths, capacity: int, n_side: int = 0,
-                 fixed_width: int | None = None, reads: str = "view", cuda_graphs: bool = False):
+                 fixed_width: int | None = None, reads: str = "view", cuda_graphs: bool = False,
+                 rows: int = 1):
         self.model, self.cfg = model, model.cfg
         self.net = FastModel(model)  # refdec's maths op for op, minus module dispatch (fastdec.fastpath)
         p = next(model.parameters())
@@ -150,8 +163,12 @@ class Engine:
         self.readout_slot = {r: i for i, r in enumerate(self.readout_depths)}
         self.capacity, self.fixed_width = capacity, fixed_width
         self.reads = "gather" if cuda_graphs else reads
+        self.rows = rows
         self.cache = KVCache(self.cfg, depth, len(self.readout_depths), capacity, n_side, self.dtype,
-                             self.device)
+                             self.device, rows)
+        # fixed width: keys read by each row's lanes (the capacity its sequence would decode in
+        # alone; set by the driver), so no sequence's bits depend on another's length
+        self.span = [capacity] * rows
         cd = compute_dtype(self.dtype)
         positions = torch.arange(capacity + 1, device=self.device)
         cos, sin = rope_tables(self.cfg, positions.cpu())  # (S + 1, D/2) float64
@@ -169,67 +186,56 @@ class Engine:
         self._call: _Call | None = None
         self._level_of = {"prelude": lambda ln: 0, "recur": lambda ln: ln.depth,
                           "readout": lambda ln: self.readout_slot[ln.depth]}
-        self.step_hook = None  # tests: called as hook(engine, live lanes) before every step
-        self.time_calls = False  # benchmarks: time every call into call_seconds (syncs CUDA per call)
-        self.prefilled: tuple | None = None  # (prompt, its last position's target logits), see Run.prefill
         self.graphs = None
         if cuda_graphs:
             from fastdec.graphs import CudaGraphs
 
             self.graphs = CudaGraphs(self)
-        self.reset_counters()
-
-    # -- counters ---------------------------------------------------------------------------
-    def reset_counters(self) -> None:
-        self.steps = 0
-        self.lane_steps = 0
-        self.peak_lanes = 0
-        self.steps_per_width: Counter = Counter()  # recur calls per width
-        self.calls: Counter = Counter()  # (phase, width) -> calls
-        self.call_seconds: defaultdict = defaultdict(lambda: [0.0, 0.0])  # (phase, width) -> [wall, cpu]
 
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width)
 
     # -- the step -----------------------------------------------------------------------------
-    def advance(self, lanes, keep=()) -> None:
-        """Every lane in `lanes` advances one recurrence. `keep`: other live lanes (hook only)."""
-        lanes = list(lanes)
-        if self.step_hook is not None:
-            self.step_hook(self, lanes + list(keep))
+    def advance(self, lanes, timed: bool = False) -> list[CallRecord]:
+        """Every lane in `lanes` advances one recurrence -> the calls it took. timed: time each
+        call (syncs CUDA per call; benchmarks)."""
         order = sorted(lanes, key=lambda ln: (ln.pos, ln.side))  # same-level readers after writers
         cap = self.fixed_width or WIDTHS[-1]
+        calls: list[CallRecord] = []
         for i in range(0, len(order), cap):
-            self._advance_chunk(order[i:i + cap])
-        self.steps += 1
-        self.lane_steps += len(lanes)
-        self.peak_lanes = max(self.peak_lanes, len(lanes))
+            self._advance_chunk(order[i:i + cap], calls, timed)
+        return calls
 
-    def _advance_chunk(self, chunk: list[Lane]) -> None:
+    def _advance_chunk(self, chunk: list[Lane], calls: list[CallRecord], timed: bool) -> None:
         new = [ln for ln in chunk if ln.depth == 0]
         if new:
-            order, (e, h0) = self.run_phase("prelude", new)
+            order, (e, h0) = self._timed("prelude", new, calls, timed)
             for i, ln in enumerate(order):
                 ln.e, ln.h = e[i], h0[i]
-        order, (h,) = self.run_phase("recur", chunk)
-        self.steps_per_width[h.shape[0]] += 1
+        order, (h,) = self._timed("recur", chunk, calls, timed)
         for i, ln in enumerate(order):
             ln.h = h[i]
             ln.depth += 1
         outs = [ln for ln in chunk if ln.depth in self.readout_slot]
         if outs:
-            order, (logits,) = self.run_phase("readout", outs)
+            order, (logits,) = self._timed("readout", outs, calls, timed)
             for i, ln in enumerate(order):
                 ln.logits[ln.depth] = logits[i]
 
-    # -- phases -------------------------------------------------------------------------------
-    def level(self, kind: str, lane: Lane) -> int:
-        if kind == "prelude":
-            return 0
-        if kind == "recur":
-            return lane.depth  # computing recurrence depth + 1, stored at level depth
-        return self.readout_slot[lane.depth]
+    def _timed(self, kind: str, lanes: list[Lane], calls: list[CallRecord], timed: bool):
+        if not timed:
+            order, outs = self.run_phase(kind, lanes)
+            calls.append(CallRecord(kind, outs[0].shape[0], order))
+            return order, outs
+        t0, c0 = time.perf_counter(), time.process_time()
+        order, outs = self.run_phase(kind, lanes)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        calls.append(CallRecord(kind, outs[0].shape[0], order, time.perf_counter() - t0,
+                                time.process_time() - c0))
+        return order, outs
 
+    # -- phases -------------------------------------------------------------------------------
     def timeline(self, kind: str) -> Timeline:
         return self.cache.timelines()[PHASES.index(kind)]
 
@@ -242,27 +248,17 @@ class Engine:
         step (the same kernels, the same bits). Outputs are inference tensors: the engine and
         the strategies never update them in place, and Run.commit hands out clones.
         """
-        if self.time_calls:
-            t0, c0 = time.perf_counter(), time.process_time()
         inp, order, plan = self.phase_inputs(kind, lanes, width)
-        w = inp["pos"].shape[0]
-        self.calls[(kind, w)] += 1
         if self.graphs is not None:
             outs = self.graphs.run(kind, inp)
         else:
             outs = self.phase_fn(kind, inp, None if self.reads == "gather" else plan)
-        if self.time_calls:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            acc = self.call_seconds[(kind, w)]
-            acc[0] += time.perf_counter() - t0
-            acc[1] += time.process_time() - c0
         return order, outs
 
     def phase_inputs(self, kind: str, lanes: list[Lane], width: int | None = None):
         """Static-shape inputs (index tensors, states) of one call, and its eager Plan.
 
-        The integer inputs travel as one (4 or 5, W) host tensor, one copy to the device.
+        The integer inputs travel as one (5 or 6, W) host tensor, one copy to the device.
         """
         n = len(lanes)
         w = width if width is not None else self.width(n)
@@ -270,8 +266,23 @@ class Engine:
             raise ValueError(f"{n} lanes in a call of width {w}")
         tl = self.timeline(kind)
         level = self._level_of[kind]
-        main = sorted((ln for ln in lanes if ln.side < 0), key=lambda ln: (level(ln), ln.pos))
-        side = [ln for ln in lanes if ln.side >= 0]
+        nl = tl.levels
+        if self.reads == "gather":  # one key length for every call (graphs)
+            span = None
+            fixed_len = self.capacity
+        elif self.fixed_width is not None:  # each sequence reads its own span: bitwise batch invariance
+            span = self.span.__getitem__
+            fixed_len = None
+        else:
+            span = fixed_len = None
+        if span is None:
+            main = sorted((ln for ln in lanes if ln.side < 0),
+                          key=lambda ln: (ln.row * nl + level(ln), ln.pos))
+            side = [ln for ln in lanes if ln.side >= 0]
+        else:
+            main = sorted((ln for ln in lanes if ln.side < 0),
+                          key=lambda ln: (span(ln.row), ln.row * nl + level(ln), ln.pos))
+            side = sorted((ln for ln in lanes if ln.side >= 0), key=lambda ln: span(ln.row))
         order = main + side if side else main
         levels = [level(ln) for ln in order]
         pad = w - n
@@ -279,24 +290,33 @@ class Engine:
         pos = [ln.pos for ln in order]
         rows = [pos + [0] * pad, levels + [0] * pad,
                 [ln.pos if ln.side < 0 else trash_pos for ln in order] + [trash_pos] * pad,
-                [ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad]
+                [ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad,
+                [ln.row for ln in order] + [0] * pad]
         if kind == "prelude":
             rows.append([ln.token for ln in order] + [0] * pad)
-        ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)  # (4 or 5, W)
-        inp = dict(zip(("pos", "level", "write_pos", "side_slot", "ids"), ints))
+        ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)  # (5 or 6, W)
+        inp = dict(zip(("pos", "level", "write_pos", "side_slot", "row", "ids"), ints))
         if self.reads == "gather":
             inp["is_side"] = inp["side_slot"] != trash_slot
         if kind != "prelude":
             inp["h"] = self._stack([ln.h for ln in order], pad)
             if kind == "recur":
                 inp["e"] = self._stack([ln.e for ln in order], pad)
-        if self.fixed_width is not None or self.reads == "gather":
-            read_len = self.capacity  # one key length for every call: bitwise batch invariance
-        else:
-            read_len = max(pos) + 1 if pos else 1
         nm = len(main)
-        plan = Plan(split_runs(levels[:nm]), [(ln.side, lv, ln.pos) for ln, lv in zip(side, levels[nm:])],
-                    nm, n, read_len, any(p < read_len - 1 for p in pos))
+        cells = [ln.row * nl + lv for ln, lv in zip(main, levels)]
+        sides = [(ln.row, ln.side, lv, ln.pos) for ln, lv in zip(side, levels[nm:])]
+        if span is None:
+            read_len = fixed_len or (max(pos) + 1 if pos else 1)
+            runs = [(a, k, c0, d, read_len) for a, k, c0, d in split_runs(cells)]
+            side_groups = [(nm, sides, read_len)] if sides else []
+        else:
+            runs, side_groups = [], []
+            for a, b, s in _groups([span(ln.row) for ln in main]):
+                runs += [(a + i, k, c0, d, s) for i, k, c0, d in split_runs(cells[a:b])]
+            for a, b, s in _groups([span(ln.row) for ln in side]):
+                side_groups.append((nm + a, sides[a:b], s))
+            read_len = max([r[4] for r in runs] + [g[2] for g in side_groups] + [1])
+        plan = Plan(runs, side_groups, n, read_len, any(p < read_len - 1 for p in pos))
         return inp, order, plan
 
     def _stack(self, rows: list[torch.Tensor], pad: int) -> torch.Tensor:
@@ -318,7 +338,7 @@ class Engine:
             hidden = self.key_pos[None, :plan.read_len] > pos[:, None]  # (W, read_len)
         else:
             hidden = None
-        side_slot = inp["side_slot"] if plan is None or plan.side_rows else None
+        side_slot = inp["side_slot"] if plan is None or plan.side_groups else None
         self._call = _Call(inp, hidden, side_slot, plan)
         attend_for = self._attenders[kind].__getitem__
         try:
@@ -343,40 +363,43 @@ class Engine:
         """
         c = self._call
         inp = c.inp
-        tl.write(layer, k[:, :, 0], v[:, :, 0], inp["level"], inp["write_pos"], c.side_slot)
+        tl.write(layer, k[:, :, 0], v[:, :, 0], inp["row"], inp["level"], inp["write_pos"], c.side_slot)
         if c.plan is None:
-            kk, vv = tl.gather(layer, inp["level"], inp["pos"], inp["side_slot"], inp["is_side"],
+            kk, vv = tl.gather(layer, inp["row"], inp["level"], inp["pos"], inp["side_slot"], inp["is_side"],
                                self.key_pos)
             return attention(q, kk, vv, c.hidden)
         plan, hidden = c.plan, c.hidden
-        s = plan.read_len
-        if len(plan.runs) == 1 and not plan.side_rows and plan.n_real == q.shape[0]:  # the common case
-            kk, vv = tl.run_view(layer, plan.runs[0][2], plan.runs[0][3], plan.n_real, s)
+        if len(plan.runs) == 1 and not plan.side_groups and plan.n_real == q.shape[0]:  # the common case
+            _, n, cell0, delta, s = plan.runs[0]
+            kk, vv = tl.run_view(layer, cell0, delta, n, s)
             return attention(q, kk, vv, hidden)
         pieces = []
-        for start, n, level0, delta in plan.runs:
-            kk, vv = tl.run_view(layer, level0, delta, n, s)
+        for start, n, cell0, delta, s in plan.runs:
+            kk, vv = tl.run_view(layer, cell0, delta, n, s)
             rows = slice(start, start + n)
-            pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows]))
-        if plan.side_rows:
-            a, b = plan.side_start, plan.side_start + len(plan.side_rows)
-            kk, vv = tl.side_view(layer, plan.side_rows, s)
-            pieces.append(attention(q[a:b], kk, vv, None if hidden is None else hidden[a:b]))
+            pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows, :s]))
+        for a, group, s in plan.side_groups:
+            b = a + len(group)
+            kk, vv = tl.side_view(layer, group, s)
+            pieces.append(attention(q[a:b], kk, vv, None if hidden is None else hidden[a:b, :s]))
         if plan.n_real < q.shape[0]:  # padded rows: their output is never used
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
     # -- invariant checking -------------------------------------------------------------------
-    def poison(self, gen: torch.Generator, scale: float, lanes) -> None:
+    def poison(self, gen: torch.Generator, scale: float, lanes, lengths: dict[int, int]) -> None:
         """Fill every cache slot that no live lane or committed position owns with garbage
-        (cache INVARIANT): results must not change by a single bit."""
-        c = self.cache
-        for kind, tl in zip(PHASES, c.timelines()):
+        (cache INVARIANT): results must not change by a single bit.
+
+        lengths: row -> committed length of each running sequence; other rows are all garbage.
+        """
+        for kind, tl in zip(PHASES, self.cache.timelines()):
             if not tl.layers:
                 continue
-            keep_main = torch.zeros(tl.levels, tl.capacity + 1, dtype=torch.bool)
-            keep_main[:, :c.length] = True
-            keep_side = torch.zeros(tl.n_side + 1, tl.levels, dtype=torch.bool)
+            keep_main = torch.zeros(tl.rows, tl.levels, tl.capacity + 1, dtype=torch.bool)
+            for row, length in lengths.items():
+                keep_main[row, :, :length] = True
+            keep_side = torch.zeros(tl.rows, tl.n_side + 1, tl.levels, dtype=torch.bool)
             for ln in lanes:
                 if kind == "prelude":
                     done = [0] if ln.depth >= 1 else []
@@ -385,7 +408,19 @@ class Engine:
                 else:
                     done = [i for r, i in self.readout_slot.items() if r <= ln.depth]
                 if ln.side < 0:
-                    keep_main[done, ln.pos] = True
+                    keep_main[ln.row, done, ln.pos] = True
                 else:
-                    keep_side[ln.side, done] = True
+                    keep_side[ln.row, ln.side, done] = True
             tl.poison(gen, scale, keep_main, keep_side)
+
+
+def _groups(keys: list[int]) -> list[tuple[int, int, int]]:
+    """Sorted keys -> (start, end, key) of each block of equal keys."""
+    out, i = [], 0
+    while i < len(keys):
+        j = i
+        while j < len(keys) and keys[j] == keys[i]:
+            j += 1
+        out.append((i, j, keys[i]))
+        i = j
+    return out

@@ -22,43 +22,87 @@ last_pos = P + max_new_tokens - 1.
 Rewind telemetry (any strategy with rewind_depth): at each rejected first proposal, compare
 argmax p_rewind with argmax p_R at that lane.
 
-RNG: one torch.Generator(seed) on the host; all uniforms are drawn there (refdec.sampling /
-fastdec.accept), never inside the engine, so CUDA graphs never touch it. autoregressive uses
-exactly one uniform per token, like refdec.generate.
+Each strategy is a generator, `Sequence.decode()`: it yields a `Step` (the lanes to advance by
+one recurrence, and the other lanes it keeps alive) and resumes once they have advanced. The
+driver (fastdec.batch) advances the steps of every live sequence of a batch in one engine call;
+a sequence never sees its neighbours. Lanes (fastdec.engine) hold engine state only; what a
+strategy knows about a lane (its proposals, its children) is a `Node` of that strategy.
+
+RNG: one torch.Generator(seed) per sequence, on the host; all uniforms are drawn there
+(refdec.sampling / fastdec.accept), never inside the engine, so CUDA graphs never touch it.
+autoregressive uses exactly one uniform per token, like refdec.generate.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from fastdec.accept import Source, gate_open, greedy_verify, loopspec_verify, residual
-from fastdec.engine import Engine, Lane
+from fastdec.config import DecodeConfig
+from fastdec.engine import Lane
 from fastdec.stats import Stats
 from refdec.sampling import SamplingParams, greedy_token, sample, transform
 
 
-class Run:
-    """State of one generate() call."""
+@dataclass
+class Step:
+    """One request to the driver: advance `lanes` by one recurrence; `keep` are this
+    sequence's other live lanes (they own cache slots: see the cache INVARIANT)."""
 
-    def __init__(self, dec, engine: Engine, prompt: list[int], max_new_tokens: int,
+    lanes: list[Lane]
+    keep: list[Lane]
+
+
+@dataclass(eq=False)
+class Node:
+    """A strategy's view of one lane: its proposals and, in the pipeline, its children."""
+
+    lane: Lane
+    parent: Node | None = None
+    child: Node | None = None  # first-proposal child (main line)
+    side_child: Node | None = None  # second-proposal child (side slot)
+    x1: int | None = None
+    q1: torch.Tensor | None = None
+    x2: int | None = None
+    q2: torch.Tensor | None = None
+
+
+class Sequence:
+    """One sequence being decoded: its prompt, tokens, RNG, stats and committed length.
+
+    Subclasses are the strategies; `decode()` is the whole run as a generator of Steps.
+    row: the cache row (sequence slot) this sequence owns in the engine.
+    prefill_memo: benchmarks (Decoder.reuse_prefill): {row: (prompt, logits)} of prefills this
+    engine holds; None: always prefill.
+    """
+
+    def __init__(self, config: DecodeConfig, cache, row: int, prompt: list[int], max_new_tokens: int,
                  sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool,
-                 reuse_prefill: bool = False):
-        self.dec, self.engine, self.cache = dec, engine, engine.cache
+                 readout_slot: dict[int, int], prefill_memo: dict | None = None):
+        self.cfg, self.cache, self.row = config, cache, row
         self.prompt, self.max_new, self.eos = prompt, max_new_tokens, eos_token_id
-        self.reuse_prefill = reuse_prefill
+        self.readout_slot = readout_slot
+        self.prefill_memo = prefill_memo
         self.sampling = sampling
-        self.draft_params = sampling if dec.draft_filter else SamplingParams(temperature=sampling.temperature)
+        unfiltered = SamplingParams(temperature=sampling.temperature)
+        self.draft_params = sampling if config.draft_filter else unfiltered
         self.greedy = sampling.greedy
         self.gen = torch.Generator().manual_seed(seed)
-        self.R, self.d1, self.d2, self.rw = dec.depth, dec.draft_depth, dec.second_depth, dec.rewind_depth
-        self.telemetry = dec.telemetry_depths
+        self.R, self.d1 = config.depth, config.draft_depth
+        self.d2, self.rw = config.second_depth, config.rewind_depth
         self.last_pos = len(prompt) + max_new_tokens - 1
         self.tokens: list[int] = []
         self.target_logits: list[torch.Tensor] | None = [] if keep_logits else None
-        d1 = dec.draft_depth if dec.strategy != "autoregressive" else None
-        self.stats = Stats(dec.strategy, dec.depth, d1, dec.second_depth)
+        self.stats = Stats(config.strategy, config.depth, config.draft_depth, config.second_depth)
+        self.length = 0  # committed positions [0, length) in this sequence's cache row
+        self.free_slots = list(range(config.n_side))  # this sequence's side slots
+        self.prefilling = True
+        self.done = False
+        self.t0 = self.c0 = 0.0
 
     # -- laws and draws -------------------------------------------------------------------------
     def target_law(self, logits: torch.Tensor) -> torch.Tensor:
@@ -69,6 +113,9 @@ class Run:
 
     def draw(self, law: torch.Tensor) -> int:
         return int(torch.argmax(law)) if self.greedy else sample(law, self.gen)
+
+    def lane(self, pos: int, token: int, side: int = -1) -> Lane:
+        return Lane(pos, token, row=self.row, side=side)
 
     def commit(self, token: int, source: Source, logits: torch.Tensor) -> bool:
         """Append a token; True when generation is over (max_new_tokens or EOS)."""
@@ -85,218 +132,246 @@ class Run:
             self.target_logits.append(logits.detach().cpu().clone())  # a normal tensor (Engine.run_phase)
         return len(self.tokens) >= self.max_new or token == self.eos
 
-    def verify(self, lane: Lane, logits: torch.Tensor) -> tuple[int, Source]:
-        """Cascade verification of lane's proposals (x1, then x2 if any) against `logits`."""
+    def verify(self, node: Node, logits: torch.Tensor) -> tuple[int, Source]:
+        """Cascade verification of node's proposals (x1, then x2 if any) against `logits`."""
         s = self.stats
         if self.greedy:
-            props = (lane.x1,) if lane.x2 is None else (lane.x1, lane.x2)
+            props = (node.x1,) if node.x2 is None else (node.x1, node.x2)
             tok, src = greedy_verify(greedy_token(logits), props)
         else:
-            tok, src = loopspec_verify(self.target_law(logits), lane.x1, lane.q1, lane.x2, lane.q2,
+            tok, src = loopspec_verify(self.target_law(logits), node.x1, node.q1, node.x2, node.q2,
                                        rng=self.gen)
         s.proposals += 1
         if src == Source.FIRST:
             s.accepted += 1
         else:
+            lg = node.lane.logits
             if self.rw is not None:
                 s.rewind_checks += 1
-                s.rewind_hits += int(greedy_token(lane.logits[self.rw]) == greedy_token(lane.logits[self.R]))
-            if self.telemetry:
-                target = greedy_token(lane.logits[self.R])
-                for d in self.telemetry:
+                s.rewind_hits += int(greedy_token(lg[self.rw]) == greedy_token(lg[self.R]))
+            if self.cfg.telemetry_depths:
+                target = greedy_token(lg[self.R])
+                for d in self.cfg.telemetry_depths:
                     c = s.rewind_at.setdefault(d, [0, 0])
                     c[0] += 1
-                    c[1] += int(greedy_token(lane.logits[d]) == target)
+                    c[1] += int(greedy_token(lg[d]) == target)
         return tok, src
 
+    def take_slot(self) -> int | None:
+        return self.free_slots.pop(0) if self.free_slots else None
+
+    def free_slot(self, slot: int) -> None:
+        if slot >= 0:
+            self.free_slots.append(slot)
+            self.free_slots.sort()
+
     # -- the whole call ---------------------------------------------------------------------------
-    def run(self) -> tuple[list[int], Stats]:
-        t0, c0 = time.perf_counter(), time.process_time()
-        s = self.stats
-        self.cache.reset()
-        self.engine.reset_counters()
+    def decode(self) -> Iterator[Step]:
+        """Prefill, then the strategy, until max_new_tokens or EOS; `done` is set at the end."""
         if self.max_new > 0:
-            first = self.prefill()
-            s.prefill_seconds, s.prefill_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+            first = yield from self.prefill()
+            self.prefilling = False
+            s = self.stats
+            s.prefill_seconds = time.perf_counter() - self.t0
+            s.prefill_cpu_seconds = time.process_time() - self.c0
             if not first:
-                getattr(self, self.dec.strategy.replace("-", "_"))()
-        e = self.engine
-        s.steps, s.lane_steps, s.peak_lanes = e.steps, e.lane_steps, e.peak_lanes
-        s.steps_per_width = dict(sorted(e.steps_per_width.items()))
-        for (phase, width), n in sorted(e.calls.items()):
-            s.calls.setdefault(phase, {})[width] = n
-        for (phase, width), secs in sorted(e.call_seconds.items()):
-            s.call_seconds.setdefault(phase, {})[width] = list(secs)
-        if self.dec.strategy == "pipelined":  # runs of accepted proposals between rejections
+                yield from self.run()
+        self.prefilling = False
+        self.finish()
+
+    def finish(self) -> None:
+        s = self.stats
+        if self.cfg.strategy == "pipelined":  # runs of accepted proposals between rejections
             s.rounds = s.rejections + 1 if s.proposals else 0
-        s.seconds, s.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-        return self.tokens, s
+        s.steps_per_width = dict(sorted(s.steps_per_width.items()))
+        s.calls = {p: dict(sorted(per.items())) for p, per in sorted(s.calls.items())}
+        s.call_seconds = {p: dict(sorted(per.items())) for p, per in sorted(s.call_seconds.items())}
+        s.seconds, s.cpu_seconds = time.perf_counter() - self.t0, time.process_time() - self.c0
+        self.done = True
 
-    def prefill(self) -> bool:
-        """Positions 0..P-1 to depth R; the first token from p_R at P-1.
+    def prefill(self) -> Iterator[Step]:
+        """Positions 0..P-1 to depth R; the first token from p_R at P-1. Returns True when done.
 
-        reuse_prefill: decoding writes positions >= P only, so after a prefill of this very
-        prompt on this engine (`Engine.prefilled`, set by every prefill) rows 0..P-1 still hold
-        it: skip the work (benchmarks; the model must not have changed in between).
+        prefill_memo (benchmarks): decoding writes positions >= P only, so after a prefill of
+        this very prompt in this cache row, rows 0..P-1 still hold it: skip the work (the
+        model must not have changed in between).
         """
         key = tuple(self.prompt)
-        if self.reuse_prefill and self.engine.prefilled is not None and self.engine.prefilled[0] == key:
-            lg = self.engine.prefilled[1]
+        memo = self.prefill_memo
+        if memo is not None and memo.get(self.row, (None,))[0] == key:
+            lg = memo[self.row][1]
         else:
-            self.engine.prefilled = None
-            lanes = [Lane(p, t) for p, t in enumerate(self.prompt)]
+            if memo is not None:
+                memo.pop(self.row, None)
+            lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
             for _ in range(self.R):
-                self.engine.advance(lanes)
-            self.stats.prefill_steps = self.engine.steps
+                yield Step(lanes, [])
             lg = lanes[-1].logits[self.R]
-            self.engine.prefilled = (key, lg)
-        self.cache.length = len(self.prompt)
-        self.engine.reset_counters()
+            if memo is not None:
+                memo[self.row] = (key, lg)
+        self.length = len(self.prompt)
         return self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg)
 
-    # -- strategies -------------------------------------------------------------------------------
-    def autoregressive(self) -> None:
-        pos = self.last_committed_pos()
-        while True:
-            lane = Lane(pos, self.tokens[-1])
-            for _ in range(self.R):
-                self.engine.advance([lane])
-            lg = lane.logits[self.R]
-            self.cache.length = pos + 1
-            if self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg):
-                return
-            pos += 1
+    def run(self) -> Iterator[Step]:
+        raise NotImplementedError  # each strategy below
 
     def last_committed_pos(self) -> int:
         return len(self.prompt) + len(self.tokens) - 1
 
-    def draft_round(self, pos: int) -> list[Lane]:
-        """Draft k tokens one after another at d1: lanes pos .. pos+k-1, each with x1/q1 set."""
-        k = min(self.dec.draft_ahead, self.last_pos - pos)
-        lanes: list[Lane] = []
+
+
+class Autoregressive(Sequence):
+    def run(self) -> Iterator[Step]:
+        pos = self.last_committed_pos()
+        while True:
+            lane = self.lane(pos, self.tokens[-1])
+            for _ in range(self.R):
+                yield Step([lane], [])
+            lg = lane.logits[self.R]
+            self.length = pos + 1
+            if self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg):
+                return
+            pos += 1
+
+
+class DraftVerify(Sequence):
+    def draft_round(self, pos: int) -> Iterator[Step]:
+        """Draft k tokens one after another at d1: nodes pos .. pos+k-1, each with x1/q1 set."""
+        k = min(self.cfg.draft_ahead, self.last_pos - pos)
+        nodes: list[Node] = []
         token = self.tokens[-1]
         for j in range(k):
-            lane = Lane(pos + j, token)
+            node = Node(self.lane(pos + j, token))
             for _ in range(self.d1):
-                self.engine.advance([lane], keep=lanes)
-            lanes.append(lane)
-            lane.q1 = self.draft_law(lane.logits[self.d1])
-            lane.x1 = token = self.draw(lane.q1)
-        return lanes
+                yield Step([node.lane], [n.lane for n in nodes])
+            nodes.append(node)
+            node.q1 = self.draft_law(node.lane.logits[self.d1])
+            node.x1 = token = self.draw(node.q1)
+        return nodes
 
-    def deepen(self, lanes: list[Lane], to: int) -> None:
+    def deepen(self, nodes: list[Node], to: int) -> Iterator[Step]:
+        lanes = [n.lane for n in nodes]
         while lanes and lanes[0].depth < to:
-            self.engine.advance(lanes)
+            yield Step(lanes, [])
 
-    def verify_in_order(self, lanes: list[Lane]) -> bool:
-        """Verify lanes (all at depth R) first to last, stopping at the first rejection."""
-        for lane in lanes:
-            lg = lane.logits[self.R]
-            tok, src = self.verify(lane, lg)
-            self.cache.length = lane.pos + 1
+    def verify_in_order(self, nodes: list[Node]) -> bool:
+        """Verify nodes (all at depth R) first to last, stopping at the first rejection."""
+        for node in nodes:
+            lg = node.lane.logits[self.R]
+            tok, src = self.verify(node, lg)
+            self.length = node.lane.pos + 1
             if self.commit(tok, src, lg):
                 return True
             if src != Source.FIRST:
                 return False
         return False
 
-    def draft_verify(self) -> None:
+    def run(self) -> Iterator[Step]:
         while True:
-            lanes = self.draft_round(self.last_committed_pos())
-            self.deepen(lanes, self.R)
+            nodes = yield from self.draft_round(self.last_committed_pos())
+            yield from self.deepen(nodes, self.R)
             self.stats.rounds += 1
-            if self.verify_in_order(lanes):
+            if self.verify_in_order(nodes):
                 return
 
-    def adaptive_verify(self) -> None:
-        """LOSSY (module docstring): accept at depth V, go on to R only after a disagreement."""
-        v = self.dec.verify_depth
-        readouts = self.engine.readout_slot
+
+class AdaptiveVerify(DraftVerify):
+    """LOSSY (module docstring): accept at depth V, go on to R only after a disagreement."""
+
+    def run(self) -> Iterator[Step]:
+        v = self.cfg.verify_depth
+        readouts = self.readout_slot
         for_core = list(range(v, self.R))  # levels of depths v+1 .. R
         for_coda = [readouts[r] for r in readouts if r > v]
         while True:
-            lanes = self.draft_round(self.last_committed_pos())
-            self.deepen(lanes, v)
+            nodes = yield from self.draft_round(self.last_committed_pos())
+            yield from self.deepen(nodes, v)
             self.stats.rounds += 1
             j = 0
-            for j, lane in enumerate(lanes):  # noqa: B007 (j is where escalation starts)
-                lg = lane.logits[v]
+            for j, node in enumerate(nodes):  # noqa: B007 (j is where escalation starts)
+                lg = node.lane.logits[v]
                 if self.greedy:
-                    ok = greedy_token(lg) == lane.x1
+                    ok = greedy_token(lg) == node.x1
                 else:
-                    _, src = loopspec_verify(self.target_law(lg), lane.x1, lane.q1, rng=self.gen)
+                    _, src = loopspec_verify(self.target_law(lg), node.x1, node.q1, rng=self.gen)
                     ok = src == Source.FIRST
                 if not ok:
                     break
                 self.stats.proposals += 1
                 self.stats.accepted += 1
-                self.cache.core.fill_forward(lane.pos, v - 1, for_core)
+                pos = node.lane.pos
+                self.cache.core.fill_forward(self.row, pos, v - 1, for_core)
                 if self.cache.coda.layers:
-                    self.cache.coda.fill_forward(lane.pos, readouts[v], for_coda)
-                self.cache.length = lane.pos + 1
-                if self.commit(lane.x1, Source.FIRST, lg):
+                    self.cache.coda.fill_forward(self.row, pos, readouts[v], for_coda)
+                self.length = pos + 1
+                if self.commit(node.x1, Source.FIRST, lg):
                     return
             else:
                 continue
             self.stats.escalations += 1
-            rest = lanes[j:]
-            self.deepen(rest, self.R)
+            rest = nodes[j:]
+            yield from self.deepen(rest, self.R)
             if self.verify_in_order(rest):
                 return
 
-    def pipelined(self) -> None:
-        front = Lane(self.last_committed_pos(), self.tokens[-1])
-        self.live = [front]
-        self.front = front
+
+class Pipelined(Sequence):
+    """LoopSpec: the live tree of nodes; `front` is the oldest, the next to be verified."""
+
+    def run(self) -> Iterator[Step]:
+        self.front = Node(self.lane(self.last_committed_pos(), self.tokens[-1]))
+        self.live: list[Node] = [self.front]
         while True:
-            self.engine.advance(self.live)
-            for lane in sorted((ln for ln in self.live if ln.side < 0), key=lambda ln: ln.pos):
-                if lane.depth == self.d1:
-                    self.propose_first(lane)
-                if self.d2 is not None and lane.depth == self.d2:
-                    self.propose_second(lane)
-            if self.front.depth == self.R and self.verify_front():
+            yield Step([n.lane for n in self.live], [])
+            for node in sorted((n for n in self.live if n.lane.side < 0), key=lambda n: n.lane.pos):
+                if node.lane.depth == self.d1:
+                    self.propose_first(node)
+                if self.d2 is not None and node.lane.depth == self.d2:
+                    self.propose_second(node)
+            if self.front.lane.depth == self.R and self.verify_front():
                 return
 
-    def propose_first(self, lane: Lane) -> None:
-        lane.q1 = self.draft_law(lane.logits[self.d1])
-        lane.x1 = self.draw(lane.q1)
-        if lane.pos + 1 < self.last_pos:  # a child at pos+1 is needed iff pos+1 <= last_pos-1
-            lane.child = Lane(lane.pos + 1, lane.x1, parent=lane)
-            self.live.append(lane.child)
+    def propose_first(self, node: Node) -> None:
+        node.q1 = self.draft_law(node.lane.logits[self.d1])
+        node.x1 = self.draw(node.q1)
+        pos = node.lane.pos
+        if pos + 1 < self.last_pos:  # a child at pos+1 is needed iff pos+1 <= last_pos-1
+            node.child = Node(self.lane(pos + 1, node.x1), parent=node)
+            self.live.append(node.child)
 
-    def propose_second(self, lane: Lane) -> None:
+    def propose_second(self, node: Node) -> None:
         """LoopSpec's gated residual second proposal (DESIGN.md section 4)."""
-        p2 = self.draft_law(lane.logits[self.d2])
+        p2 = self.draft_law(node.lane.logits[self.d2])
         self.stats.gate_checks += 1
-        if not gate_open(p2, lane.q1, lane.x1, self.dec.gate):
+        if not gate_open(p2, node.q1, node.x1, self.cfg.gate):
             return
         self.stats.gate_opens += 1
-        lane.q2, _ = residual(p2, lane.q1)  # not None: the gate is closed when q2 has no mass
-        lane.x2 = self.draw(lane.q2)
-        if lane.pos + 1 < self.last_pos:
-            slot = self.cache.take_slot()
+        node.q2, _ = residual(p2, node.q1)  # not None: the gate is closed when q2 has no mass
+        node.x2 = self.draw(node.q2)
+        pos = node.lane.pos
+        if pos + 1 < self.last_pos:
+            slot = self.take_slot()
             if slot is not None:
-                lane.side_child = Lane(lane.pos + 1, lane.x2, side=slot, parent=lane)
-                self.live.append(lane.side_child)
+                node.side_child = Node(self.lane(pos + 1, node.x2, side=slot), parent=node)
+                self.live.append(node.side_child)
 
-    def prune(self, lane: Lane | None) -> None:
-        """Drop a lane and its subtree: pointer work only (cache INVARIANT)."""
-        stack = [lane]
+    def prune(self, node: Node | None) -> None:
+        """Drop a node and its subtree: pointer work only (cache INVARIANT)."""
+        stack = [node]
         while stack:
-            ln = stack.pop()
-            if ln is None:
+            n = stack.pop()
+            if n is None:
                 continue
-            self.live.remove(ln)
-            self.cache.free_slot(ln.side)
-            stack += [ln.child, ln.side_child]
+            self.live.remove(n)
+            self.free_slot(n.lane.side)
+            stack += [n.child, n.side_child]
 
     def verify_front(self) -> bool:
         front = self.front
-        lg = front.logits[self.R]
+        lg = front.lane.logits[self.R]
         tok, src = self.verify(front, lg)
         self.live.remove(front)
-        self.cache.length = front.pos + 1
+        self.length = front.lane.pos + 1
         if self.commit(tok, src, lg):
             return True
         first, second = front.child, front.side_child
@@ -308,20 +383,25 @@ class Run:
             self.prune(first)
             new = second
             if new is not None:
-                self.cache.promote(new.side, new.pos)
-                self.cache.free_slot(new.side)
-                new.side = -1
+                self.cache.promote(self.row, new.lane.side, new.lane.pos)
+                self.free_slot(new.lane.side)
+                new.lane.side = -1
         else:
             self.prune(first)
             self.prune(second)
         if new is None:  # restart (or a proposal that had no lane): refill from depth 0
-            new = Lane(front.pos + 1, tok)
+            new = Node(self.lane(front.lane.pos + 1, tok))
             self.live.append(new)
         new.parent = None
         self.front = new
-        if src == Source.SECOND and new.depth > 0:  # catch up on proposals made while on the side
-            if new.depth >= self.d1:
+        depth = new.lane.depth
+        if src == Source.SECOND and depth > 0:  # catch up on proposals made while on the side
+            if depth >= self.d1:
                 self.propose_first(new)
-            if self.d2 is not None and new.depth >= self.d2:
+            if self.d2 is not None and depth >= self.d2:
                 self.propose_second(new)
         return False
+
+
+STRATEGY = {"autoregressive": Autoregressive, "draft-verify": DraftVerify, "pipelined": Pipelined,
+            "adaptive-verify": AdaptiveVerify}

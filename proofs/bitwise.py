@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fastdec.config import DecodeConfig
 from proofs.candidates import Candidate, fastdec_candidate
 from proofs.progress import Progress
 from proofs.protocol import run_generate
@@ -27,7 +28,7 @@ def check_bitwise(name: str, candidates: Sequence[Candidate], model32, prompts: 
     if not able:
         return CheckResult(name, 0, 0, True, {"skipped": "the candidate has no fixed-width mode "
                                                          "(only fastdec's engine does)"})
-    baseline = fastdec_candidate("autoregressive", strategy="autoregressive")
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
     baseline = baseline.build(model32, fixed_width=width)
     greedy = SamplingParams()
     base = {tuple(p): run_generate(baseline, p, n_tokens, greedy, 0) for p in prompts}

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 import refdec
+from fastdec.config import DecodeConfig
 from proofs import mutants as mutant_lib
 from proofs.bitwise import check_bitwise
 from proofs.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid, user_candidate
@@ -297,7 +298,7 @@ class CertifyRun:
     # -- 6. speed --------------------------------------------------------------------------------
     def speed(self) -> CheckResult:
         model = self.model_dt if self.model_dt is not None else self.model64
-        baseline = fastdec_candidate("autoregressive", strategy="autoregressive")
+        baseline = fastdec_candidate(DecodeConfig("autoregressive"))
         if not _has_fastdec():
             baseline = self.user
         return check_speed("speed", self.candidates, baseline, model, self.prompts(self.plan.speed_prompts),

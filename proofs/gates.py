@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from fastdec import Decoder
 from proofs.result import CheckResult, _plain
 from proofs.speedup import (
     BASELINE,
@@ -111,7 +112,7 @@ def measure(
     settings = list(settings or gate_settings(model.cfg.recurrence))
     if settings[0].label != BASELINE:
         raise LoopcertError(f"the first gate setting must be {BASELINE!r}, got {settings[0].label!r}")
-    build = build or (lambda st: st.build(model, device))
+    build = build or (lambda st: Decoder(model, st, device=device))
     prompts = [tuple(p)[-plan.prompt_len :] for p in prompts[: plan.prompts]]
     clock = "wall" if torch.device(device).type == "cuda" else "cpu"
     load = {"start": loadavg()}

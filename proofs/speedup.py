@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastdec import Decoder, Engine, Lane, Stats
+from fastdec import DecodeConfig, Decoder, Engine, Lane, Stats
 from proofs.progress import Progress
 from proofs.protocol import tokens_of
 from proofs.stamp import stamp
@@ -71,44 +71,7 @@ COUNTS = (
 )
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One strategy setting; `label` names it in every table, JSON file and baseline."""
-
-    strategy: str
-    draft_depth: int | None = None
-    second_depth: int | None = None
-    draft_ahead: int | None = None  # draft-verify / adaptive-verify
-    verify_depth: int | None = None  # adaptive-verify (lossy)
-
-    @property
-    def label(self) -> str:
-        s = self.strategy
-        if s == "autoregressive":
-            return s
-        out = f"{s} d1={self.draft_depth}"
-        if self.second_depth is not None:
-            out += f" d2={self.second_depth}"
-        if self.draft_ahead is not None:
-            out += f" k={self.draft_ahead}"
-        if self.verify_depth is not None:
-            out += f" V={self.verify_depth}"
-        return out
-
-    def kwargs(self) -> dict:
-        kw = {"strategy": self.strategy}
-        if self.draft_depth is not None:
-            kw["draft_depth"] = self.draft_depth
-        if self.second_depth is not None:
-            kw["second_depth"] = self.second_depth
-        if self.draft_ahead is not None:
-            kw["draft_ahead"] = self.draft_ahead
-        if self.verify_depth is not None:
-            kw["rewind_depth"] = self.verify_depth
-        return kw
-
-    def build(self, model, device="cpu", **extra) -> Decoder:
-        return Decoder(model, device=device, **self.kwargs(), **extra)
+Setting = DecodeConfig  # a bench setting is a fastdec.DecodeConfig; its label names it everywhere
 
 
 def grid(R: int, quick: bool) -> list[Setting]:
@@ -116,12 +79,13 @@ def grid(R: int, quick: bool) -> list[Setting]:
     proposal); full mode adds more points and the lossy adaptive-verify. Depths >= R drop out."""
     out = [Setting("autoregressive")]
     dv = [(4, 4)] if quick else [(2, 4), (4, 4), (2, 8), (4, 8)]
-    out += [Setting("draft-verify", d1, draft_ahead=k) for d1, k in dv if d1 < R]
+    out += [Setting("draft-verify", draft_depth=d1, draft_ahead=k) for d1, k in dv if d1 < R]
     d1s = (1, 2, 4) if quick else (1, 2, 3, 4, 6)
     d2s = (None, 8, 16) if quick else (None, 4, 6, 8, 12, 16, 24)
-    out += [Setting("pipelined", a, b) for a in d1s for b in d2s if a < R and (b is None or a < b < R)]
+    out += [Setting("pipelined", draft_depth=a, second_depth=b)
+            for a in d1s for b in d2s if a < R and (b is None or a < b < R)]
     if not quick and 2 < R // 4 < R:
-        out.append(Setting("adaptive-verify", 2, draft_ahead=4, verify_depth=R // 4))
+        out.append(Setting("adaptive-verify", draft_depth=2, draft_ahead=4, rewind_depth=R // 4))
     return out
 
 
@@ -129,12 +93,12 @@ def gate_settings(R: int) -> list[Setting]:
     """The few settings the regression gates time (proofs.gates)."""
     out = [Setting("autoregressive")]
     if 4 < R:
-        out.append(Setting("draft-verify", 4, draft_ahead=4))
+        out.append(Setting("draft-verify", draft_depth=4, draft_ahead=4))
     d1 = 2 if 2 < R else 1
-    out.append(Setting("pipelined", d1))
+    out.append(Setting("pipelined", draft_depth=d1))
     d2 = min(8, R - 1)
     if d1 < d2:
-        out.append(Setting("pipelined", d1, d2))
+        out.append(Setting("pipelined", draft_depth=d1, second_depth=d2))
     return out
 
 
@@ -313,8 +277,6 @@ def step_costs(engine: Engine, context: int, keys: Sequence[tuple[str, int]], ca
                 engine.run_phase(kind, lanes)
             _sync(engine.device)
             out[(kind, w)] = ((time.perf_counter() - t0) / calls, (time.process_time() - c0) / calls)
-    engine.reset_counters()
-    engine.prefilled = None  # the probe wrote rows a saved prefill may own
     return out
 
 
@@ -461,7 +423,8 @@ def context_sweep(
     c = {"wall": 0, "cpu": 1}[clock]
     d1 = setting.draft_depth or R
     w = next(x for x in (1, 2, 4, 8, 16, 32, 64) if x >= -(-R // d1))
-    base, fast = Setting("autoregressive").build(model, device), setting.build(model, device)
+    base = Decoder(model, Setting("autoregressive"), device=device)
+    fast = Decoder(model, setting, device=device)
     for dec in (base, fast):  # one prefill per context length and decoder, not one per round
         dec.reuse_prefill = True
     seq = long_sequence(prompts, max(lengths))
@@ -472,6 +435,7 @@ def context_sweep(
         t = time_runs({BASELINE: base, setting.label: fast}, [seq[:L]], n_tokens, repeats, GREEDY, seed)
         eng = fast.engine(L + n_tokens)
         cost = step_costs(eng, L, [("recur", 1), ("recur", w)], calls=16)
+        fast.forget_prefills()  # the probe wrote rows a saved prefill may own
         b, f = t[BASELINE], t[setting.label]
         rows.append(
             {
@@ -626,7 +590,7 @@ def telemetry(model, settings: Sequence[Setting], prompts, n_tokens: int, device
     for st in settings:
         if st.strategy == "autoregressive":
             continue
-        dec = st.build(model, device, telemetry_depths=rewind_depths(R))
+        dec = Decoder(model, dataclasses.replace(st, telemetry_depths=rewind_depths(R)), device=device)
         stats = [dec.generate(list(p), n_tokens, GREEDY, i).stats for i, p in enumerate(prompts)]
         out[st.label] = aggregate(stats)["rewind_at"]
     return out
@@ -663,7 +627,7 @@ def bench(
     every_prompt = [tuple(p) for p in prompts]  # the context sweep lays them all end to end
     prompts = [tuple(p)[-plan.prompt_len :] for p in prompts[: plan.prompts]]
     settings = grid(R, plan.mode == "quick")
-    decoders = {st.label: st.build(model, device) for st in settings}
+    decoders = {st.label: Decoder(model, st, device=device) for st in settings}
     if naive is not None:
         decoders[NAIVE] = naive
     say(
@@ -698,7 +662,7 @@ def bench(
     samp_settings = gate_settings(R)
     samp = time_runs(
         {
-            st.label: decoders[st.label] if st.label in decoders else st.build(model, device)
+            st.label: decoders[st.label] if st.label in decoders else Decoder(model, st, device=device)
             for st in samp_settings
         },
         prompts,
@@ -714,7 +678,9 @@ def bench(
     say("context sweep")
     best = theorem2.get("measured_best", {})
     sweep_setting = (
-        Setting("pipelined", best.get("d1", 2), best.get("d2")) if best else Setting("pipelined", 2)
+        Setting("pipelined", draft_depth=best.get("d1", 2), second_depth=best.get("d2"))
+        if best
+        else Setting("pipelined", draft_depth=2)
     )
     sweep = context_sweep(
         model,

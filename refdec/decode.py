@@ -22,7 +22,8 @@ def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
         )
     if not isinstance(sampling, SamplingParams):
         raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
-    check_int("seed", seed, 0)
+    if check_int("seed", seed, 0) >= 2**64:
+        raise LoopcertError(f"seed must be < 2**64 (a torch.Generator seed), got {seed!r}")
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
 
 

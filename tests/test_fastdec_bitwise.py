@@ -68,13 +68,11 @@ def test_fast_mode_is_not_bitwise_so_the_check_can_fail(name):
 def poisoner(seed: int, scale: float = 1e4, hit_committed: bool = False):
     gen = torch.Generator().manual_seed(seed)
 
-    def hook(engine, lanes):
+    def hook(engine, lanes, lengths):
         if hit_committed:  # negative control: pretend nothing is committed
-            length, engine.cache.length = engine.cache.length, 0
-            engine.poison(gen, scale, [])
-            engine.cache.length = length
+            engine.poison(gen, scale, [], {})
         else:
-            engine.poison(gen, scale, lanes)
+            engine.poison(gen, scale, lanes, lengths)
     return hook
 
 

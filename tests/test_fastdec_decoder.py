@@ -212,6 +212,23 @@ def test_cli_speculate_prints_tokens_then_stats(capsys):
     assert out[0] == " ".join(map(str, want))
 
 
+@pytest.mark.parametrize("flags", [
+    ["--draft-depth", "1", "--depth", "6", "--second-depth", "3", "--rewind-depth", "4"],
+    # the seed's names, kept as aliases
+    ["--draft-loops", "1", "--verify-loops", "6", "--second-loops", "3", "--rewind-L", "4"],
+])
+def test_cli_speculate_flags_are_named_like_the_api(capsys, flags):
+    rc = main(["speculate", "tiny-raven", "--prompt-ids", "1", "2", "3", "--max-new-tokens", "5",
+               "--strategy", "pipelined", "--draft-ahead", "2", *flags])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    stats = dict(line.split(": ", 1) for line in out[1:])
+    assert (stats["depth"], stats["draft_depth"], stats["second_depth"]) == ("6", "1", "3")
+    assert int(stats["rewind_checks"]) == int(stats["rejections"])
+    want = Decoder(model_for(), "pipelined", draft_depth=1, depth=6, second_depth=3).generate([1, 2, 3], 5)
+    assert out[0] == " ".join(map(str, want.tokens))
+
+
 def test_cli_speculate_pipelined_sampling_and_errors(capsys):
     rc = main(["speculate", "tiny-ouro", "--prompt-ids", "1", "2", "--strategy", "pipelined",
                "--draft-loops", "1", "--second-loops", "2", "--gate", "off", "--temperature", "0.9",

@@ -62,9 +62,9 @@ def test_masked_garbage_is_never_seen():
     assert torch.equal(attention(q, k2, v2, hidden), out)
 
 
-def _timeline(levels=5, layers=2, n_side=2, seed=0):
+def _timeline(levels=5, layers=2, n_side=2, seed=0, rows=3):
     tl = Timeline(levels, layers, kv_heads=2, head_dim=4, capacity=16, n_side=n_side,
-                  dtype=torch.float32, device="cpu")
+                  dtype=torch.float32, device="cpu", rows=rows)
     g = torch.Generator().manual_seed(seed)
     for t in (tl.k, tl.v, tl.side_k, tl.side_v):
         t.copy_(torch.randn(t.shape, generator=g))
@@ -73,23 +73,36 @@ def _timeline(levels=5, layers=2, n_side=2, seed=0):
 
 def test_run_view_equals_gather_without_copying():
     tl = _timeline()
-    k, v = tl.run_view(1, level0=1, delta=2, n=2, length=16)
-    assert k.data_ptr() == tl.k[1, 1].data_ptr()  # a view, not a copy
-    assert torch.equal(k[1], tl.k[3, 1, :, :16]) and torch.equal(v[0], tl.v[1, 1, :, :16])
+    k, v = tl.run_view(1, cell0=1, delta=2, n=2, length=16)  # row 0, levels 1 and 3
+    assert k.data_ptr() == tl.k[0, 1, 1].data_ptr()  # a view, not a copy
+    assert torch.equal(k[1], tl.k[0, 3, 1, :, :16]) and torch.equal(v[0], tl.v[0, 1, 1, :, :16])
     level = torch.tensor([1, 3])
-    gk, gv = tl.gather(1, level, torch.tensor([4, 5]), torch.tensor([2, 2]), torch.tensor([False, False]),
-                       torch.arange(16))
+    rows = torch.tensor([0, 0])
+    gk, gv = tl.gather(1, rows, level, torch.tensor([4, 5]), torch.tensor([2, 2]),
+                       torch.tensor([False, False]), torch.arange(16))
     assert torch.equal(gk, k) and torch.equal(gv, v)
+
+
+def test_one_level_across_sequences_is_one_view():
+    """Cells row * levels + level: level 2 of rows 0, 1, 2 is cells 2, 7, 12, one strided view."""
+    tl = _timeline()
+    k, v = tl.run_view(0, cell0=2, delta=tl.levels, n=3, length=9)
+    assert k.data_ptr() == tl.k[0, 2, 0].data_ptr()
+    for b in range(3):
+        assert torch.equal(k[b], tl.k[b, 2, 0, :, :9]) and torch.equal(v[b], tl.v[b, 2, 0, :, :9])
+    gk, _ = tl.gather(0, torch.tensor([0, 1, 2]), torch.tensor([2, 2, 2]), torch.tensor([3, 3, 3]),
+                      torch.tensor([2, 2, 2]), torch.tensor([False] * 3), torch.arange(9))
+    assert torch.equal(gk, k)
 
 
 def test_side_rows_overlay_their_position_only():
     tl = _timeline()
-    sk, _ = tl.side_view(0, [(1, 3, 7)], 16)
-    expect = tl.k[3, 0, :, :16].clone()
-    expect[:, 7] = tl.side_k[1, 3, 0]
+    sk, _ = tl.side_view(0, [(2, 1, 3, 7)], 16)
+    expect = tl.k[2, 3, 0, :, :16].clone()
+    expect[:, 7] = tl.side_k[2, 1, 3, 0]
     assert torch.equal(sk[0], expect)
-    gk, _ = tl.gather(0, torch.tensor([3]), torch.tensor([7]), torch.tensor([1]), torch.tensor([True]),
-                      torch.arange(16))
+    gk, _ = tl.gather(0, torch.tensor([2]), torch.tensor([3]), torch.tensor([7]), torch.tensor([1]),
+                      torch.tensor([True]), torch.arange(16))
     assert torch.equal(gk[0], expect)
 
 
@@ -97,31 +110,33 @@ def test_write_and_promote():
     tl = _timeline()
     k = torch.ones(2, 2, 4)
     v = torch.full((2, 2, 4), 2.0)
-    # row 0: main lane at (level 2, pos 5); row 1: side lane in slot 0 at level 1 (main -> trash)
-    tl.write(1, k, v, torch.tensor([2, 1]), torch.tensor([5, tl.trash_pos]), torch.tensor([tl.trash_slot, 0]))
-    assert torch.equal(tl.k[2, 1, :, 5], k[0]) and torch.equal(tl.v[2, 1, :, 5], v[0])
-    assert torch.equal(tl.side_k[0, 1, 1], k[1])
+    # call row 0: sequence 1's main lane at (level 2, pos 5); call row 1: sequence 2's side lane
+    # in slot 0 at level 1 (main -> trash)
+    tl.write(1, k, v, torch.tensor([1, 2]), torch.tensor([2, 1]), torch.tensor([5, tl.trash_pos]),
+             torch.tensor([tl.trash_slot, 0]))
+    assert torch.equal(tl.k[1, 2, 1, :, 5], k[0]) and torch.equal(tl.v[1, 2, 1, :, 5], v[0])
+    assert torch.equal(tl.side_k[2, 0, 1, 1], k[1])
     before = tl.k.clone()
-    tl.promote(0, 9)
-    assert torch.equal(tl.k[:, :, :, 9], tl.side_k[0])
+    tl.promote(2, 0, 9)
+    assert torch.equal(tl.k[2, :, :, :, 9], tl.side_k[2, 0])
     other = torch.ones_like(before, dtype=torch.bool)
-    other[:, :, :, 9] = False
+    other[2, :, :, :, 9] = False
     assert torch.equal(tl.k[other], before[other])
 
 
 def test_poison_keeps_exactly_the_kept_slots():
     tl = _timeline()
     before_k, before_side = tl.k.clone(), tl.side_k.clone()
-    keep_main = torch.zeros(tl.levels, tl.capacity + 1, dtype=torch.bool)
-    keep_main[:, :3] = True
-    keep_main[:2, 5] = True
-    keep_side = torch.zeros(tl.n_side + 1, tl.levels, dtype=torch.bool)
-    keep_side[1, :3] = True
+    keep_main = torch.zeros(tl.rows, tl.levels, tl.capacity + 1, dtype=torch.bool)
+    keep_main[0, :, :3] = True
+    keep_main[2, :2, 5] = True
+    keep_side = torch.zeros(tl.rows, tl.n_side + 1, tl.levels, dtype=torch.bool)
+    keep_side[1, 1, :3] = True
     tl.poison(torch.Generator().manual_seed(9), 1e4, keep_main, keep_side)
-    km = keep_main[:, None, None, :, None].expand_as(tl.k)
+    km = keep_main[:, :, None, None, :, None].expand_as(tl.k)
     assert torch.equal(tl.k[km], before_k[km])
     assert not bool((tl.k[~km] == before_k[~km]).any())
-    ks = keep_side[:, :, None, None, None].expand_as(tl.side_k)
+    ks = keep_side[:, :, :, None, None, None].expand_as(tl.side_k)
     assert torch.equal(tl.side_k[ks], before_side[ks])
     assert not bool((tl.side_k[~ks] == before_side[~ks]).any())
     assert bool(torch.isfinite(tl.k).all())
@@ -140,7 +155,6 @@ def test_engine_rollback_then_redecode_equals_fresh(name):
         lanes = [Lane(p, t) for p, t in enumerate(prompt)]
         for _ in range(R):
             eng.advance(lanes)
-        eng.cache.length = len(prompt)
         return eng
 
     def decode(eng, pos, token):
@@ -152,7 +166,7 @@ def test_engine_rollback_then_redecode_equals_fresh(name):
     eng = fresh_engine()
     wrong = [Lane(5 + i, 9 + i) for i in range(3)]
     for _ in range(R):
-        eng.advance(wrong)  # rejected speculation: written, then simply forgotten
+        eng.advance(wrong)  # rejected speculation: written, then simply forgotten (the length stays)
     got = decode(eng, 5, 7)
     assert torch.equal(got, decode(fresh_engine(), 5, 7))
     assert not torch.equal(got, wrong[0].logits[R])  # the test can see a different token

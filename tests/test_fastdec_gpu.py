@@ -40,8 +40,8 @@ def cache_rows(engine):
     """Every non-trash cache row (padded rows may race on the trash row; it is never read)."""
     out = []
     for tl in engine.cache.timelines():
-        out += [tl.k[..., :tl.capacity, :], tl.v[..., :tl.capacity, :], tl.side_k[:tl.n_side],
-                tl.side_v[:tl.n_side]]
+        out += [tl.k[..., :tl.capacity, :], tl.v[..., :tl.capacity, :], tl.side_k[:, :tl.n_side],
+                tl.side_v[:, :tl.n_side]]
     return out
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from fastdec import Decoder
 from proofs import gates
 from proofs import speedup as sp
 from refdec import LoopedLM
@@ -17,7 +18,8 @@ from refdec.errors import LoopcertError
 PROMPTS = [(1, 2, 3, 4, 5, 6), (7, 3, 9, 1, 4)]
 PLAN = gates.GatePlan(prompts=2, prompt_len=8, tokens=12, repeats=5)
 R = 8
-SETTINGS = [sp.Setting("autoregressive"), sp.Setting("pipelined", 3), sp.Setting("pipelined", 3, 5)]
+SETTINGS = [sp.Setting("autoregressive"), sp.Setting("pipelined", draft_depth=3),
+            sp.Setting("pipelined", draft_depth=3, second_depth=5)]
 
 
 def damped_model(seed=2):
@@ -72,7 +74,7 @@ def busy(seconds):
 @pytest.mark.slow
 def test_a_slowed_decoder_fails_on_speed_only(model, baseline):
     def build(st):
-        dec = st.build(model)
+        dec = Decoder(model, st)
         if st.strategy == "pipelined" and st.second_depth is not None:
             dec._step_hook = busy(2e-3)  # ~a few times this tiny model's step
         return dec
@@ -86,8 +88,8 @@ def test_a_slowed_decoder_fails_on_speed_only(model, baseline):
 def test_a_less_accepting_decoder_fails_on_exact_figures(model, baseline):
     def build(st):  # the same label, a shallower draft
         if st.label == "pipelined d1=3 d2=5":
-            return sp.Setting("pipelined", 1, 5).build(model)
-        return st.build(model)
+            return Decoder(model, sp.Setting("pipelined", draft_depth=1, second_depth=5))
+        return Decoder(model, st)
 
     cur = gates.measure(model, "tiny", PROMPTS, PLAN, build=build, settings=SETTINGS, modes=["greedy"])
     was, now = (f["figures"]["greedy"]["pipelined d1=3 d2=5"]["exact"] for f in (baseline, cur))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import refdec
+from fastdec.config import DecodeConfig
 from proofs.bitwise import check_bitwise
 from proofs.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid
 from proofs.greedy import TIE_TOLERANCE, check_greedy, classify
@@ -83,7 +84,7 @@ def test_divergence_classified_by_the_dtype_tolerance(dtype):
 
 def test_fastdec_float32_has_no_real_bug(oracle):
     model32 = refdec.load_model("tiny-ouro")
-    dec = fastdec_candidate("pipelined", strategy="pipelined", draft_depth=1, second_depth=2).build(model32)
+    dec = fastdec_candidate(DecodeConfig("pipelined", draft_depth=1, second_depth=2)).build(model32)
     r = run(oracle, dec, dtype=torch.float32, n=8)
     assert r.passed and r.details["real_bugs"] == 0
 
@@ -116,7 +117,7 @@ def test_bitwise_fastdec_strategies_equal_baseline():
 def test_bitwise_catches_a_decoder_off_by_one_token():
     """Negative control: a 'strategy' that changes one token must be a mismatch."""
     model32 = refdec.load_model("tiny-ouro")
-    honest = fastdec_candidate("autoregressive", strategy="autoregressive")
+    honest = fastdec_candidate(DecodeConfig("autoregressive"))
 
     class OffByOne:
         def __init__(self, inner):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import refdec
+from fastdec.config import DecodeConfig
 from proofs.candidates import Candidate, fastdec_candidate, fastdec_grid
 from proofs.model_theorems import (
     check_theorem1_traces,
@@ -88,7 +89,7 @@ def test_speed_reports_ratios_and_fails_only_on_errors():
     def broken(m):
         raise RuntimeError("cannot build")
 
-    baseline = fastdec_candidate("ar", strategy="autoregressive")
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
     r = check_speed("speed", [Candidate("broken", broken)], baseline, model, [(1, 2, 3)], 4, 1)
     assert not r.passed and "cannot build" in r.details["errors"][0]["error"]
 

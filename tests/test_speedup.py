@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from fastdec import Decoder
 from proofs import speedup as sp
 from proofs.result import _plain
 from refdec import LoopedLM
@@ -31,9 +32,10 @@ def model():
 
 def test_settings_labels_and_grid():
     assert sp.Setting("autoregressive").label == "autoregressive"
-    assert sp.Setting("pipelined", 2, 8).label == "pipelined d1=2 d2=8"
-    assert sp.Setting("draft-verify", 4, draft_ahead=4).label == "draft-verify d1=4 k=4"
-    assert sp.Setting("adaptive-verify", 2, draft_ahead=4, verify_depth=8).kwargs()["rewind_depth"] == 8
+    assert sp.Setting("pipelined", draft_depth=2, second_depth=8).label == "pipelined d1=2 d2=8"
+    assert sp.Setting("draft-verify", draft_depth=4, draft_ahead=4).label == "draft-verify d1=4 k=4"
+    adaptive = sp.Setting("adaptive-verify", draft_depth=2, draft_ahead=4, rewind_depth=8)
+    assert adaptive.label == "adaptive-verify d1=2 k=4 V=8"
     for R in (4, 8, 32):
         for quick in (True, False):
             g = sp.grid(R, quick)
@@ -101,7 +103,7 @@ def test_ideal_speedup_and_efficiency_in_closed_form():
     t = _times(calls, {"cost": cost, "autoregressive": 0.35, "pipelined d1=2": 0.1})
     costs = sp.pooled_costs(t)
     assert costs[("recur", 16)][:2] == pytest.approx((2e-3, 2e-3))
-    rows = sp.rows_from(t, [sp.Setting("autoregressive"), sp.Setting("pipelined", 2)], costs)
+    rows = sp.rows_from(t, [sp.Setting("autoregressive"), sp.Setting("pipelined", draft_depth=2)], costs)
     ar, pipe = rows
     assert ar["speedup"] == 1.0 and ar["ideal_speedup"] == pytest.approx(0.35 / 0.325)
     assert pipe["speedup"] == pytest.approx(3.5)
@@ -113,10 +115,10 @@ def test_ideal_speedup_and_efficiency_in_closed_form():
 def test_time_runs_on_a_tiny_model(model):
     settings = [
         sp.Setting("autoregressive"),
-        sp.Setting("pipelined", 2, 4),
-        sp.Setting("draft-verify", 2, draft_ahead=3),
+        sp.Setting("pipelined", draft_depth=2, second_depth=4),
+        sp.Setting("draft-verify", draft_depth=2, draft_ahead=3),
     ]
-    decs = {s.label: s.build(model) for s in settings}
+    decs = {s.label: Decoder(model, s) for s in settings}
     t = sp.time_runs(decs, PROMPTS, 10, 2)
     for s in settings:
         rec = t[s.label]

@@ -17,8 +17,14 @@ def add_model_arguments(p, default_model: str = "tiny-raven") -> None:
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
 
 
-def add_sampling_arguments(p) -> None:
-    p.add_argument("--prompt", help="text prompt (byte-level or tokenizer.json models)")
+def add_sampling_arguments(p, several: bool = False) -> None:
+    """several: --prompt may repeat, and --prompts-file gives one text prompt per line."""
+    if several:
+        p.add_argument("--prompt", action="append", help="text prompt (byte-level or tokenizer.json "
+                       "models); repeat it to decode several prompts as one batch")
+        p.add_argument("--prompts-file", default=None, help="one text prompt per line, decoded as one batch")
+    else:
+        p.add_argument("--prompt", help="text prompt (byte-level or tokenizer.json models)")
     p.add_argument("--prompt-ids", type=int, nargs="+", help="prompt as token ids")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -46,6 +52,22 @@ def prompt_from_args(args, model) -> list[int]:
         return list(args.prompt_ids)
     text = args.prompt if args.prompt is not None else "def "
     return encode_text(model, text)
+
+
+def prompts_from_args(args, model) -> list[list[int]]:
+    """Every prompt of --prompt (repeatable), --prompts-file and --prompt-ids, in that order;
+    "def " when none is given."""
+    texts = list(args.prompt or [])
+    if args.prompts_file is not None:
+        try:
+            with open(args.prompts_file, encoding="utf-8") as f:
+                texts += [line.rstrip("\n") for line in f if line.strip()]
+        except OSError as e:
+            raise LoopcertError(f"cannot read --prompts-file {args.prompts_file!r}: {e.strerror}") from None
+    out = [encode_text(model, t) for t in texts]
+    if args.prompt_ids is not None:
+        out.append(list(args.prompt_ids))
+    return out or [encode_text(model, "def ")]
 
 
 def encode_text(model, text: str) -> list[int]:
