@@ -9,9 +9,10 @@ row and are never read):
     recur     every lane: h(r) = B(inject(h(r-1), e))               (reads core level r-1)
     readout   lanes whose new depth r is a readout depth: logits     (reads coda level of r)
 
-The block maths is refdec's (LoopedLM.embed / recur / readout / initial_state, run op for op
-by fastdec.fastpath without module dispatch); this module only supplies the cached `attend`
-callable. Every row of every call is computed by the same ops at the same width, whatever
+The block maths is refdec's: the engine builds one refdec.model.Net (embed / initial_state /
+recur / readout over refdec.layers' functions, on the model's own parameter tensors) and
+calls it every step, which skips nn.Module dispatch; this module only supplies the cached
+`attend` callable. Every row of every call is computed by the same ops at the same width, whatever
 else is in the batch and in whichever row it sits: that is batch invariance, and with
 `fixed_width` (every call at one width, every read over the whole capacity) every strategy
 reproduces the autoregressive baseline bit for bit (the matmul kernels of this CPU give equal
@@ -40,7 +41,6 @@ from functools import partial
 import torch
 
 from fastdec.cache import KVCache, Timeline
-from fastdec.fastpath import FastModel
 from refdec.layers import compute_dtype, rope_tables
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -155,7 +155,7 @@ class Engine:
                  fixed_width: int | None = None, reads: str = "view", cuda_graphs: bool = False,
                  rows: int = 1):
         self.model, self.cfg = model, model.cfg
-        self.net = FastModel(model)  # refdec's maths op for op, minus module dispatch (fastdec.fastpath)
+        self.net = model.net()  # refdec's maths on the shared parameters, built once
         p = next(model.parameters())
         self.dtype, self.device = p.dtype, p.device
         self.depth = depth
@@ -178,7 +178,7 @@ class Engine:
         if self.cfg.family == "raven":
             zeros = torch.zeros(1, capacity + 1, self.cfg.d_model, dtype=self.dtype, device=self.device)
             # (S + 1, d); .to(): refdec's seeded state is built on the host whatever e's device
-            self.init_table = model.initial_state(zeros, positions)[0].to(self.device)
+            self.init_table = self.net.initial_state(zeros, positions)[0].to(self.device)
         self._attenders = {
             tl_name: [partial(self._attend, tl, i) for i in range(tl.layers)]
             for tl_name, tl in zip(PHASES, self.cache.timelines())

@@ -68,18 +68,19 @@ class NaiveKVDecoder:
         core = [[tl() for _ in m.core] for _ in range(depth)]
         coda = [tl() for _ in m.coda]
         gen = torch.Generator().manual_seed(seed)
+        net = m.net()
 
         def forward(rows: list[int], start: int) -> torch.Tensor:
             """Run new rows at positions start.. through every depth; logits of the last row."""
             positions = torch.arange(start, start + len(rows), device=w.device)
             cos, sin = rope_tables(cfg, positions)
             x = torch.tensor([rows], device=w.device)
-            e = m.embed(x, cos, sin, lambda i: prelude[i].attend_at(start))
-            h = m.initial_state(e, positions)
+            e = net.embed(x, cos, sin, lambda i: prelude[i].attend_at(start))
+            h = net.initial_state(e, positions)
             for r in range(depth):
-                h = m.recur(h, e, cos, sin, lambda i, r=r: core[r][i].attend_at(start))
+                h = net.recur(h, e, cos, sin, lambda i, r=r: core[r][i].attend_at(start))
             # Every row goes through the readout: the coda keys of depth R are needed later.
-            return m.readout(h, cos, sin, lambda i: coda[i].attend_at(start))[0, -1]
+            return net.readout(h, cos, sin, lambda i: coda[i].attend_at(start))[0, -1]
 
         new: list[int] = []
         if max_new_tokens == 0:

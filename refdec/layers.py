@@ -1,21 +1,31 @@
-"""Building blocks shared by refdec (uncached) and fastdec (cached).
+"""The maths of one transformer block, once: plain functions of tensors, and the nn.Modules
+that hold those tensors (their names are the checkpoint layout).
 
-Every module here computes; none decides. Attention is split in two so that the cache
-can live outside the block: `Attention.project` gives rotated q, k, v for the new rows,
-an `attend(q, k, v) -> o` callable supplied by the caller mixes them with whatever keys
-and values it keeps, and `Attention.output` projects back. refdec passes
-`causal_attention` (the whole prefix, recomputed); fastdec passes its KV-cache reader.
+Every function here computes; none decides. These functions are the only implementation of
+the block: the modules' forwards call them, and so does everything above (refdec.model's
+uncached oracle, the trainer, fastdec's engine). A module's `weights()` hands out its own
+parameter tensors (shared, not copied) as a frozen bundle, so a caller that runs many small
+steps (the engine) gathers them once and skips nn.Module dispatch; the ops, and so the bits,
+are the same whoever calls.
 
-Shapes: B batch, T new rows, S keys, H heads, KV key/value heads, D head dim.
+Attention takes its keys and values from outside: `attention` projects the new rows to
+rotated q, k, v, an `attend(q, k, v) -> o` callable supplied by the caller mixes them with
+whatever keys and values it keeps, and the output projection follows. refdec passes
+`causal_attention` (the whole prefix, recomputed); fastdec passes its KV-cache reader; the
+trainer a fused causal kernel.
+
+Shapes: B batch, T new rows, S keys, H heads, KV key/value heads, D head dim, I MLP width.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from refdec.config import ModelConfig
 
@@ -27,16 +37,11 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.to(compute_dtype(x.dtype))
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return xf.to(x.dtype) * self.weight
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x (..., n) normalised over its last axis in the compute dtype, cast back, then scaled."""
+    xf = x.to(dtype=compute_dtype(x.dtype))
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return xf.to(dtype=x.dtype) * weight
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -66,9 +71,9 @@ def rope_tables(cfg: ModelConfig, positions: torch.Tensor) -> tuple[torch.Tensor
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Tensor:
-    """x (B, N, T, D) rotated at its rows' positions; cos, sin (T, D/2)."""
+    """x (B, N, T, D) rotated at its rows' positions; cos, sin (T, D/2), any dtype."""
     cd = compute_dtype(x.dtype)
-    xf, c, s = x.to(cd), cos.to(cd), sin.to(cd)
+    xf, c, s = x.to(dtype=cd), cos.to(dtype=cd), sin.to(dtype=cd)
     if style == "interleaved":  # pairs (x[2i], x[2i+1]), Huginn
         a, b = xf[..., 0::2], xf[..., 1::2]
         out = torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
@@ -76,7 +81,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str
         half = xf.shape[-1] // 2
         a, b = xf[..., :half], xf[..., half:]
         out = torch.cat((a * c - b * s, a * s + b * c), dim=-1)
-    return out.to(x.dtype)
+    return out.to(dtype=x.dtype)
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -89,6 +94,83 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
     scores = scores.masked_fill(future, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+
+
+# -- the tensors of one block: linear weights are (out, in), as nn.Linear stores them ----------
+@dataclass(frozen=True, eq=False)
+class AttentionWeights:
+    q: torch.Tensor  # (H*D, d)
+    k: torch.Tensor  # (KV*D, d)
+    v: torch.Tensor  # (KV*D, d)
+    o: torch.Tensor  # (d, H*D)
+    q_bias: torch.Tensor | None  # (H, D), Huginn's qk_bias
+    k_bias: torch.Tensor | None  # (KV, D)
+    q_norm: torch.Tensor | None  # (H*D,), OLMo-2's q/k norms
+    k_norm: torch.Tensor | None  # (KV*D,)
+
+
+@dataclass(frozen=True, eq=False)
+class MLPWeights:
+    gate: torch.Tensor  # (I, d)
+    up: torch.Tensor  # (I, d)
+    down: torch.Tensor  # (d, I)
+
+
+@dataclass(frozen=True, eq=False)
+class BlockWeights:
+    attn: AttentionWeights
+    mlp: MLPWeights
+    norms: tuple[torch.Tensor, ...]  # (d,) each, in the order the layout applies them
+
+
+# -- the block maths -------------------------------------------------------------------------
+def attention(x: torch.Tensor, w: AttentionWeights, cfg: ModelConfig, cos, sin, attend: Attend):
+    """x (B, T, d) -> (B, T, d): project, rotate, attend over the caller's keys, project back."""
+    b, t, _ = x.shape
+    q, k, v = F.linear(x, w.q), F.linear(x, w.k), F.linear(x, w.v)
+    if cfg.qk_norm:  # OLMo-2: over the full projections, before the head reshape
+        q, k = rms_norm(q, w.q_norm, cfg.norm_eps), rms_norm(k, w.k_norm, cfg.norm_eps)
+    q = q.view(b, t, cfg.n_heads, cfg.head_dim)  # (B, T, H, D)
+    k = k.view(b, t, cfg.n_kv_heads, cfg.head_dim)  # (B, T, KV, D)
+    v = v.view(b, t, cfg.n_kv_heads, cfg.head_dim)
+    if cfg.qk_bias:  # added before RoPE (MODELS.md, Huginn)
+        q, k = q + w.q_bias, k + w.k_bias
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or KV, T, D)
+    o = attend(apply_rope(q, cos, sin, cfg.rope), apply_rope(k, cos, sin, cfg.rope), v)  # (B, H, T, D)
+    return F.linear(o.transpose(1, 2).reshape(b, t, -1), w.o)  # (B, T, H*D) -> (B, T, d)
+
+
+def mlp(x: torch.Tensor, w: MLPWeights) -> torch.Tensor:
+    """Gated SiLU MLP: down(silu(gate(x)) * up(x))."""
+    return F.linear(F.silu(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
+
+
+def block(x: torch.Tensor, w: BlockWeights, cfg: ModelConfig, cos, sin, attend: Attend) -> torch.Tensor:
+    """x (B, T, d) through one block in the layout cfg.block (refdec.config.BLOCKS, MODELS.md)."""
+    norm = lambda y, i: rms_norm(y, w.norms[i], cfg.norm_eps)
+    attn = lambda y: attention(y, w.attn, cfg, cos, sin, attend)
+    if cfg.block == "ouro":  # each branch normed before and after, then added
+        x = x + norm(attn(norm(x, 0)), 1)
+        return x + norm(mlp(norm(x, 2), w.mlp), 3)
+    if cfg.block == "sandwich":  # Huginn: the second norm of each pair after the residual add
+        x = norm(attn(norm(x, 0)) + x, 1)
+        return norm(mlp(norm(x, 2), w.mlp) + x, 3)
+    if cfg.block == "prenorm":  # Llama
+        x = x + attn(norm(x, 0))
+        return x + mlp(norm(x, 1), w.mlp)
+    x = x + norm(attn(x), 0)  # postnorm (OLMo-2): the branch outputs are normed
+    return x + norm(mlp(x, w.mlp), 1)
+
+
+# -- the modules: parameters (the state-dict layout) and a forward that calls the maths -------
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -107,40 +189,30 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(h * d, cfg.norm_eps)
             self.k_norm = RMSNorm(kv * d, cfg.norm_eps)
 
-    def project(self, x, cos, sin):
-        """x (B, T, d_model) -> q (B, H, T, D), k and v (B, KV, T, D), RoPE applied."""
-        cfg = self.cfg
-        b, t, _ = x.shape
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(b, t, cfg.n_heads, cfg.head_dim)  # (B, T, H, D)
-        k = k.view(b, t, cfg.n_kv_heads, cfg.head_dim)
-        v = v.view(b, t, cfg.n_kv_heads, cfg.head_dim)
-        if cfg.qk_bias:  # added before RoPE (MODELS.md, Huginn)
-            q, k = q + self.q_bias, k + self.k_bias
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, N, T, D)
-        return apply_rope(q, cos, sin, cfg.rope), apply_rope(k, cos, sin, cfg.rope), v
-
-    def output(self, o: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = o.shape
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))  # (B, T, H*D) -> (B, T, d)
+    def weights(self) -> AttentionWeights:
+        bias, norm = self.cfg.qk_bias, self.cfg.qk_norm
+        return AttentionWeights(
+            self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, self.o_proj.weight,
+            self.q_bias if bias else None, self.k_bias if bias else None,
+            self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+        )
 
     def forward(self, x, cos, sin, attend: Attend):
-        return self.output(attend(*self.project(x, cos, sin)))
+        return attention(x, self.weights(), self.cfg, cos, sin, attend)
 
 
 class MLP(nn.Module):
-    """Gated SiLU MLP: down(silu(gate(x)) * up(x))."""
-
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.gate_proj = nn.Linear(cfg.d_model, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.d_model, bias=False)
 
+    def weights(self) -> MLPWeights:
+        return MLPWeights(self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+
     def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return mlp(x, self.weights())
 
 
 class Block(nn.Module):
@@ -148,24 +220,16 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.kind = cfg.block
+        self.cfg = cfg
         self.attn = Attention(cfg)
         self.mlp = MLP(cfg)
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(cfg.n_norms_per_block))
 
+    def weights(self) -> BlockWeights:
+        return BlockWeights(self.attn.weights(), self.mlp.weights(), tuple(n.weight for n in self.norms))
+
     def forward(self, x, cos, sin, attend: Attend):
-        n = self.norms
-        if self.kind == "ouro":
-            x = x + n[1](self.attn(n[0](x), cos, sin, attend))
-            return x + n[3](self.mlp(n[2](x)))
-        if self.kind == "sandwich":
-            x = n[1](self.attn(n[0](x), cos, sin, attend) + x)
-            return n[3](self.mlp(n[2](x)) + x)
-        if self.kind == "prenorm":
-            x = x + self.attn(n[0](x), cos, sin, attend)
-            return x + self.mlp(n[1](x))
-        x = x + n[0](self.attn(x, cos, sin, attend))  # postnorm (OLMo-2)
-        return x + n[1](self.mlp(x))
+        return block(x, self.weights(), self.cfg, cos, sin, attend)
 
 
 def seeded_state(seed: int, positions: torch.Tensor, d_model: int, init_scale: float) -> torch.Tensor:

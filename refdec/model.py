@@ -8,19 +8,36 @@
 Depth r means every position ran r recurrences: depth-r rows attend only to depth-r keys of
 earlier rows, and the coda of the depth-r readout sees depth-r states only. Nothing is
 cached: `depth_logits` recomputes the whole prefix, so it is the oracle for every cache.
+
+`Net` is P, B and C as functions of the model's tensors (its parameters themselves, shared),
+built on refdec.layers' block maths; `LoopedLM.net()` makes one. It is the only
+implementation: the oracle below, the trainer, proofs.naive_kv and fastdec's engine (one Net
+per engine) all call it, with their own `attend_for` (where the keys and values come from).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
-from refdec.layers import Attend, Block, RMSNorm, causal_attention, rope_tables, seeded_state
+from refdec.layers import (
+    Attend,
+    Block,
+    BlockWeights,
+    RMSNorm,
+    block,
+    causal_attention,
+    rms_norm,
+    rope_tables,
+    seeded_state,
+)
 from refdec.validate import check_int
 
 AttendFor = Callable[[int], Attend]  # layer index within its stage -> attention callable
@@ -30,26 +47,24 @@ def _causal(_: int) -> Attend:
     return causal_attention
 
 
-class LoopedLM(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        d = cfg.d_model
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, d)
-        self.prelude = nn.ModuleList(Block(cfg) for _ in range(cfg.n_prelude))
-        self.adapter = nn.Linear(2 * d, d, bias=False) if cfg.family == "raven" else None
-        self.core = nn.ModuleList(Block(cfg) for _ in range(cfg.n_core))
-        self.coda = nn.ModuleList(Block(cfg) for _ in range(cfg.n_coda))
-        self.norm = RMSNorm(d, cfg.norm_eps)  # Ouro: per-loop final norm; Raven: ln_f
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
-        self.early_exit_gate = nn.Linear(d, 1) if cfg.early_exit_gate else None
+@dataclass(frozen=True, eq=False)
+class Net:
+    """The looped LM as a function of its tensors. cos, sin: RoPE tables of the rows' positions."""
 
-    # -- the pieces, shared with fastdec -------------------------------------------------
+    cfg: ModelConfig
+    embedding: torch.Tensor  # (V, d)
+    prelude: tuple[BlockWeights, ...]
+    adapter: torch.Tensor | None  # (d, 2d): Raven's injection, adapter(cat[h, e])
+    core: tuple[BlockWeights, ...]
+    coda: tuple[BlockWeights, ...]
+    norm: torch.Tensor  # (d,): Ouro's per-loop final norm; Raven's ln_f
+    head: torch.Tensor  # (V, d): lm_head, or the tied embedding
+
     def embed(self, ids: torch.Tensor, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
         """ids (B, T) -> e (B, T, d): scaled embeddings through the prelude."""
-        e = self.embed_tokens(ids) * self.cfg.embed_scale
-        for i, blk in enumerate(self.prelude):
-            e = blk(e, cos, sin, attend_for(i))
+        e = F.embedding(ids, self.embedding) * self.cfg.embed_scale
+        for i, w in enumerate(self.prelude):
+            e = block(e, w, self.cfg, cos, sin, attend_for(i))
         return e
 
     def initial_state(self, e: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -64,25 +79,49 @@ class LoopedLM(nn.Module):
 
     def recur(self, h, e, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
         """One recurrence: h(r-1) (B, T, d) -> h(r)."""
-        x = self.adapter(torch.cat([h, e], dim=-1)) if self.adapter is not None else h
-        for i, blk in enumerate(self.core):
-            x = blk(x, cos, sin, attend_for(i))
-        if self.cfg.family == "ouro":  # the normed state is both readout and next input
-            x = self.norm(x)
+        cfg = self.cfg
+        x = F.linear(torch.cat([h, e], dim=-1), self.adapter) if self.adapter is not None else h
+        for i, w in enumerate(self.core):
+            x = block(x, w, cfg, cos, sin, attend_for(i))
+        if cfg.family == "ouro":  # the normed state is both readout and next input
+            x = rms_norm(x, self.norm, cfg.norm_eps)
         return x
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return x @ w.t()  # (B, T, V)
 
     def readout(self, h, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
         """Depth-r states (B, T, d) -> logits (B, T, V)."""
-        if self.cfg.family == "ouro":
-            return self.head(h)
-        x = self.norm(h) if self.cfg.ln_f_before_coda else h
-        for i, blk in enumerate(self.coda):
-            x = blk(x, cos, sin, attend_for(i))
-        return self.head(self.norm(x))
+        cfg = self.cfg
+        if cfg.family == "ouro":
+            return h @ self.head.t()
+        x = rms_norm(h, self.norm, cfg.norm_eps) if cfg.ln_f_before_coda else h
+        for i, w in enumerate(self.coda):
+            x = block(x, w, cfg, cos, sin, attend_for(i))
+        return rms_norm(x, self.norm, cfg.norm_eps) @ self.head.t()
+
+
+class LoopedLM(nn.Module):
+    """The parameters (their names are loopcert's checkpoint layout) and the uncached oracle."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, d)
+        self.prelude = nn.ModuleList(Block(cfg) for _ in range(cfg.n_prelude))
+        self.adapter = nn.Linear(2 * d, d, bias=False) if cfg.family == "raven" else None
+        self.core = nn.ModuleList(Block(cfg) for _ in range(cfg.n_core))
+        self.coda = nn.ModuleList(Block(cfg) for _ in range(cfg.n_coda))
+        self.norm = RMSNorm(d, cfg.norm_eps)  # Ouro: per-loop final norm; Raven: ln_f
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
+        self.early_exit_gate = nn.Linear(d, 1) if cfg.early_exit_gate else None
+
+    def net(self) -> Net:
+        """The maths over this module's own parameter tensors (shared, so an in-place update is
+        seen; a parameter replaced by assignment is not: build a new Net)."""
+        blocks = lambda stage: tuple(b.weights() for b in stage)
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        return Net(self.cfg, self.embed_tokens.weight, blocks(self.prelude),
+                   None if self.adapter is None else self.adapter.weight, blocks(self.core),
+                   blocks(self.coda), self.norm.weight, head.weight)
 
     # -- the oracle ----------------------------------------------------------------------
     def check_ids(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
@@ -110,14 +149,15 @@ class LoopedLM(nn.Module):
         ids = self.check_ids(ids).to(self.embed_tokens.weight.device)
         positions = torch.arange(ids.numel(), device=ids.device)
         cos, sin = rope_tables(self.cfg, positions)
-        e = self.embed(ids[None], cos, sin)  # (1, T, d)
-        h = self.initial_state(e, positions)
+        net = self.net()
+        e = net.embed(ids[None], cos, sin)  # (1, T, d)
+        h = net.initial_state(e, positions)
         wanted = set(depths)
         out: dict[int, torch.Tensor] = {}
         for r in range(1, max(depths, default=0) + 1):
-            h = self.recur(h, e, cos, sin)
+            h = net.recur(h, e, cos, sin)
             if r in wanted:
-                out[r] = self.readout(h, cos, sin)[0]
+                out[r] = net.readout(h, cos, sin)[0]
         if not depths:
             return torch.zeros(0, ids.numel(), self.cfg.vocab_size, dtype=self.embed_tokens.weight.dtype)
         return torch.stack([out[r] for r in depths])

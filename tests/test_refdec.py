@@ -58,11 +58,12 @@ def test_readout_at_depth_r_sees_only_depth_r_states():
     ids = torch.tensor([[5, 3, 8, 1]])
     pos = torch.arange(4)
     cos, sin = refdec.layers.rope_tables(m.cfg, pos)
-    e = m.embed(ids, cos, sin)
-    h = m.initial_state(e, pos)
+    net = m.net()
+    e = net.embed(ids, cos, sin)
+    h = net.initial_state(e, pos)
     for _ in range(3):
-        h = m.recur(h, e, cos, sin)
-    assert torch.equal(m.readout(h, cos, sin)[0], m.depth_logits(ids[0], [3])[0])
+        h = net.recur(h, e, cos, sin)
+    assert torch.equal(net.readout(h, cos, sin)[0], m.depth_logits(ids[0], [3])[0])
 
 
 # -- causality -----------------------------------------------------------------------------
@@ -98,8 +99,8 @@ def test_seeded_initial_state_makes_prefixes_consistent():
     m = tiny("tiny-raven-olmo")  # init_state="seeded"
     assert m.cfg.init_state == "seeded"
     e = torch.zeros(1, 6, m.cfg.d_model, dtype=F64)
-    h_long = m.initial_state(e, torch.arange(6))
-    h_other_order = m.initial_state(e[:, :3], torch.tensor([5, 1, 3]))
+    h_long = m.net().initial_state(e, torch.arange(6))
+    h_other_order = m.net().initial_state(e[:, :3], torch.tensor([5, 1, 3]))
     assert torch.equal(h_long[:, [5, 1, 3]], h_other_order)
     long = m.depth_logits([1, 2, 3, 4, 5, 6], [3])
     short = m.depth_logits([1, 2, 3], [3])

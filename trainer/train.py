@@ -220,15 +220,16 @@ def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, 
     x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
     pos = torch.arange(x.shape[1])
     cos, sin = rope_tables(model.cfg, pos)
-    e = model.embed(x, cos, sin, _sdpa_for)  # (B, T, d)
-    h = model.initial_state(e, pos)
+    net = model.net()
+    e = net.embed(x, cos, sin, _sdpa_for)  # (B, T, d)
+    h = net.initial_state(e, pos)
     shallow = None
     for i in range(1, r + 1):
         with torch.set_grad_enabled(i > r - k or i <= s):
-            h = model.recur(h, e, cos, sin, _sdpa_for)
+            h = net.recur(h, e, cos, sin, _sdpa_for)
         if i == s:
-            shallow = model.readout(h, cos, sin, _sdpa_for)
-    deep = model.readout(h, cos, sin, _sdpa_for)  # (B, T, V)
+            shallow = net.readout(h, cos, sin, _sdpa_for)
+    deep = net.readout(h, cos, sin, _sdpa_for)  # (B, T, V)
     main = F.cross_entropy(deep.flatten(0, 1), y.flatten())
     if shallow is None:
         return main, main.detach(), None
@@ -244,13 +245,14 @@ def depth_readouts(model: LoopedLM, ids: torch.Tensor, depths) -> dict[int, torc
     """ids (B, T) -> {r: float32 log-probs (B, T, V)} for each requested depth r."""
     pos = torch.arange(ids.shape[1])
     cos, sin = rope_tables(model.cfg, pos)
-    e = model.embed(ids, cos, sin, _sdpa_for)
-    h = model.initial_state(e, pos)
+    net = model.net()
+    e = net.embed(ids, cos, sin, _sdpa_for)
+    h = net.initial_state(e, pos)
     want, out = set(depths), {}
     for r in range(1, max(want) + 1):
-        h = model.recur(h, e, cos, sin, _sdpa_for)
+        h = net.recur(h, e, cos, sin, _sdpa_for)
         if r in want:
-            out[r] = F.log_softmax(model.readout(h, cos, sin, _sdpa_for).float(), -1)
+            out[r] = F.log_softmax(net.readout(h, cos, sin, _sdpa_for).float(), -1)
     return out
 
 
