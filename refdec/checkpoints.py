@@ -33,8 +33,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from refdec.config import ModelConfig, RopeScaling
+from refdec.config import PRESETS, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
+from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
 from refdec.validate import check_int, is_int
 
@@ -595,17 +596,15 @@ def eos_ids(folder: Path, raw: dict) -> tuple[int, ...]:
 def load_checkpoint(folder, *, dtype=torch.float32, recurrence: int | None = None) -> LoopedLM:
     """refdec.load_model for a published folder, with R overridable (retrofitted configs'
     mean_recurrence may be stale: MODELS.md)."""
-    from refdec import io
-
     folder = Path(folder)
     if not folder.is_dir():
         raise LoopcertError(f"{folder}: not a folder")
-    io.refuse_pickles(folder)
-    raw = io.read_config(folder)
-    if isinstance(raw, dict) and raw.get("format") == io.FORMAT:
+    refuse_pickles(folder)
+    raw = read_config(folder)
+    if isinstance(raw, dict) and raw.get("format") == FORMAT:
         raise LoopcertError(f"{folder}: a loopcert folder (R is in its config.json); use "
                             "refdec.load_model")
-    return load_published(folder, raw, io.parse_dtype(dtype), recurrence=recurrence)
+    return load_published(folder, raw, parse_dtype(dtype), recurrence=recurrence)
 
 
 def write_published(model: LoopedLM, folder, layout: str | None = None, shard_size: int | None = None,
@@ -614,8 +613,6 @@ def write_published(model: LoopedLM, folder, layout: str | None = None, shard_si
     model's block). `shard_size` (bytes) splits the tensors into model-0000i-of-0000n.safetensors
     shards with a model.safetensors.index.json. The state init (init_state, state_seed,
     init_scale) and `name` have no published field; loading gives zeros."""
-    from refdec import io
-
     cfg = model.cfg
     layout = layout or LAYOUT_OF_BLOCK[cfg.block]
     raw = published_config(cfg, layout)
@@ -627,14 +624,14 @@ def write_published(model: LoopedLM, folder, layout: str | None = None, shard_si
         raise LoopcertError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     shapes = {k: tuple(v.shape) for k, v in state.items()}
-    cast = (lambda t: t) if dtype is None else (lambda t: t.to(io.parse_dtype(dtype)))
+    cast = (lambda t: t) if dtype is None else (lambda t: t.to(parse_dtype(dtype)))
     tensors = {e.published: cast(join(e, state)).contiguous() for e in key_map(cfg, layout, shapes)}
     eos = getattr(model, "eos_token_ids", ())
     if eos:
         raw["eos_token_id"] = eos[0] if len(eos) == 1 else list(eos)
     meta = {"format": "pt"}
     if shard_size is None:
-        io.write_atomic(folder / SINGLE, lambda p: save_file(tensors, p, metadata=meta))
+        write_atomic(folder / SINGLE, lambda p: save_file(tensors, p, metadata=meta))
     else:
         shards: list[dict[str, torch.Tensor]] = [{}]
         size = 0
@@ -649,21 +646,18 @@ def write_published(model: LoopedLM, folder, layout: str | None = None, shard_si
         weight_map = {}
         for i, shard in enumerate(shards, 1):
             name = f"model-{i:05d}-of-{n:05d}.safetensors"
-            io.write_atomic(folder / name, lambda p, s=shard: save_file(s, p, metadata=meta))
+            write_atomic(folder / name, lambda p, s=shard: save_file(s, p, metadata=meta))
             weight_map.update(dict.fromkeys(shard, name))
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        io.write_atomic(folder / INDEX, lambda p: Path(p).write_text(json.dumps(index, indent=2) + "\n"))
-    io.write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
+        write_atomic(folder / INDEX, lambda p: Path(p).write_text(json.dumps(index, indent=2) + "\n"))
+    write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
     return folder
 
 
 def describe(name_or_path) -> dict:
     """What a preset or model folder is recognised as, from config.json and the safetensors
     headers (no weights loaded); the folder is checked as strictly as loading it would be."""
-    from refdec import io
-    from refdec.config import PRESETS
-
     name = str(name_or_path)
     folder = Path(name_or_path)
     stored_dtypes: dict[str, int] = {}
@@ -671,9 +665,9 @@ def describe(name_or_path) -> dict:
     if name in PRESETS:
         cfg, source, files = PRESETS[name], "preset (random weights)", 0
     elif folder.is_dir():
-        io.refuse_pickles(folder)
-        raw = io.read_config(folder)
-        if isinstance(raw, dict) and raw.get("format") == io.FORMAT:
+        refuse_pickles(folder)
+        raw = read_config(folder)
+        if isinstance(raw, dict) and raw.get("format") == FORMAT:
             cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
             source = "loopcert"
             path = folder / SINGLE

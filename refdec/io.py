@@ -2,54 +2,26 @@
 
 A folder whose config.json carries a published `model_type` is read by
 refdec.checkpoints (published key layouts); loopcert's own format carries
-"format": "loopcert" and the ModelConfig fields.
+"format": "loopcert" and the ModelConfig fields. The file plumbing both use (atomic writes,
+config.json, pickle refusal, dtype names) is refdec.files.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from refdec import checkpoints
 from refdec.config import PRESETS, ModelConfig
 from refdec.errors import LoopcertError
+from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
 
-FORMAT = "loopcert"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
-
-
-def parse_dtype(dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise LoopcertError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def write_atomic(path: Path, write) -> None:
-    """Write via a temporary file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_model(model: LoopedLM, folder, *, dtype=None) -> Path:
@@ -93,30 +65,10 @@ def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> Loo
     return model
 
 
-def read_config(folder: Path) -> dict:
-    path = folder / "config.json"
-    if not path.is_file():
-        raise LoopcertError(f"{folder}: no config.json")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise LoopcertError(f"{path}: not valid JSON ({e})") from None
-
-
-def refuse_pickles(folder: Path) -> None:
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
-        raise LoopcertError(
-            f"{folder}: refusing pickle file(s) {pickles}; loopcert reads safetensors only"
-        )
-
-
 def load_folder(folder: Path, dtype: torch.dtype) -> LoopedLM:
     refuse_pickles(folder)
     raw = read_config(folder)
-    if raw.get("format") != FORMAT:
-        from refdec import checkpoints  # published layouts: Ouro, Huginn, retrofitted
-
+    if raw.get("format") != FORMAT:  # a published layout: Ouro, Huginn, retrofitted
         return checkpoints.load_published(folder, raw, dtype)
     cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
     path = folder / "model.safetensors"

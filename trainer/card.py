@@ -24,7 +24,8 @@ from proofs.stamp import stamp as make_stamp
 from proofs.theorem2 import fit_depth_curve
 from refdec.decode import generate
 from refdec.errors import LoopcertError
-from refdec.io import DEFAULT_MODEL_DIR, load_model, write_atomic
+from refdec.files import write_atomic
+from refdec.io import DEFAULT_MODEL_DIR, load_model
 from trainer.train import (
     build_manifest,
     collect_documents,

@@ -50,7 +50,8 @@ from safetensors.torch import load_file, save_file
 
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
-from refdec.io import DEFAULT_MODEL_DIR, save_model, write_atomic
+from refdec.files import write_atomic
+from refdec.io import DEFAULT_MODEL_DIR, save_model
 from refdec.layers import rope_tables
 from refdec.model import LoopedLM
 from refdec.validate import is_int

@@ -1,0 +1,65 @@
+"""Files on disk, for refdec.io (loopcert's own format) and refdec.checkpoints (published
+layouts) alike: atomic writes, config.json, refusing pickles, dtype names, the format marker.
+
+It imports neither of them: io dispatches published folders to checkpoints, and both read
+and write through this module, so the imports run one way (files <- checkpoints <- io).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from refdec.errors import LoopcertError
+
+FORMAT = "loopcert"  # config.json's "format" in loopcert's own folders (refdec.io)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+def parse_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise LoopcertError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write via a temporary file in the same folder, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result gets the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise LoopcertError(f"{folder}: no config.json")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LoopcertError(f"{path}: not valid JSON ({e})") from None
+
+
+def refuse_pickles(folder: Path) -> None:
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise LoopcertError(
+            f"{folder}: refusing pickle file(s) {pickles}; loopcert reads safetensors only"
+        )

@@ -1,0 +1,117 @@
+"""The import graph runs one way: refdec <- fastdec <- proofs <- reports <- trainer <- loopcert.
+
+Every import statement of every module counts, those inside functions too (a lazy import is
+still a dependency, and a lazy import both ways is a cycle that only hides until someone moves
+it to the top). A package may import only itself and the packages before it, and no modules
+import each other in a circle. `import_graph` and `violations` are checked on a small tree
+that breaks both rules, so the check can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("refdec", "fastdec", "proofs", "reports", "trainer", "loopcert")
+
+
+def module_files(root: Path, packages=LAYERS) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of `packages` under `root`."""
+    mods = {}
+    for pkg in packages:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return mods
+
+
+def import_graph(root: Path, packages=LAYERS) -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports. `from p import m` names the submodule
+    p.m when there is one, else p itself (its __init__)."""
+    mods = module_files(root, packages)
+    graph = {}
+    for name, f in mods.items():
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package, up level - 1
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            for target in wanted:
+                while target and target not in mods:  # `import a.b.c` of a function or class
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def violations(graph: dict[str, set[str]], layers=LAYERS) -> dict[str, list]:
+    """upward: (module, imported module of a later layer); cycles: modules in a circle."""
+    rank = {pkg: i for i, pkg in enumerate(layers)}
+    upward = sorted((m, t) for m, ts in graph.items() for t in ts
+                    if rank[t.split(".")[0]] > rank[m.split(".")[0]])
+    return {"upward": upward, "cycles": cycles(graph)}
+
+
+def test_the_import_graph_runs_one_way():
+    graph = import_graph(ROOT)
+    assert len(graph) > 40 and "refdec.layers" in graph["fastdec.engine"]  # the parse sees the tree
+    assert violations(graph) == {"upward": [], "cycles": []}
+
+
+def test_the_check_finds_an_upward_import_and_a_cycle(tmp_path):
+    files = {
+        "low/__init__.py": "",
+        "low/a.py": "def f():\n    from low import b\n",  # lazy, still an edge
+        "low/b.py": "from .a import f\n",  # relative
+        "low/c.py": "import high.x\n",  # upward
+        "high/__init__.py": "",
+        "high/x.py": "from low.a import f\nimport low.c\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(text)
+    graph = import_graph(tmp_path, ("low", "high"))
+    assert graph["high.x"] == {"low.a", "low.c"}
+    assert violations(graph, ("low", "high")) == {
+        "upward": [("low.c", "high.x")],
+        "cycles": [["high.x", "low.c"], ["low.a", "low.b"]],
+    }
