@@ -10,7 +10,7 @@ import sys
 
 from refdec.errors import LoopcertError
 
-COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench")
+COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,9 @@ class Candidate:
     settings: dict = field(default_factory=dict)
     lossless: bool = True  # False: must be REJECTED (a mutant), see proofs/mutants.py
     fixed_width: bool = False  # build(model, fixed_width=W) is supported
+    # True: the decoder serves only the certified checkpoint (a server): it is sampled on that
+    # model, and runs on other models are "not applicable"
+    own_model: bool = False
 
 
 def default_depths(R: int) -> tuple[int, int | None]:
@@ -67,6 +70,11 @@ def fastdec_grid(R: int, full: bool) -> list[Candidate]:
 
 
 def user_candidate(spec: str) -> Candidate:
+    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/http_decoder.py)."""
+    from proofs.http_decoder import http_factory, is_http_spec
+
+    if is_http_spec(spec):
+        return Candidate(spec, http_factory(spec), {"decoder": spec}, own_model=True)
     factory = load_factory(spec)
 
     def build(model):

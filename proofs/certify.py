@@ -37,6 +37,7 @@ from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, 
 from proofs.oracle import Oracle
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
+from proofs.reproducible import check_reproducible
 from proofs.result import CheckResult
 from proofs.speed import check_speed
 from proofs.stamp import stamp
@@ -50,6 +51,8 @@ from refdec.sampling import SamplingParams
 from refdec.validate import check_int
 
 FALLBACK_MODEL = "tiny-raven"
+NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
+REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,10 @@ class CertifyRun:
         if self.oracle.V <= 64:
             return [(self.model_name, p.sampling_cases, p.samples, self.candidates,
                      "the certified model (tiny vocabulary: the law is enumerated in full)")]
+        if self.user is not None and self.user.own_model:
+            return [(self.model_name, p.sampling_cases, p.samples, self.candidates,
+                     "the certified model (the decoder serves only it): head of the law plus a pooled "
+                     "remainder")]
         family = self.model64.cfg.family
         tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
         out = [(tiny, p.sampling_cases, p.samples, self.grid(refdec.get_preset(tiny).recurrence),
@@ -263,6 +270,14 @@ class CertifyRun:
 
                 out.append((label, check))
         return out
+
+    # -- 3b. reproducibility ---------------------------------------------------------------------
+    def reproducible(self) -> CheckResult:
+        model = self.model_dt if self.model_dt is not None else self.model64
+        prompt = self.prompts(1)[0]
+        seeds = [self.seed + i for i in range(REPRO_SEEDS)]
+        return check_reproducible("reproducibility", self.candidates, model, prompt, REPRO_TOKENS, seeds,
+                                  self.say)
 
     # -- 4. mutants and false alarms -------------------------------------------------------------
     def mutation(self) -> CheckResult:
@@ -336,6 +351,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         todo.append((f"greedy_{dname}", lambda: run.greedy_low(f"greedy_{dname}")))
     todo.append(("bitwise_fixed_width", run.bitwise))
     todo += run.sampling_checks()
+    todo.append(("reproducibility", run.reproducible))
     todo.append(("mutation", run.mutation))
     if plan.false_alarm:
         todo.append(("false_alarm", run.false_alarm))
@@ -348,7 +364,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     failed = [c.name for c in checks if not c.passed]
     d1, d2 = default_depths(run.R)
     return {
-        "verdict": "PASS" if not failed else "FAIL",
+        "verdict": verdict_of(failed),
         "passed": not failed,
         "failed": failed,
         "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
@@ -357,6 +373,14 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
                   "seconds": time.perf_counter() - t_start},
         "checks": [c.to_dict() for c in checks],
     }
+
+
+def verdict_of(failed: list[str]) -> str:
+    """PASS; NON-REPRODUCIBLE when the only failure is that a seed does not reproduce its tokens
+    (the law may be right: proofs/reproducible.py); else FAIL."""
+    if not failed:
+        return "PASS"
+    return NON_REPRODUCIBLE if failed == ["reproducibility"] else "FAIL"
 
 
 def _has_fastdec() -> bool:

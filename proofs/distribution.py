@@ -19,12 +19,13 @@ import numpy as np
 
 from proofs.oracle import ExactLaw, Oracle, exact_law
 from proofs.progress import Progress
-from proofs.protocol import Decoder, run_generate
+from proofs.protocol import Decoder, run_generate, tokens_of
 from proofs.result import CheckResult
 from proofs.stats import chisquare_gof, detectable_tv, holm
 from refdec.sampling import SamplingParams
 
 POWER = 0.99
+BATCH = 256  # seeds per generate_batch call (at most the decoder's max_batch)
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,24 @@ def case_laws(oracle: Oracle, cases: Sequence[Case], n_samples: int) -> list[Exa
 
 def sample_case(decoder: Decoder, case: Case, law: ExactLaw, n_samples: int,
                 base_seed: int) -> tuple[np.ndarray, str | None]:
-    """Counts over law.cell_probs()'s cells; a decoder error stops sampling and is returned."""
-    samples = []
-    for i in range(n_samples):
+    """Counts over law.cell_probs()'s cells; a decoder error stops sampling and is returned.
+
+    A decoder with `generate_batch(prompts, max_new_tokens, sampling, seeds)` is sampled in
+    chunks of BATCH seeds (an HTTP decoder keeps that many requests in flight), else one call
+    per seed; either way sample i has seed base_seed + i."""
+    samples: list[list[int]] = []
+    batch = getattr(decoder, "generate_batch", None)
+    step = min(BATCH, getattr(decoder, "max_batch", BATCH)) if callable(batch) else 1
+    for lo in range(0, n_samples, step):
+        seeds = list(range(base_seed + lo, base_seed + min(lo + step, n_samples)))
         try:
-            samples.append(run_generate(decoder, case.prompt, case.n, case.sampling, base_seed + i))
+            if step == 1:
+                samples.append(run_generate(decoder, case.prompt, case.n, case.sampling, seeds[0]))
+            else:
+                out = batch([list(case.prompt)] * len(seeds), case.n, case.sampling, seeds)
+                samples += [tokens_of(r) for r in out]
         except Exception as e:  # noqa: BLE001 - any failure of the candidate is a finding
-            return law.counts(samples), f"seed {base_seed + i}: {type(e).__name__}: {e}"
+            return law.counts(samples), f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}"
     return law.counts(samples), None
 
 

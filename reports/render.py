@@ -300,6 +300,25 @@ def speed_section(c: dict) -> str:
     return "\n\n".join(out)
 
 
+def reproducibility_section(c: dict) -> str:
+    d = c["details"]
+    if "runs" not in d:
+        return f"## Reproducibility: {verdict(c['passed'])}" + error_lines(c)
+    out = [f"## Reproducibility: {verdict(c['passed'])}",
+           f"Each setting decodes {d['tokens']} tokens at T={d['temperature']:g} twice with each of the "
+           f"seeds {fmt(d['seeds'])}, one request after another; both runs must give the same tokens. "
+           "A decoder that fails only this check samples from a law the other checks judged, but its "
+           "seed does not pin its output: the certificate then says NON-REPRODUCIBLE, not FAIL.",
+           table([[r["setting"], f"{r['equal']}/{r['seeds']}"] for r in d["runs"]],
+                 ["setting", "seeds reproduced"])]
+    if d["differences"]:
+        out.append(table([[v["setting"], v["seed"], fmt(v["first"]), fmt(v["second"])]
+                          for v in d["differences"]], ["setting", "seed", "first run", "second run"]))
+    if "error" in d:
+        out.append(f"No power: {d['error']}")
+    return "\n\n".join(out)
+
+
 def generic_section(c: dict) -> str:
     return (f"## {c['name']}: {verdict(c['passed'])}\n\n"
             f"measured {fmt(c['measured'])}, bound {fmt(c['bound'])}" + error_lines(c))
@@ -324,12 +343,14 @@ def render_certificate(cert: dict) -> str:
         parts.append("## Greedy exactness\n\n" + "\n\n".join(greedy_section(c) for c in greedy))
     parts += [bitwise_section(c) for c in by(lambda n: n.startswith("bitwise"))]
     parts.append(sampling_section(by(lambda n: n.startswith("sampling["))))
+    parts += [reproducibility_section(c) for c in by(lambda n: n == "reproducibility")]
     parts += [mutation_section(c) for c in by(lambda n: n == "mutation")]
     parts += [false_alarm_section(c) for c in by(lambda n: n == "false_alarm")]
     parts.append(theorem1_section(by(lambda n: n.startswith("theorem1"))))
     t2 = {c["name"]: c for c in by(lambda n: n.startswith("theorem2"))}
     parts.append(theorem2_section(t2.get("theorem2_traces"), t2.get("theorem2_published")))
     parts += [speed_section(c) for c in by(lambda n: n == "speed")]
-    known = ("greedy_", "bitwise", "sampling[", "mutation", "false_alarm", "theorem1", "theorem2", "speed")
+    known = ("greedy_", "bitwise", "sampling[", "reproducibility", "mutation", "false_alarm", "theorem1",
+             "theorem2", "speed")
     parts += [generic_section(c) for c in checks if not c["name"].startswith(known)]
     return "\n\n".join(parts) + "\n"

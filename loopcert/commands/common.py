@@ -89,3 +89,44 @@ def decode_text(model, ids: list[int]) -> str | None:
     if model.cfg.vocab_size < 256:
         return None
     return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+
+GATE_CHOICES = {"on": True, "off": False, "inverted": "inverted"}
+
+
+def add_decoder_arguments(p, default_strategy: str = "draft-verify") -> None:
+    """fastdec.DecodeConfig's fields and the Decoder's run options (speculate, serve). The seed's
+    names (--draft-loops, --verify-loops, --second-loops, --rewind-L) stay accepted as aliases."""
+    from fastdec import STRATEGIES
+
+    p.add_argument("--strategy", default=default_strategy, choices=STRATEGIES)
+    p.add_argument("--draft-depth", "--draft-loops", dest="draft_depth", type=int, default=None,
+                   help="draft depth d1 (default: max(1, round(R/16)))")
+    p.add_argument("--depth", "--verify-loops", dest="depth", type=int, default=None,
+                   help="target depth R (default: the model's)")
+    p.add_argument("--second-depth", "--second-loops", dest="second_depth", type=int, default=None,
+                   help="LoopSpec second-proposal depth d2 (pipelined)")
+    p.add_argument("--gate", choices=sorted(GATE_CHOICES), default="on", help="second-proposal gate")
+    p.add_argument("--draft-ahead", type=int, default=4, help="drafts per round (draft-verify)")
+    p.add_argument("--rewind-depth", "--rewind-L", dest="rewind_depth", type=int, default=None,
+                   help="rewind telemetry depth (adaptive-verify: its verify depth)")
+    p.add_argument("--fixed-width", type=int, default=None, help="run every engine call at this width")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="eager steps on CUDA")
+
+
+def config_from_args(args):
+    from fastdec import DecodeConfig
+
+    return DecodeConfig(args.strategy, depth=args.depth, draft_depth=args.draft_depth,
+                        second_depth=args.second_depth, gate=GATE_CHOICES[args.gate],
+                        draft_ahead=args.draft_ahead, rewind_depth=args.rewind_depth)
+
+
+def decoder_from_args(args, model, max_batch: int = 1):
+    """The Decoder add_decoder_arguments describes; max_batch: sequences generate_batch takes."""
+    from fastdec import Decoder
+
+    config = config_from_args(args)
+    return Decoder(model, config, device=args.device, fixed_width=args.fixed_width,
+                   cuda_graphs=False if args.no_cuda_graphs else None, max_batch=max(max_batch, 1))

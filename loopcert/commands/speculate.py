@@ -6,43 +6,26 @@ Flags are named like fastdec.DecodeConfig's fields; the seed's names (--draft-lo
 
 from __future__ import annotations
 
-from fastdec import STRATEGIES, DecodeConfig, Decoder
 from loopcert.commands.common import (
+    add_decoder_arguments,
     add_model_arguments,
     add_sampling_arguments,
+    config_from_args,
     decode_text,
+    decoder_from_args,
     load_from_args,
     prompts_from_args,
     sampling_from_args,
 )
 
 HELP = "decode with the fast self-speculative decoder and print its stats"
-GATE_CHOICES = {"on": True, "off": False, "inverted": "inverted"}
 
 
 def add_arguments(p) -> None:
     add_model_arguments(p)
     add_sampling_arguments(p, several=True)
-    p.add_argument("--strategy", default="draft-verify", choices=STRATEGIES)
-    p.add_argument("--draft-depth", "--draft-loops", dest="draft_depth", type=int, default=None,
-                   help="draft depth d1 (default: max(1, round(R/16)))")
-    p.add_argument("--depth", "--verify-loops", dest="depth", type=int, default=None,
-                   help="target depth R (default: the model's)")
-    p.add_argument("--second-depth", "--second-loops", dest="second_depth", type=int, default=None,
-                   help="LoopSpec second-proposal depth d2 (pipelined)")
-    p.add_argument("--gate", choices=sorted(GATE_CHOICES), default="on", help="second-proposal gate")
-    p.add_argument("--draft-ahead", type=int, default=4, help="drafts per round (draft-verify)")
-    p.add_argument("--rewind-depth", "--rewind-L", dest="rewind_depth", type=int, default=None,
-                   help="rewind telemetry depth (adaptive-verify: its verify depth)")
-    p.add_argument("--fixed-width", type=int, default=None, help="run every engine call at this width")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="eager steps on CUDA")
+    add_decoder_arguments(p)
     p.add_argument("--eos", type=int, default=None, help="EOS token id")
-
-
-def config_from_args(args) -> DecodeConfig:
-    return DecodeConfig(args.strategy, depth=args.depth, draft_depth=args.draft_depth,
-                        second_depth=args.second_depth, gate=GATE_CHOICES[args.gate],
-                        draft_ahead=args.draft_ahead, rewind_depth=args.rewind_depth)
 
 
 def format_value(v) -> str:
@@ -56,11 +39,10 @@ def format_value(v) -> str:
 def run(args) -> int:
     """One prompt: its text, then its stats. Several (--prompt repeated, --prompts-file): one
     batch (Decoder.generate_batch, sequence i seeded --seed + i), each block headed `# i`."""
-    config = config_from_args(args)
+    config_from_args(args)  # a bad setting is reported before the model loads
     model = load_from_args(args)
     prompts = prompts_from_args(args, model)
-    dec = Decoder(model, config, device=args.device, fixed_width=args.fixed_width,
-                  cuda_graphs=False if args.no_cuda_graphs else None, max_batch=max(len(prompts), 1))
+    dec = decoder_from_args(args, model, max_batch=len(prompts))
     seeds = [args.seed + i for i in range(len(prompts))]
     results = dec.generate_batch(prompts, args.max_new_tokens, sampling_from_args(args), seeds,
                                  eos_token_id=args.eos)

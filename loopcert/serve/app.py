@@ -1,0 +1,324 @@
+"""The FastAPI application of `loopcert serve`: /v1/completions, /v1/models, /health.
+
+Request -> validated CompletionRequest (schema.py) -> one scheduler Job per choice ->
+decoded in a batched round (scheduler.py) -> an OpenAI completion (or its SSE stream), with
+the decoder's per-choice stats in the `loopcert` extension field.
+
+Seeds: choice i of a request (prompt-major: prompt p, sample k, i = p * n + k) decodes with
+`seed + i`; a request without a seed gets one drawn by the server, reported in the extension
+field so that the response can be reproduced. Sampling parameters map onto
+refdec.SamplingParams as `temperature` -> temperature (0: greedy), `top_k` -> top_k,
+`top_p` -> top_p (1.0 -> None: no nucleus filter, the same law without a rounding cut).
+`logprobs`: the log-probability of each chosen token under the model's own next-token law at
+the target depth (temperature 1, no top-k / top-p), and that law's top `logprobs` tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from loopcert.serve import errors
+from loopcert.serve.errors import APIError
+from loopcert.serve.scheduler import Job, Overloaded, Scheduler
+from loopcert.serve.schema import CompletionRequest
+from refdec.errors import LoopcertError
+from refdec.sampling import SamplingParams
+
+POLL_S = 0.05  # how often a waiting request checks that its client is still there
+STAT_KEYS = ("strategy", "acceptance_rate", "gamma", "tokens", "from_first", "from_second", "from_restart",
+             "proposals", "accepted", "steps", "mean_live_lanes")
+
+
+@dataclass
+class Served:
+    """What the app serves: one model behind one decoder and its scheduler."""
+
+    model_id: str
+    model: object  # refdec.LoopedLM
+    scheduler: Scheduler
+    encode: Callable[[str], list[int]]  # text -> ids (raises LoopcertError when the model has no text)
+    decode: Callable[[list[int]], str | None]  # ids -> text; None: the model has no text form
+    info: dict = field(default_factory=dict)  # /v1/models extension: config, decoder, fingerprint
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.cfg.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.cfg.max_seq_len
+
+    @property
+    def eos(self) -> int | None:
+        return getattr(self.model, "eos_token_id", None)
+
+
+class ClientGone(Exception):
+    pass
+
+
+# -- request -> jobs ----------------------------------------------------------------------------
+
+
+def sampling_of(req: CompletionRequest) -> SamplingParams:
+    if req.temperature == 0:
+        return SamplingParams()
+    return SamplingParams(temperature=req.temperature, top_k=req.top_k,
+                          top_p=None if req.top_p >= 1.0 else req.top_p)
+
+
+def prompt_ids(served: Served, prompt, index: int, many: bool) -> list[int]:
+    param = f"prompt.{index}" if many else "prompt"
+    if isinstance(prompt, str):
+        try:
+            ids = served.encode(prompt)
+        except LoopcertError as e:
+            raise APIError(400, f"{param}: {e}", param) from None
+    else:
+        ids = list(prompt)
+        bad = next((t for t in ids if not 0 <= t < served.vocab_size), None)
+        if bad is not None:
+            raise APIError(400, f"{param}: token id {bad} is outside the vocabulary [0, {served.vocab_size})",
+                           param)
+    if not ids:
+        raise APIError(400, f"{param}: the prompt encodes to no tokens", param)
+    return ids
+
+
+def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], list[Job], int]:
+    """Validate what needs the model; (prompt ids per prompt, jobs in choice order, base seed)."""
+    if req.model is not None and req.model != served.model_id:
+        raise APIError(404, f"model {req.model!r} is not served here (this server serves "
+                            f"{served.model_id!r})", "model", "invalid_request_error", "model_not_found")
+    if req.best_of is not None and req.best_of != req.n:
+        raise APIError(400, f"best_of={req.best_of} is not supported (only best_of == n)", "best_of")
+    if req.stop and served.decode([]) is None:
+        raise APIError(400, f"stop: model {served.model_id!r} has no text form (no tokenizer, vocabulary "
+                            f"{served.vocab_size} < 256)", "stop")
+    prompts = req.prompts()
+    ids = [prompt_ids(served, p, i, len(prompts) > 1) for i, p in enumerate(prompts)]
+    for i, p in enumerate(ids):
+        if len(p) >= served.max_seq_len:
+            param = f"prompt.{i}" if len(ids) > 1 else "prompt"
+            raise APIError(400, f"{param}: {len(p)} tokens; the context is {served.max_seq_len} tokens",
+                           param, code="context_length_exceeded")
+        if len(p) + req.max_tokens > served.max_seq_len:
+            raise APIError(400, f"max_tokens: a prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
+                                f"exceeds the context of {served.max_seq_len} tokens", "max_tokens",
+                           code="context_length_exceeded")
+    seed = req.seed if req.seed is not None else secrets.randbits(62)
+    sampling = sampling_of(req)
+    eos = None if req.ignore_eos else served.eos
+    jobs = [Job(p, req.max_tokens, sampling, seed + i * req.n + k, eos, keep_logits=req.logprobs is not None)
+            for i, p in enumerate(ids) for k in range(req.n)]
+    return ids, jobs, seed
+
+
+# -- jobs -> choices ----------------------------------------------------------------------------
+
+
+def cut_at_stop(served: Served, tokens: list[int], stops: list[str]) -> tuple[list[int], str | None]:
+    """(tokens up to and including the one that completes the first stop string, text before it),
+    or (tokens, None) when no stop string occurs."""
+    for k in range(1, len(tokens) + 1):
+        text = served.decode(tokens[:k])
+        hits = [text.find(s) for s in stops if s in text]
+        if hits:
+            return tokens[:k], text[: min(hits)]
+    return tokens, None
+
+
+def logprobs_of(served: Served, job: Job, tokens: list[int], k: int) -> dict:
+    logits = job.result.target_logits[: len(tokens)]
+    pieces = [served.decode([t]) for t in tokens]
+    pieces = [str(t) if p is None else p for p, t in zip(pieces, tokens)]
+    token_lps, tops = [], []
+    for t, lg in zip(tokens, logits):
+        lp = torch.log_softmax(lg.detach().to("cpu", torch.float64), dim=-1)  # (V,) the model's own law
+        token_lps.append(float(lp[t]))
+        if k:
+            vals, idx = torch.topk(lp, k)
+            tops.append({(served.decode([int(i)]) or str(int(i))): float(v) for v, i in zip(vals, idx)})
+    offsets, pos = [], 0
+    for p in pieces:
+        offsets.append(pos)
+        pos += len(p)
+    return {"tokens": pieces, "token_logprobs": token_lps, "top_logprobs": tops if k else None,
+            "text_offset": offsets}
+
+
+def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> tuple[dict, dict]:
+    """(the OpenAI choice, its loopcert extension entry)."""
+    if job.error is not None:
+        raise APIError(500, f"decoding choice {index} failed: {type(job.error).__name__}: {job.error}", None,
+                       "server_error")
+    tokens = list(job.result.tokens)
+    finish = "length"
+    text_tokens = tokens
+    if job.eos_token_id is not None and tokens and tokens[-1] == job.eos_token_id:
+        finish, text_tokens = "stop", tokens[:-1]
+    text = None
+    if req.stop:
+        cut, text = cut_at_stop(served, text_tokens, req.stops())
+        if text is not None:
+            tokens, text_tokens, finish = cut, cut, "stop"
+    if text is None:
+        text = served.decode(text_tokens)
+        if text is None:
+            text = " ".join(map(str, text_tokens))
+    lp = logprobs_of(served, job, tokens, req.logprobs) if req.logprobs is not None else None
+    stats = job.result.stats.as_dict()
+    ext = {"index": index, "seed": job.decoded_seed, "requested_seed": job.seed, "tokens": tokens,
+           "stats": {k: stats[k] for k in STAT_KEYS if k in stats},
+           "round": job.round, "batch_size": job.batch_size, "batched": job.batched,
+           "queue_seconds": job.t_start - job.t_submit, "decode_seconds": job.t_end - job.t_start}
+    return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}, ext
+
+
+def usage(ids: list[list[int]], n: int, exts: list[dict]) -> dict:
+    prompt = sum(len(p) for p in ids) * n
+    completion = sum(len(e["tokens"]) for e in exts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+# -- waiting ------------------------------------------------------------------------------------
+
+
+def attach(jobs: list[Job]) -> list[asyncio.Event]:
+    loop = asyncio.get_running_loop()
+    events = []
+    for j in jobs:
+        ev = asyncio.Event()
+        j.on_done = lambda _j, ev=ev: loop.call_soon_threadsafe(ev.set)
+        events.append(ev)
+    return events
+
+
+async def wait_for(request: Request, events: list[asyncio.Event]) -> None:
+    """Until every event is set; ClientGone as soon as the client disconnects."""
+    pending = {asyncio.ensure_future(ev.wait()) for ev in events if not ev.is_set()}
+    try:
+        while pending:
+            _done, pending = await asyncio.wait(pending, timeout=POLL_S)
+            if pending and await request.is_disconnected():
+                raise ClientGone
+    finally:
+        for p in pending:
+            p.cancel()
+
+
+def sse(data) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+def pieces_of(served: Served, tokens: list[int], final_text: str) -> list[str]:
+    """The text deltas of a stream, one per token, never splitting a UTF-8 character; they join
+    to final_text."""
+    out, sent = [], ""
+    for k in range(1, len(tokens) + 1):
+        text = served.decode(tokens[:k])
+        if text is None or len(text) > len(final_text):
+            break
+        if text.startswith(sent) and not text.endswith("\ufffd") and final_text.startswith(text):
+            out.append(text[len(sent):])
+            sent = text
+        else:
+            out.append("")
+    out += [""] * (len(tokens) - len(out))
+    if out:
+        out[-1] += final_text[len(sent):]
+    elif final_text:
+        out = [final_text]
+    return out
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+def create_app(served: Served) -> FastAPI:
+    app = FastAPI(title="loopcert serve", version="1")
+    errors.install(app)
+    app.state.served = served
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": served.model_id, **served.scheduler.status()}
+
+    @app.get("/v1/models")
+    async def models():
+        card = {"id": served.model_id, "object": "model", "created": served.created, "owned_by": "loopcert",
+                "loopcert": served.info}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        ids, jobs, seed = make_jobs(served, req)
+        events = attach(jobs)
+        try:
+            served.scheduler.submit(jobs)
+        except Overloaded as e:
+            raise APIError(503, str(e), None, "server_error", "overloaded") from None
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": served.model_id, "system_fingerprint": served.info.get("fingerprint", "")[:16]}
+        if req.stream:
+            return StreamingResponse(stream(served, req, request, jobs, events, ids, seed, head),
+                                     media_type="text/event-stream")
+        try:
+            await wait_for(request, events)
+        except ClientGone:
+            served.scheduler.cancel(jobs)
+            return Response(status_code=499)
+        finally:
+            served.scheduler.cancel([j for j in jobs if j.t_end is None])
+        pairs = [choice_of(served, req, j, i) for i, j in enumerate(jobs)]
+        exts = [e for _, e in pairs]
+        ext = {"seed": seed, "choices": exts, "decoder": served.info.get("decoder")}
+        return JSONResponse({**head, "choices": [c for c, _ in pairs], "usage": usage(ids, req.n, exts),
+                             "loopcert": ext})
+
+    return app
+
+
+async def stream(served: Served, req: CompletionRequest, request: Request, jobs: list[Job],
+                 events: list[asyncio.Event], ids, seed: int, head: dict):
+    """SSE chunks: each choice's text token by token once its round has decoded it, then its
+    finish_reason and loopcert extension, then usage (stream_options.include_usage), [DONE]."""
+    exts = []
+    try:
+        for i, (job, ev) in enumerate(zip(jobs, events)):
+            await wait_for(request, [ev])
+            choice, ext = choice_of(served, req, job, i)
+            exts.append(ext)
+            toks = ext["tokens"]
+            has_text = served.decode([]) is not None
+            deltas = pieces_of(served, toks, choice["text"]) if has_text else [choice["text"]]
+            per_token = len(deltas) == len(toks)
+            for k, piece in enumerate(deltas):
+                lp = choice["logprobs"]
+                if lp is not None and per_token:  # this token's slice of each list
+                    lp = {key: (v[k:k + 1] if isinstance(v, list) else v) for key, v in lp.items()}
+                delta = {"index": i, "text": piece, "logprobs": lp, "finish_reason": None}
+                yield sse({**head, "choices": [delta]})
+            yield sse({**head, "choices": [{"index": i, "text": "", "logprobs": None,
+                                            "finish_reason": choice["finish_reason"]}],
+                       "loopcert": {"seed": seed, "choices": [ext], "decoder": served.info.get("decoder")}})
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield sse({**head, "choices": [], "usage": usage(ids, req.n, exts)})
+        yield sse("[DONE]")
+    except ClientGone:
+        return
+    except APIError as e:
+        yield sse(errors.body(e.message, e.param, e.kind, e.code))
+    finally:
+        served.scheduler.cancel([j for j in jobs if j.t_end is None])

@@ -1,0 +1,193 @@
+"""The batching scheduler of `loopcert serve`: one decode thread, rounds of batched sequences.
+
+Each HTTP request becomes one Job per choice (prompt x n). Jobs wait in a FIFO; the decode
+thread repeatedly takes a *round*: the oldest waiting job and every other waiting job that can
+share its `generate_batch` call (same max_new_tokens, SamplingParams, EOS and logprobs need,
+because generate_batch takes one of each), up to `max_batch`, and decodes them together.
+
+Granularity, precisely: a request joins the running batch at the next ROUND, not the next
+engine step. `Decoder.generate_batch` decodes a whole batch to completion in one call, so a
+request that arrives while a round runs waits for that round to end (at most the round's
+longest max_tokens). Within a round every engine step advances the live lanes of all its
+sequences in one call, and a sequence that stops early frees its rows (issue 11).
+
+When the decoder has no `generate_batch` (fastdec before issue 11), a round decodes its
+jobs one after another with `generate` (the per-sequence fallback; same results, no batching
+gain). A job cancelled while it waits (its client went away) is dropped before it is decoded;
+one cancelled while its round runs is decoded and discarded. Either way nothing of it stays
+queued (`status()`).
+
+`ignore_seed=True` makes a deliberately WRONG server (a negative control for certify's
+reproducibility check): each job decodes with a fresh random seed instead of the request's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from refdec.errors import LoopcertError
+from refdec.sampling import SamplingParams
+
+
+class Overloaded(LoopcertError):
+    """More jobs waiting than the server accepts."""
+
+
+@dataclass(eq=False)
+class Job:
+    prompt: list[int]
+    max_new_tokens: int
+    sampling: SamplingParams
+    seed: int
+    eos_token_id: int | None = None
+    keep_logits: bool = False
+    on_done: Callable[[Job], None] | None = None  # called from the decode thread
+    # filled in by the scheduler
+    result: object = None  # fastdec GenerateResult
+    error: BaseException | None = None
+    cancelled: bool = False
+    decoded_seed: int | None = None
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_start: float | None = None
+    t_end: float | None = None
+    round: int | None = None
+    batch_size: int | None = None
+    batched: bool = False  # decoded by generate_batch (False: the per-sequence fallback)
+
+    @property
+    def key(self) -> tuple:
+        return (self.max_new_tokens, self.sampling, self.eos_token_id, self.keep_logits)
+
+
+def _takes(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Scheduler:
+    def __init__(self, decoder, max_batch: int = 32, max_waiting: int = 4096, ignore_seed: bool = False,
+                 use_batch: bool | None = None):
+        if max_batch < 1 or max_waiting < 1:
+            raise LoopcertError(f"max_batch and max_waiting must be >= 1, got {max_batch}, {max_waiting}")
+        self.decoder, self.max_batch, self.max_waiting = decoder, max_batch, max_waiting
+        self.ignore_seed = ignore_seed
+        batch_fn = getattr(decoder, "generate_batch", None)
+        self.has_batch = callable(batch_fn) if use_batch is None else bool(use_batch and callable(batch_fn))
+        self.batch_keeps_logits = self.has_batch and _takes(batch_fn, "keep_logits")
+        self._waiting: deque[Job] = deque()
+        self._running: list[Job] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.rounds = 0
+        self.completed = 0
+        self.cancelled = 0
+        self.largest_round = 0
+
+    # -- control ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="loopcert-decode", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def submit(self, jobs: list[Job]) -> None:
+        with self._cond:
+            if len(self._waiting) + len(jobs) > self.max_waiting:
+                raise Overloaded(f"{len(self._waiting)} sequences are waiting (limit {self.max_waiting})")
+            now = time.perf_counter()
+            for j in jobs:
+                j.t_submit = now
+                self._waiting.append(j)
+            self._cond.notify_all()
+
+    def cancel(self, jobs: list[Job]) -> None:
+        """Drop jobs whose client went away; a job already decoding finishes and is discarded."""
+        with self._cond:
+            for j in jobs:
+                if j.t_end is not None or j.cancelled:
+                    continue
+                j.cancelled = True
+                self.cancelled += 1
+                try:
+                    self._waiting.remove(j)
+                except ValueError:
+                    pass  # running: its round ends normally
+
+    def status(self) -> dict:
+        with self._cond:
+            return {"waiting": len(self._waiting), "running": len(self._running), "rounds": self.rounds,
+                    "completed": self.completed, "cancelled": self.cancelled,
+                    "largest_round": self.largest_round, "max_batch": self.max_batch,
+                    "batching": "generate_batch" if self.has_batch else "per-sequence fallback"}
+
+    # -- the decode thread ----------------------------------------------------------------------
+    def _take_round(self) -> list[Job]:
+        head = self._waiting[0]
+        group = [j for j in self._waiting if j.key == head.key][: self.max_batch]
+        for j in group:
+            self._waiting.remove(j)
+        return group
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                group = self._take_round()
+                self._running = group
+                self.rounds += 1
+                self.largest_round = max(self.largest_round, len(group))
+                rnd = self.rounds
+            t0 = time.perf_counter()
+            for j in group:
+                j.t_start, j.round, j.batch_size = t0, rnd, len(group)
+                j.decoded_seed = secrets.randbits(63) if self.ignore_seed else j.seed
+            self._decode(group)
+            with self._cond:
+                self._running = []
+                now = time.perf_counter()
+                for j in group:
+                    j.t_end = now
+                    self.completed += not j.cancelled
+            for j in group:
+                if j.on_done is not None and not j.cancelled:
+                    j.on_done(j)
+
+    def _decode(self, group: list[Job]) -> None:
+        first = group[0]
+        if self.has_batch and len(group) > 1 and (not first.keep_logits or self.batch_keeps_logits):
+            kw = {"keep_logits": True} if first.keep_logits else {}
+            try:
+                results = self.decoder.generate_batch([j.prompt for j in group], first.max_new_tokens,
+                                                      first.sampling, [j.decoded_seed for j in group],
+                                                      eos_token_id=first.eos_token_id, **kw)
+            except Exception:  # noqa: BLE001 - isolate the job at fault: decode each alone below
+                pass
+            else:
+                for j, r in zip(group, results, strict=True):
+                    j.result, j.batched = r, True
+                return
+        for j in group:
+            if j.cancelled:
+                continue
+            try:
+                j.result = self.decoder.generate(j.prompt, j.max_new_tokens, j.sampling, seed=j.decoded_seed,
+                                                 eos_token_id=j.eos_token_id, keep_logits=j.keep_logits)
+            except Exception as e:  # noqa: BLE001 - reported to that request only (HTTP 500)
+                j.error = e

@@ -1,0 +1,92 @@
+"""The OpenAI completions API as pydantic models: what `loopcert serve` accepts and returns.
+
+Requests are validated strictly: an unknown field, a wrong type or an out-of-range value is an
+HTTP 400 naming the field (loopcert/serve/errors.py), never silently ignored or coerced. OpenAI
+fields that would change the sampling law and that fastdec does not implement (penalties,
+logit_bias, best_of > n, echo, suffix) are accepted only at their neutral value, so a client
+can never believe it sampled a law it did not. Extensions (as vLLM spells them): `top_k` and
+`ignore_eos`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_N = 16  # choices per prompt
+MAX_LOGPROBS = 5  # OpenAI's limit for the completions API
+MAX_SEED = 2**63 - 1  # OpenAI seeds are int64; fastdec seeds are unsigned: negatives are refused
+MAX_STOP = 4
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    """POST /v1/completions. Defaults are OpenAI's (max_tokens 16, temperature 1, top_p 1, n 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None
+    # text, token ids, or a batch of either (one choice block per prompt)
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)  # 0: greedy
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=1)  # extension; None: every token
+    n: int = Field(1, ge=1, le=MAX_N)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)  # None: the server draws one and reports it
+    stop: str | list[str] | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False  # extension: decode max_tokens tokens whatever the EOS
+    user: str | None = None
+    # Neutral values only (see the module docstring).
+    echo: Literal[False] = False
+    suffix: None = None
+    presence_penalty: float = Field(0.0, ge=0.0, le=0.0)
+    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)
+    best_of: int | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_nonempty(cls, v):
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("must not be empty")
+            if any(isinstance(p, (list, str)) and not p for p in v):
+                raise ValueError("must not contain an empty prompt")
+        elif not v:
+            raise ValueError("must not be empty")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v):
+        if isinstance(v, list) and (len(v) > MAX_STOP or any(not s for s in v)):
+            raise ValueError(f"must be at most {MAX_STOP} non-empty strings")
+        if isinstance(v, str) and not v:
+            raise ValueError("must be a non-empty string")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v):
+        if v:
+            raise ValueError("is not supported (it would change the sampling law); send null or {}")
+        return v
+
+    def prompts(self) -> list[str | list[int]]:
+        """The request's prompts, one per choice block."""
+        p = self.prompt
+        if isinstance(p, str) or (p and isinstance(p[0], int)):
+            return [p]
+        return list(p)
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
