@@ -1,0 +1,251 @@
+"""`loopcert serve`: a real server subprocess on 127.0.0.1, the official `openai` client, bad
+input, disconnects, and the batching scheduler (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")  # the test extra; tox's py env installs it
+
+import fastdec  # noqa: E402
+import refdec  # noqa: E402
+from loopcert.serve.scheduler import Job, Scheduler  # noqa: E402
+from refdec.sampling import SamplingParams  # noqa: E402
+from serving import start  # noqa: E402
+
+DEFAULT_ARGS = ("default", "--strategy", "pipelined", "--draft-loops", "2", "--second-loops", "8")
+
+
+@pytest.fixture(scope="module")
+def server(request, tmp_path_factory):
+    return start(request, tmp_path_factory, *DEFAULT_ARGS)
+
+
+@pytest.fixture(scope="module")
+def local():
+    """The same decoder in this process: what every response must equal."""
+    model = refdec.load_model("default")
+    return model, fastdec.Decoder(model, "pipelined", draft_depth=2, second_depth=8)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+
+
+def test_models_and_health(server):
+    models = httpx.get(server.url + "/models").json()
+    assert [m["id"] for m in models["data"]] == ["default"]
+    info = models["data"][0]["loopcert"]
+    assert info["decoder"]["strategy"] == "pipelined" and info["decoder"]["lossless"] is True
+    assert len(info["fingerprint"]) == 64
+    h = server.health()
+    assert h["status"] == "ok" and h["waiting"] == 0 and h["running"] == 0
+
+
+def test_openai_client_greedy_matches_generate(client, local):
+    model, dec = local
+    out = client.completions.create(model="default", prompt="def ", max_tokens=12, temperature=0)
+    want = dec.generate(list(b"def "), 12, SamplingParams()).tokens
+    assert out.choices[0].text == bytes(want).decode("utf-8", errors="replace")
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage.completion_tokens == 12 and out.usage.prompt_tokens == 4
+    ext = out.model_extra["loopcert"]["choices"][0]
+    assert ext["tokens"] == want
+    assert ext["stats"]["strategy"] == "pipelined" and 0 <= ext["stats"]["acceptance_rate"] <= 1
+    assert ext["stats"]["gamma"] >= 1
+
+
+def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
+    """Token-id prompt, seed, n=2, top_k/top_p, logprobs: choice i is generate(seed + i)."""
+    model, dec = local
+    prompt = list(b"import ")
+    out = client.completions.create(model="default", prompt=prompt, max_tokens=8, temperature=0.9, top_p=0.95,
+                                    seed=11, n=2, logprobs=2, extra_body={"top_k": 20})
+    sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.95)
+    for i, choice in enumerate(out.choices):
+        ext = out.model_extra["loopcert"]["choices"][i]
+        assert ext["seed"] == 11 + i
+        assert ext["tokens"] == dec.generate(prompt, 8, sp, seed=11 + i).tokens
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == 8 and all(v <= 0 for v in lp.token_logprobs)
+        assert all(len(top) <= 2 for top in lp.top_logprobs)
+    again = client.completions.create(model="default", prompt=prompt, max_tokens=8, temperature=0.9,
+                                      top_p=0.95, seed=11, n=2, extra_body={"top_k": 20})
+    assert [c.text for c in again.choices] == [c.text for c in out.choices]
+
+
+def test_stream_equals_plain_and_stop_cuts(client):
+    kw = dict(model="default", prompt="def ", max_tokens=24, temperature=0.8, seed=5)
+    plain = client.completions.create(**kw)
+    pieces, finish = [], None
+    for chunk in client.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            pieces.append(c.text)
+            finish = c.finish_reason or finish
+    assert "".join(pieces) == plain.choices[0].text and finish == "length"
+    text = plain.choices[0].text
+    stop = text[5:7]
+    cut = client.completions.create(stop=[stop], **kw)
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == text[: text.index(stop)]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "x", "temperature": 2.5}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"),
+    ({"prompt": "x", "top_k": 0}, "top_k"),
+    ({"prompt": "x", "n": 0}, "n"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "seed": -1}, "seed"),
+    ({"prompt": "x", "logprobs": 9}, "logprobs"),
+    ({"prompt": "x", "max_tokens": True}, "max_tokens"),
+    ({"prompt": "x", "temperature": "0.5"}, "temperature"),
+    ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
+    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
+    ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+    ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": [1, 2, 256]}, "prompt"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
+    ({"prompt": [65] * 4096, "max_tokens": 1}, "prompt"),
+    ({}, "prompt"),
+])
+def test_bad_input_is_a_400_naming_the_field(server, body, param):
+    r = httpx.post(server.url + "/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error" and param in err["message"]
+
+
+def test_malformed_json_and_unknown_model(server):
+    r = httpx.post(server.url + "/completions", content=b'{"prompt": "x",', timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    assert "malformed JSON" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/completions", json={"prompt": "x", "model": "gpt-9"}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+    r = httpx.post(server.url + "/completions", content=b'[1, 2]', timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400
+
+
+def _settled(server, want_cancelled: int) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        h = server.health()
+        if (h["waiting"] == 0 and h["running"] == 0 and h["cancelled"] >= want_cancelled) \
+                or time.monotonic() > deadline:
+            return h
+        time.sleep(0.1)
+
+
+def test_client_disconnects_leave_nothing_behind(server, client):
+    """A long request occupies the decode thread; a streaming client that goes away while its
+    request waits is dropped from the queue, and one that goes away mid-stream too; the server
+    then answers the next request as usual."""
+    before = server.health()["cancelled"]
+    blocker = threading.Thread(target=lambda: httpx.post(
+        server.url + "/completions", json={"prompt": "def ", "max_tokens": 200, "temperature": 0}, timeout=300))
+    blocker.start()
+    time.sleep(0.5)
+    with httpx.Client(timeout=30) as c:
+        with c.stream("POST", server.url + "/completions",
+                      json={"prompt": "x", "max_tokens": 50, "stream": True, "seed": 1}) as r:
+            assert r.status_code == 200
+            assert server.health()["waiting"] >= 1
+        # closed before the first chunk: the job is cancelled in the queue
+    h = _settled(server, before + 1)
+    blocker.join()
+    assert h["waiting"] == 0 and h["running"] == 0 and h["cancelled"] >= before + 1
+    with httpx.Client(timeout=60) as c:  # mid-stream: read one chunk, then go away
+        with c.stream("POST", server.url + "/completions",
+                      json={"prompt": "x", "max_tokens": 40, "stream": True, "seed": 2, "n": 3}) as r:
+            first = next(r.iter_lines())
+            assert first.startswith("data: ")
+            json.loads(first[6:])
+    h = _settled(server, before + 1)
+    assert h["waiting"] == 0 and h["running"] == 0
+    out = client.completions.create(model="default", prompt="def ", max_tokens=4, temperature=0)
+    assert out.choices[0].finish_reason == "length"
+
+
+# -- the scheduler without HTTP ------------------------------------------------------------------
+
+
+class FakeBatchDecoder:
+    """Records each generate_batch call; tokens are (seed, position) so results are checkable."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate_batch(self, prompts, max_new_tokens, sampling, seeds, eos_token_id=None):
+        self.calls.append(list(seeds))
+        return [fastdec.GenerateResult([s % 7] * max_new_tokens, None) for s in seeds]
+
+    def generate(self, prompt, max_new_tokens, sampling, seed=0, eos_token_id=None, keep_logits=False):
+        self.calls.append([seed])
+        return fastdec.GenerateResult([seed % 7] * max_new_tokens, None)
+
+
+def test_scheduler_batches_what_waits_and_groups_by_sampling():
+    dec = FakeBatchDecoder()
+    sch = Scheduler(dec, max_batch=4)
+    greedy, hot = SamplingParams(), SamplingParams(temperature=1.0)
+    jobs = [Job([1], 3, greedy if i % 3 else hot, seed=i) for i in range(9)]
+    sch.submit(jobs)  # all waiting before the decode thread starts: rounds take them together
+    sch.start()
+    deadline = time.monotonic() + 10
+    while sch.status()["completed"] < 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sch.stop()
+    assert sorted(s for call in dec.calls for s in call) == list(range(9))  # none lost or duplicated
+    for call in dec.calls:
+        assert len({jobs[s].sampling for s in call}) == 1 and len(call) <= 4
+    assert dec.calls[0] == [0, 3, 6]  # the oldest job's group first, in arrival order
+    assert all(j.result.tokens == [j.seed % 7] * 3 and j.batched == (j.batch_size > 1) for j in jobs)
+
+
+def test_scheduler_drops_cancelled_waiting_jobs_and_isolates_errors():
+    class Flaky(FakeBatchDecoder):
+        def generate_batch(self, *a, **k):
+            raise RuntimeError("batch failed")
+
+        def generate(self, prompt, max_new_tokens, sampling, seed=0, eos_token_id=None, keep_logits=False):
+            if seed == 2:
+                raise RuntimeError("seed 2 is cursed")
+            return super().generate(prompt, max_new_tokens, sampling, seed)
+
+    dec = Flaky()
+    sch = Scheduler(dec)
+    jobs = [Job([1], 2, SamplingParams(), seed=i) for i in range(4)]
+    sch.submit(jobs)
+    sch.cancel([jobs[1]])
+    sch.start()
+    deadline = time.monotonic() + 10
+    while sch.status()["completed"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sch.stop()
+    st = sch.status()
+    assert st["waiting"] == 0 and st["running"] == 0 and st["cancelled"] == 1
+    assert jobs[1].result is None and [1] not in dec.calls
+    assert isinstance(jobs[2].error, RuntimeError) and jobs[0].result.tokens == [0, 0]
+    assert jobs[3].result.tokens == [3, 3]
+
+
+def test_ignore_seed_scheduler_reseeds():
+    dec = FakeBatchDecoder()
+    sch = Scheduler(dec, ignore_seed=True)
+    jobs = [Job([1], 1, SamplingParams(), seed=5) for _ in range(3)]
+    sch.submit(jobs)
+    sch.start()
+    deadline = time.monotonic() + 10
+    while sch.status()["completed"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sch.stop()
+    assert len({j.decoded_seed for j in jobs}) == 3 and all(j.seed == 5 for j in jobs)
