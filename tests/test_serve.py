@@ -11,12 +11,15 @@ import httpx
 import pytest
 
 openai = pytest.importorskip("openai")  # the test extra; tox's py env installs it
+pytest.importorskip("fastapi")  # the serve extra; tox's py env installs it too
+pytest.importorskip("uvicorn")
+
+from serving import start  # noqa: E402
 
 import fastdec  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.serve.scheduler import Job, Scheduler  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
-from serving import start  # noqa: E402
 
 DEFAULT_ARGS = ("default", "--strategy", "pipelined", "--draft-loops", "2", "--second-loops", "8")
 
@@ -150,8 +153,8 @@ def test_client_disconnects_leave_nothing_behind(server, client):
     request waits is dropped from the queue, and one that goes away mid-stream too; the server
     then answers the next request as usual."""
     before = server.health()["cancelled"]
-    blocker = threading.Thread(target=lambda: httpx.post(
-        server.url + "/completions", json={"prompt": "def ", "max_tokens": 200, "temperature": 0}, timeout=300))
+    long = {"prompt": "def ", "max_tokens": 200, "temperature": 0}
+    blocker = threading.Thread(target=lambda: httpx.post(server.url + "/completions", json=long, timeout=300))
     blocker.start()
     time.sleep(0.5)
     with httpx.Client(timeout=30) as c:
