@@ -47,10 +47,18 @@ def model_fingerprint(model) -> str:
     return h.hexdigest()
 
 
-def request_body(model_id: str, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
-                 seed: int) -> dict:
-    body = {"model": model_id, "prompt": [int(t) for t in prompt], "max_tokens": int(max_new_tokens),
-            "n": 1, "seed": int(seed), "ignore_eos": True, "temperature": float(sampling.temperature)}
+def request_body(
+    model_id: str, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int
+) -> dict:
+    body = {
+        "model": model_id,
+        "prompt": [int(t) for t in prompt],
+        "max_tokens": int(max_new_tokens),
+        "n": 1,
+        "seed": int(seed),
+        "ignore_eos": True,
+        "temperature": float(sampling.temperature),
+    }
     if not sampling.greedy:
         if sampling.top_k is not None:
             body["top_k"] = int(sampling.top_k)
@@ -74,8 +82,10 @@ class HTTPDecoder:
         httpx = _httpx()
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
-        self.client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency,
-                                                                        max_keepalive_connections=concurrency))
+        self.client = httpx.Client(
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="loopcert-http")
         info = self._get("/models")
         data = info.get("data") or []
@@ -91,44 +101,57 @@ class HTTPDecoder:
         try:
             r = self.client.get(self.base_url + path)
         except httpx.HTTPError as e:
-            raise LoopcertError(f"--decoder {self.base_url}: cannot reach {path} ({type(e).__name__}: {e})") \
-                from None
+            raise LoopcertError(
+                f"--decoder {self.base_url}: cannot reach {path} ({type(e).__name__}: {e})"
+            ) from None
         if r.status_code != 200:
-            raise LoopcertError(f"--decoder {self.base_url}: GET {path} answered HTTP {r.status_code}: "
-                                f"{r.text[:300]}")
+            raise LoopcertError(
+                f"--decoder {self.base_url}: GET {path} answered HTTP {r.status_code}: {r.text[:300]}"
+            )
         return r.json()
 
     def check_model(self, model) -> None:
         if self.fingerprint is None:
-            raise LoopcertError(f"{self.base_url} does not report a model fingerprint (/v1/models "
-                                "loopcert.fingerprint): cannot tell which model it serves")
+            raise LoopcertError(
+                f"{self.base_url} does not report a model fingerprint (/v1/models "
+                "loopcert.fingerprint): cannot tell which model it serves"
+            )
         mine = model_fingerprint(model)
         if mine != self.fingerprint:
-            raise LoopcertError(f"{self.base_url} serves {self.model_id!r} (fingerprint "
-                                f"{self.fingerprint[:12]}), not {model.cfg.name!r} (fingerprint {mine[:12]})")
+            raise LoopcertError(
+                f"{self.base_url} serves {self.model_id!r} (fingerprint "
+                f"{self.fingerprint[:12]}), not {model.cfg.name!r} (fingerprint {mine[:12]})"
+            )
 
-    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0) -> list[int]:
-        r = self.client.post(self.base_url + "/completions",
-                             json=request_body(self.model_id, prompt, max_new_tokens, sampling, seed))
+    def generate(
+        self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0
+    ) -> list[int]:
+        r = self.client.post(
+            self.base_url + "/completions",
+            json=request_body(self.model_id, prompt, max_new_tokens, sampling, seed),
+        )
         if r.status_code != 200:
-            raise LoopcertError(f"POST /completions (seed {seed}) answered HTTP {r.status_code}: "
-                                f"{r.text[:300]}")
+            raise LoopcertError(
+                f"POST /completions (seed {seed}) answered HTTP {r.status_code}: {r.text[:300]}"
+            )
         ext = r.json().get("loopcert")
         if not ext or not ext.get("choices"):
-            raise LoopcertError("the response has no loopcert.choices[].tokens extension: certify needs the "
-                                "new token ids")
+            raise LoopcertError(
+                "the response has no loopcert.choices[].tokens extension: certify needs the new token ids"
+            )
         return [int(t) for t in ext["choices"][0]["tokens"]]
 
-    def generate_batch(self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds,
-                       eos_token_id=None) -> list[list[int]]:
+    def generate_batch(
+        self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds, eos_token_id=None
+    ) -> list[list[int]]:
         """One request per sequence, up to `concurrency` in flight; results in input order."""
         if eos_token_id is not None:
             raise LoopcertError("HTTPDecoder.generate_batch: EOS is not part of the certify protocol")
         if len(prompts) != len(seeds):
             raise LoopcertError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        futures = [self._pool.submit(self.generate, p, max_new_tokens, sampling, s)
-                   for p, s in zip(prompts, seeds)]
+        futures = [
+            self._pool.submit(self.generate, p, max_new_tokens, sampling, s) for p, s in zip(prompts, seeds)
+        ]
         return [f.result() for f in futures]
 
     def close(self) -> None:

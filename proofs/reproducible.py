@@ -21,8 +21,15 @@ SAMPLING = SamplingParams(temperature=1.0)  # spread: two different seeds almost
 Progress = Callable[[str], None]
 
 
-def check_reproducible(name: str, candidates: Sequence[Candidate], model, prompt: Sequence[int],
-                       n_tokens: int, seeds: Sequence[int], progress: Progress | None = None) -> CheckResult:
+def check_reproducible(
+    name: str,
+    candidates: Sequence[Candidate],
+    model,
+    prompt: Sequence[int],
+    n_tokens: int,
+    seeds: Sequence[int],
+    progress: Progress | None = None,
+) -> CheckResult:
     """measured = (setting, seed) pairs whose two runs differ; bound 0.
 
     Negative control in the details: two different seeds must give different outputs for at
@@ -44,11 +51,24 @@ def check_reproducible(name: str, candidates: Sequence[Candidate], model, prompt
         if progress:
             progress(f"  {name} {c.label}: {equal}/{len(seeds)} seeds reproduced")
     sensitive = distinct > 1
-    details = {"prompt": list(prompt), "tokens": n_tokens, "temperature": SAMPLING.temperature,
-               "seeds": list(seeds), "runs": rows, "differences": differ,
-               "seed_sensitive": sensitive}
+    details = {
+        "prompt": list(prompt),
+        "tokens": n_tokens,
+        "temperature": SAMPLING.temperature,
+        "seeds": list(seeds),
+        "runs": rows,
+        "differences": differ,
+        "seed_sensitive": sensitive,
+    }
     if not sensitive:
-        details["error"] = ("every seed gave the same output: this prompt cannot show a decoder "
-                            "ignoring its seed (no power)")
-    return CheckResult(name, len(differ), 0, not differ and sensitive, details,
-                       f"{len(seeds)} seeds x 2 runs per setting at T={SAMPLING.temperature:g}")
+        details["error"] = (
+            "every seed gave the same output: this prompt cannot show a decoder ignoring its seed (no power)"
+        )
+    return CheckResult(
+        name,
+        len(differ),
+        0,
+        not differ and sensitive,
+        details,
+        f"{len(seeds)} seeds x 2 runs per setting at T={SAMPLING.temperature:g}",
+    )

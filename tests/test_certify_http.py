@@ -22,13 +22,29 @@ from proofs.http_decoder import HTTPDecoder, model_fingerprint, request_body  # 
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
-HTTP_PLAN = Plan("quick", greedy_presets=("tiny-raven",), greedy_prompts=2, greedy_tokens=8,
-                 bitwise_prompts=1, bitwise_tokens=6,
-                 sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),), samples=200,
-                 large_model_cases=(), large_model_samples=0, mutant_samples=200, blackbox_mutant_samples=40,
-                 false_alarm=None, theorem1_random_cases=50, theorem1_search_examples=20,
-                 trace_prompts=2, trace_positions=16, speed_prompts=1, speed_tokens=4, speed_repeats=1,
-                 mutant_names=("always-accept",))
+HTTP_PLAN = Plan(
+    "quick",
+    greedy_presets=("tiny-raven",),
+    greedy_prompts=2,
+    greedy_tokens=8,
+    bitwise_prompts=1,
+    bitwise_tokens=6,
+    sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
+    samples=200,
+    large_model_cases=(),
+    large_model_samples=0,
+    mutant_samples=200,
+    blackbox_mutant_samples=40,
+    false_alarm=None,
+    theorem1_random_cases=50,
+    theorem1_search_examples=20,
+    trace_prompts=2,
+    trace_positions=16,
+    speed_prompts=1,
+    speed_tokens=4,
+    speed_repeats=1,
+    mutant_names=("always-accept",),
+)
 TINY = ("tiny-ouro", "--draft-loops", "1")
 
 
@@ -59,8 +75,17 @@ def test_lossless_server_is_certified(good_server, tmp_path, http_plan):
 
 
 def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan):
-    server = start(request, tmp_path_factory, "tiny-ouro", "--strategy", "adaptive-verify",
-                   "--draft-loops", "1", "--rewind-L", "2")
+    server = start(
+        request,
+        tmp_path_factory,
+        "tiny-ouro",
+        "--strategy",
+        "adaptive-verify",
+        "--draft-loops",
+        "1",
+        "--rewind-L",
+        "2",
+    )
     rc, cert = certify_json(server.url, tmp_path)
     assert rc == 1 and cert["verdict"] == "FAIL"
     assert f"sampling[tiny-ouro: {server.url}]" in cert["failed"] and "greedy_float64" in cert["failed"]
@@ -85,15 +110,24 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
         toks = dec.generate([1, 2, 3], 5, SamplingParams(temperature=0.7, top_k=3), seed=4)
         assert len(toks) == 5 and all(0 <= t < 13 for t in toks)
         sp = SamplingParams(temperature=0.7, top_k=3)
-        assert dec.generate_batch([[1, 2, 3]] * 3, 5, sp, [9, 4, 9]) \
-            == [dec.generate([1, 2, 3], 5, sp, seed=s) for s in (9, 4, 9)]
+        assert dec.generate_batch([[1, 2, 3]] * 3, 5, sp, [9, 4, 9]) == [
+            dec.generate([1, 2, 3], 5, sp, seed=s) for s in (9, 4, 9)
+        ]
     finally:
         dec.close()
     fingerprints = {model_fingerprint(refdec.load_model(name)) for name in ("tiny-ouro", "tiny-raven")}
     assert len(fingerprints) == 2
     body = request_body("m", [1, 2], 3, SamplingParams(temperature=0.5, top_p=0.9), 7)
-    assert body == {"model": "m", "prompt": [1, 2], "max_tokens": 3, "n": 1, "seed": 7, "ignore_eos": True,
-                    "temperature": 0.5, "top_p": 0.9}
+    assert body == {
+        "model": "m",
+        "prompt": [1, 2],
+        "max_tokens": 3,
+        "n": 1,
+        "seed": 7,
+        "ignore_eos": True,
+        "temperature": 0.5,
+        "top_p": 0.9,
+    }
     assert request_body("m", [1], 1, SamplingParams(), 0)["temperature"] == 0.0
 
 

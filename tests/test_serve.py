@@ -68,8 +68,17 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
     """Token-id prompt, seed, n=2, top_k/top_p, logprobs: choice i is generate(seed + i)."""
     model, dec = local
     prompt = list(b"import ")
-    out = client.completions.create(model="default", prompt=prompt, max_tokens=8, temperature=0.9, top_p=0.95,
-                                    seed=11, n=2, logprobs=2, extra_body={"top_k": 20})
+    out = client.completions.create(
+        model="default",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0.9,
+        top_p=0.95,
+        seed=11,
+        n=2,
+        logprobs=2,
+        extra_body={"top_k": 20},
+    )
     sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.95)
     for i, choice in enumerate(out.choices):
         ext = out.model_extra["loopcert"]["choices"][i]
@@ -78,8 +87,16 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
         lp = choice.logprobs
         assert len(lp.token_logprobs) == 8 and all(v <= 0 for v in lp.token_logprobs)
         assert all(len(top) <= 2 for top in lp.top_logprobs)
-    again = client.completions.create(model="default", prompt=prompt, max_tokens=8, temperature=0.9,
-                                      top_p=0.95, seed=11, n=2, extra_body={"top_k": 20})
+    again = client.completions.create(
+        model="default",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0.9,
+        top_p=0.95,
+        seed=11,
+        n=2,
+        extra_body={"top_k": 20},
+    )
     assert [c.text for c in again.choices] == [c.text for c in out.choices]
 
 
@@ -99,26 +116,29 @@ def test_stream_equals_plain_and_stop_cuts(client):
     assert cut.choices[0].text == text[: text.index(stop)]
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"prompt": "x", "temperature": 2.5}, "temperature"),
-    ({"prompt": "x", "top_p": 0}, "top_p"),
-    ({"prompt": "x", "top_k": 0}, "top_k"),
-    ({"prompt": "x", "n": 0}, "n"),
-    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "x", "seed": -1}, "seed"),
-    ({"prompt": "x", "logprobs": 9}, "logprobs"),
-    ({"prompt": "x", "max_tokens": True}, "max_tokens"),
-    ({"prompt": "x", "temperature": "0.5"}, "temperature"),
-    ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
-    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
-    ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
-    ({"prompt": "x", "best_of": 3}, "best_of"),
-    ({"prompt": [1, 2, 256]}, "prompt"),
-    ({"prompt": []}, "prompt"),
-    ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
-    ({"prompt": [65] * 4096, "max_tokens": 1}, "prompt"),
-    ({}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"prompt": "x", "temperature": 2.5}, "temperature"),
+        ({"prompt": "x", "top_p": 0}, "top_p"),
+        ({"prompt": "x", "top_k": 0}, "top_k"),
+        ({"prompt": "x", "n": 0}, "n"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "seed": -1}, "seed"),
+        ({"prompt": "x", "logprobs": 9}, "logprobs"),
+        ({"prompt": "x", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "x", "temperature": "0.5"}, "temperature"),
+        ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
+        ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
+        ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+        ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": [1, 2, 256]}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
+        ({"prompt": [65] * 4096, "max_tokens": 1}, "prompt"),
+        ({}, "prompt"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(server, body, param):
     r = httpx.post(server.url + "/completions", json=body, timeout=30)
     assert r.status_code == 400, r.text
@@ -127,14 +147,22 @@ def test_bad_input_is_a_400_naming_the_field(server, body, param):
 
 
 def test_malformed_json_and_unknown_model(server):
-    r = httpx.post(server.url + "/completions", content=b'{"prompt": "x",', timeout=30,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        server.url + "/completions",
+        content=b'{"prompt": "x",',
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "body"
     assert "malformed JSON" in r.json()["error"]["message"]
     r = httpx.post(server.url + "/completions", json={"prompt": "x", "model": "gpt-9"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
-    r = httpx.post(server.url + "/completions", content=b'[1, 2]', timeout=30,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        server.url + "/completions",
+        content=b"[1, 2]",
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400
 
 
@@ -142,8 +170,9 @@ def _settled(server, want_cancelled: int) -> dict:
     deadline = time.monotonic() + 60
     while True:
         h = server.health()
-        if (h["waiting"] == 0 and h["running"] == 0 and h["cancelled"] >= want_cancelled) \
-                or time.monotonic() > deadline:
+        if (
+            h["waiting"] == 0 and h["running"] == 0 and h["cancelled"] >= want_cancelled
+        ) or time.monotonic() > deadline:
             return h
         time.sleep(0.1)
 
@@ -158,8 +187,11 @@ def test_client_disconnects_leave_nothing_behind(server, client):
     blocker.start()
     time.sleep(0.5)
     with httpx.Client(timeout=30) as c:
-        with c.stream("POST", server.url + "/completions",
-                      json={"prompt": "x", "max_tokens": 50, "stream": True, "seed": 1}) as r:
+        with c.stream(
+            "POST",
+            server.url + "/completions",
+            json={"prompt": "x", "max_tokens": 50, "stream": True, "seed": 1},
+        ) as r:
             assert r.status_code == 200
             assert server.health()["waiting"] >= 1
         # closed before the first chunk: the job is cancelled in the queue
@@ -167,8 +199,11 @@ def test_client_disconnects_leave_nothing_behind(server, client):
     blocker.join()
     assert h["waiting"] == 0 and h["running"] == 0 and h["cancelled"] >= before + 1
     with httpx.Client(timeout=60) as c:  # mid-stream: read one chunk, then go away
-        with c.stream("POST", server.url + "/completions",
-                      json={"prompt": "x", "max_tokens": 40, "stream": True, "seed": 2, "n": 3}) as r:
+        with c.stream(
+            "POST",
+            server.url + "/completions",
+            json={"prompt": "x", "max_tokens": 40, "stream": True, "seed": 2, "n": 3},
+        ) as r:
             first = next(r.iter_lines())
             assert first.startswith("data: ")
             json.loads(first[6:])

@@ -4,6 +4,8 @@
     loopcert bench [MODEL] --write-baseline [--baseline F]        writes the gate baseline F
     loopcert bench [MODEL] --gate [--baseline F]                  exit 1 if a gated figure regressed
                                                                   (every figure: DIR/gate.json)
+    loopcert bench [MODEL] --serve-load [--clients 32 --seconds 30]  load test of `loopcert serve MODEL`
+                                                                  on 127.0.0.1: DIR/serve-load.md + .json
 
 Reports are written atomically (refdec.io.write_atomic), only once the whole run has finished.
 Exit status: 0 ok, 1 a gate failed, 2 a usage error.
@@ -12,7 +14,9 @@ Exit status: 0 ok, 1 a gate failed, 2 a usage error.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
+import platform
 import time
 from pathlib import Path
 
@@ -20,6 +24,7 @@ import torch
 
 from loopcert.commands.common import load_from_args
 from proofs import gates, speedup
+from proofs.certify import git_commit
 from proofs.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.result import _plain
@@ -47,6 +52,15 @@ def add_arguments(p) -> None:
     what = p.add_mutually_exclusive_group()
     what.add_argument("--gate", action="store_true", help="run the regression gates against --baseline")
     what.add_argument("--write-baseline", action="store_true", help="measure and write --baseline")
+    what.add_argument(
+        "--serve-load",
+        action="store_true",
+        help="load-test `loopcert serve MODEL` on 127.0.0.1 (needs the serve extra)",
+    )
+    p.add_argument("--clients", type=int, default=32, help="--serve-load: concurrent clients")
+    p.add_argument("--seconds", type=float, default=30.0, help="--serve-load: duration")
+    p.add_argument("--requests", type=int, default=5000, help="--serve-load: at most this many requests")
+    p.add_argument("--load-tokens", type=int, default=16, help="--serve-load: max_tokens per request")
     p.add_argument(
         "--baseline", default=str(DEFAULT_BASELINE), help=f"gate baseline (default: {DEFAULT_BASELINE})"
     )
@@ -75,8 +89,12 @@ def command_line(args) -> str:
         parts.append(f"--gate --baseline {args.baseline}")
     if args.write_baseline:
         parts.append(f"--write-baseline --baseline {args.baseline}")
+    if args.serve_load:
+        parts.append(
+            f"--serve-load --clients {args.clients} --seconds {args.seconds:g} --requests {args.requests} "
+            f"--load-tokens {args.load_tokens}"
+        )
     return " ".join(parts)
-
 
 
 def _json(data: dict) -> str:
@@ -98,6 +116,8 @@ def run(args) -> int:
             raise LoopcertError(f"--{name} must be >= 1, got {v}")
     overrides = {k: getattr(args, k) for k in ("tokens", "repeats") if getattr(args, k) is not None}
     torch.set_num_threads(args.threads)
+    if args.serve_load:
+        return run_serve_load(args)
     base = gates.read_baseline(args.baseline) if args.gate else None  # a missing baseline fails first
     model = load_from_args(args)
     prompts = model_prompts(model, args.model, 16, max_len=4096)
@@ -133,3 +153,53 @@ def run(args) -> int:
     write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0
+
+
+def run_serve_load(args) -> int:
+    """The load test (loopcert/serve/bench.py); exit 1 if a request was lost, duplicated, failed or
+    differs from generate for its seed."""
+    try:
+        from loopcert.serve.bench import serve_load
+        from loopcert.serve.loadtest import LoadPlan
+        from reports.serve_load import render as render_load
+    except ImportError as e:
+        raise LoopcertError(
+            f"--serve-load needs the serve extra: pip install 'loopcert[serve]' ({e})"
+        ) from None
+    plan = LoadPlan(
+        clients=args.clients, seconds=args.seconds, max_requests=args.requests, max_tokens=args.load_tokens
+    )
+    argv = [
+        args.model,
+        "--seed-weights",
+        str(args.seed_weights),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--threads",
+        str(args.threads),
+    ]
+    t0 = time.perf_counter()
+    res = serve_load(argv, plan, say)
+    res["stamp"] = {
+        "command": command_line(args),
+        "commit": git_commit(),
+        "cpu": platform.processor() or platform.machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - t0,
+    }
+    md = render_load(_plain(res))
+    out = Path(args.out)
+    write_atomic(out / "serve-load.json", lambda tmp: Path(tmp).write_text(_json(res)))
+    write_atomic(out / "serve-load.md", lambda tmp: Path(tmp).write_text(md))
+    s = res["summary"]
+    say(
+        f"{'PASS' if res['passed'] else 'FAIL'}: {s['completed']}/{s['sent']} requests, "
+        f"lost {len(s['lost'])}, "
+        f"duplicated {len(s['duplicated'])}, {res['mismatch_count']} differ from generate; "
+        f"p50 {s['latency_p50_s']:.3f} s p99 {s['latency_p99_s']:.3f} s, {s['tokens_per_s']:.1f} tokens/s "
+        f"(in process: {res['in_process']['sequential_tokens_per_s']:.1f} sequential)"
+    )
+    say(f"wrote {out / 'serve-load.md'} and serve-load.json")
+    return 0 if res["passed"] else 1

@@ -37,12 +37,18 @@ def add_arguments(p) -> None:
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: MODEL)")
     p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together in one round")
     p.add_argument("--max-waiting", type=int, default=4096, help="sequences queued before HTTP 503")
-    p.add_argument("--no-batch", action="store_true",
-                   help="decode each sequence alone even when the decoder has generate_batch")
+    p.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="decode each sequence alone even when the decoder has generate_batch",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the decode thread")
-    p.add_argument("--ignore-request-seed", action="store_true",
-                   help="WRONG ON PURPOSE (negative control): decode with a fresh random seed instead of "
-                        "the request's; certify must report the server NON-REPRODUCIBLE")
+    p.add_argument(
+        "--ignore-request-seed",
+        action="store_true",
+        help="WRONG ON PURPOSE (negative control): decode with a fresh random seed instead of "
+        "the request's; certify must report the server NON-REPRODUCIBLE",
+    )
     p.add_argument("--log-level", default="warning", help="uvicorn log level")
 
 
@@ -55,29 +61,55 @@ def build_served(args):
     if args.threads < 1:
         raise LoopcertError(f"--threads must be >= 1, got {args.threads}")
     if args.max_batch < 1 or args.max_waiting < 1:
-        raise LoopcertError(f"--max-batch and --max-waiting must be >= 1, got {args.max_batch}, "
-                            f"{args.max_waiting}")
+        raise LoopcertError(
+            f"--max-batch and --max-waiting must be >= 1, got {args.max_batch}, {args.max_waiting}"
+        )
     if not 0 <= args.port < 65536:
         raise LoopcertError(f"--port must be in [0, 65535], got {args.port}")
     torch.set_num_threads(args.threads)
     model = load_from_args(args)
     decoder = decoder_from_args(args, model)
     fingerprint = model_fingerprint(model)
-    decoder_info = {"strategy": decoder.strategy, "depth": decoder.depth, "draft_depth": decoder.draft_depth,
-                    "second_depth": decoder.second_depth, "gate": decoder.gate,
-                    "draft_ahead": decoder.draft_ahead, "rewind_depth": decoder.rewind_depth,
-                    "fixed_width": decoder.fixed_width, "device": str(decoder.device),
-                    "dtype": str(decoder.dtype).replace("torch.", ""), "lossless": decoder.lossless,
-                    "ignore_request_seed": args.ignore_request_seed}
+    decoder_info = {
+        "strategy": decoder.strategy,
+        "depth": decoder.depth,
+        "draft_depth": decoder.draft_depth,
+        "second_depth": decoder.second_depth,
+        "gate": decoder.gate,
+        "draft_ahead": decoder.draft_ahead,
+        "rewind_depth": decoder.rewind_depth,
+        "fixed_width": decoder.fixed_width,
+        "device": str(decoder.device),
+        "dtype": str(decoder.dtype).replace("torch.", ""),
+        "lossless": decoder.lossless,
+        "ignore_request_seed": args.ignore_request_seed,
+    }
     cfg = model.cfg
-    info = {"fingerprint": fingerprint, "name": cfg.name, "family": cfg.family, "vocab_size": cfg.vocab_size,
-            "recurrence": cfg.recurrence, "max_seq_len": cfg.max_seq_len,
-            "eos_token_id": getattr(model, "eos_token_id", None), "decoder": decoder_info}
-    scheduler = Scheduler(decoder, max_batch=args.max_batch, max_waiting=args.max_waiting,
-                          ignore_seed=args.ignore_request_seed, use_batch=False if args.no_batch else None)
-    return Served(args.served_model_name or args.model, model, scheduler,
-                  encode=lambda text: encode_text(model, text), decode=lambda ids: decode_text(model, ids),
-                  info=info)
+    info = {
+        "fingerprint": fingerprint,
+        "name": cfg.name,
+        "family": cfg.family,
+        "vocab_size": cfg.vocab_size,
+        "recurrence": cfg.recurrence,
+        "max_seq_len": cfg.max_seq_len,
+        "eos_token_id": getattr(model, "eos_token_id", None),
+        "decoder": decoder_info,
+    }
+    scheduler = Scheduler(
+        decoder,
+        max_batch=args.max_batch,
+        max_waiting=args.max_waiting,
+        ignore_seed=args.ignore_request_seed,
+        use_batch=False if args.no_batch else None,
+    )
+    return Served(
+        args.served_model_name or args.model,
+        model,
+        scheduler,
+        encode=lambda text: encode_text(model, text),
+        decode=lambda ids: decode_text(model, ids),
+        info=info,
+    )
 
 
 def run(args) -> int:
@@ -86,8 +118,9 @@ def run(args) -> int:
 
         from loopcert.serve.app import create_app
     except ImportError as e:
-        raise LoopcertError(f"loopcert serve needs the serve extra: pip install 'loopcert[serve]' ({e})") \
-            from None
+        raise LoopcertError(
+            f"loopcert serve needs the serve extra: pip install 'loopcert[serve]' ({e})"
+        ) from None
     served = build_served(args)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -100,8 +133,11 @@ def run(args) -> int:
     config = uvicorn.Config(create_app(served), log_level=args.log_level, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     d = served.info["decoder"]
-    print(f"loopcert serve: {served.model_id} ({d['strategy']}, lossless={d['lossless']}, "
-          f"{served.scheduler.status()['batching']}) on http://{args.host}:{port}/v1", flush=True)
+    print(
+        f"loopcert serve: {served.model_id} ({d['strategy']}, lossless={d['lossless']}, "
+        f"{served.scheduler.status()['batching']}) on http://{args.host}:{port}/v1",
+        flush=True,
+    )
     if args.port_file:
         write_atomic(Path(args.port_file), lambda tmp: Path(tmp).write_text(f"{port}\n"))
     try:

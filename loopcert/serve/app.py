@@ -35,8 +35,19 @@ from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
 POLL_S = 0.05  # how often a waiting request checks that its client is still there
-STAT_KEYS = ("strategy", "acceptance_rate", "gamma", "tokens", "from_first", "from_second", "from_restart",
-             "proposals", "accepted", "steps", "mean_live_lanes")
+STAT_KEYS = (
+    "strategy",
+    "acceptance_rate",
+    "gamma",
+    "tokens",
+    "from_first",
+    "from_second",
+    "from_restart",
+    "proposals",
+    "accepted",
+    "steps",
+    "mean_live_lanes",
+)
 
 
 @dataclass
@@ -74,8 +85,9 @@ class ClientGone(Exception):
 def sampling_of(req: CompletionRequest) -> SamplingParams:
     if req.temperature == 0:
         return SamplingParams()
-    return SamplingParams(temperature=req.temperature, top_k=req.top_k,
-                          top_p=None if req.top_p >= 1.0 else req.top_p)
+    return SamplingParams(
+        temperature=req.temperature, top_k=req.top_k, top_p=None if req.top_p >= 1.0 else req.top_p
+    )
 
 
 def prompt_ids(served: Served, prompt, index: int, many: bool) -> list[int]:
@@ -89,8 +101,9 @@ def prompt_ids(served: Served, prompt, index: int, many: bool) -> list[int]:
         ids = list(prompt)
         bad = next((t for t in ids if not 0 <= t < served.vocab_size), None)
         if bad is not None:
-            raise APIError(400, f"{param}: token id {bad} is outside the vocabulary [0, {served.vocab_size})",
-                           param)
+            raise APIError(
+                400, f"{param}: token id {bad} is outside the vocabulary [0, {served.vocab_size})", param
+            )
     if not ids:
         raise APIError(400, f"{param}: the prompt encodes to no tokens", param)
     return ids
@@ -99,29 +112,49 @@ def prompt_ids(served: Served, prompt, index: int, many: bool) -> list[int]:
 def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], list[Job], int]:
     """Validate what needs the model; (prompt ids per prompt, jobs in choice order, base seed)."""
     if req.model is not None and req.model != served.model_id:
-        raise APIError(404, f"model {req.model!r} is not served here (this server serves "
-                            f"{served.model_id!r})", "model", "invalid_request_error", "model_not_found")
+        raise APIError(
+            404,
+            f"model {req.model!r} is not served here (this server serves {served.model_id!r})",
+            "model",
+            "invalid_request_error",
+            "model_not_found",
+        )
     if req.best_of is not None and req.best_of != req.n:
         raise APIError(400, f"best_of={req.best_of} is not supported (only best_of == n)", "best_of")
     if req.stop and served.decode([]) is None:
-        raise APIError(400, f"stop: model {served.model_id!r} has no text form (no tokenizer, vocabulary "
-                            f"{served.vocab_size} < 256)", "stop")
+        raise APIError(
+            400,
+            f"stop: model {served.model_id!r} has no text form (no tokenizer, vocabulary "
+            f"{served.vocab_size} < 256)",
+            "stop",
+        )
     prompts = req.prompts()
     ids = [prompt_ids(served, p, i, len(prompts) > 1) for i, p in enumerate(prompts)]
     for i, p in enumerate(ids):
         if len(p) >= served.max_seq_len:
             param = f"prompt.{i}" if len(ids) > 1 else "prompt"
-            raise APIError(400, f"{param}: {len(p)} tokens; the context is {served.max_seq_len} tokens",
-                           param, code="context_length_exceeded")
+            raise APIError(
+                400,
+                f"{param}: {len(p)} tokens; the context is {served.max_seq_len} tokens",
+                param,
+                code="context_length_exceeded",
+            )
         if len(p) + req.max_tokens > served.max_seq_len:
-            raise APIError(400, f"max_tokens: a prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
-                                f"exceeds the context of {served.max_seq_len} tokens", "max_tokens",
-                           code="context_length_exceeded")
+            raise APIError(
+                400,
+                f"max_tokens: a prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
+                f"exceeds the context of {served.max_seq_len} tokens",
+                "max_tokens",
+                code="context_length_exceeded",
+            )
     seed = req.seed if req.seed is not None else secrets.randbits(62)
     sampling = sampling_of(req)
     eos = None if req.ignore_eos else served.eos
-    jobs = [Job(p, req.max_tokens, sampling, seed + i * req.n + k, eos, keep_logits=req.logprobs is not None)
-            for i, p in enumerate(ids) for k in range(req.n)]
+    jobs = [
+        Job(p, req.max_tokens, sampling, seed + i * req.n + k, eos, keep_logits=req.logprobs is not None)
+        for i, p in enumerate(ids)
+        for k in range(req.n)
+    ]
     return ids, jobs, seed
 
 
@@ -154,15 +187,23 @@ def logprobs_of(served: Served, job: Job, tokens: list[int], k: int) -> dict:
     for p in pieces:
         offsets.append(pos)
         pos += len(p)
-    return {"tokens": pieces, "token_logprobs": token_lps, "top_logprobs": tops if k else None,
-            "text_offset": offsets}
+    return {
+        "tokens": pieces,
+        "token_logprobs": token_lps,
+        "top_logprobs": tops if k else None,
+        "text_offset": offsets,
+    }
 
 
 def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> tuple[dict, dict]:
     """(the OpenAI choice, its loopcert extension entry)."""
     if job.error is not None:
-        raise APIError(500, f"decoding choice {index} failed: {type(job.error).__name__}: {job.error}", None,
-                       "server_error")
+        raise APIError(
+            500,
+            f"decoding choice {index} failed: {type(job.error).__name__}: {job.error}",
+            None,
+            "server_error",
+        )
     tokens = list(job.result.tokens)
     finish = "length"
     text_tokens = tokens
@@ -179,10 +220,18 @@ def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> t
             text = " ".join(map(str, text_tokens))
     lp = logprobs_of(served, job, tokens, req.logprobs) if req.logprobs is not None else None
     stats = job.result.stats.as_dict()
-    ext = {"index": index, "seed": job.decoded_seed, "requested_seed": job.seed, "tokens": tokens,
-           "stats": {k: stats[k] for k in STAT_KEYS if k in stats},
-           "round": job.round, "batch_size": job.batch_size, "batched": job.batched,
-           "queue_seconds": job.t_start - job.t_submit, "decode_seconds": job.t_end - job.t_start}
+    ext = {
+        "index": index,
+        "seed": job.decoded_seed,
+        "requested_seed": job.seed,
+        "tokens": tokens,
+        "stats": {k: stats[k] for k in STAT_KEYS if k in stats},
+        "round": job.round,
+        "batch_size": job.batch_size,
+        "batched": job.batched,
+        "queue_seconds": job.t_start - job.t_submit,
+        "decode_seconds": job.t_end - job.t_start,
+    }
     return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}, ext
 
 
@@ -231,13 +280,13 @@ def pieces_of(served: Served, tokens: list[int], final_text: str) -> list[str]:
         if text is None or len(text) > len(final_text):
             break
         if text.startswith(sent) and not text.endswith("\ufffd") and final_text.startswith(text):
-            out.append(text[len(sent):])
+            out.append(text[len(sent) :])
             sent = text
         else:
             out.append("")
     out += [""] * (len(tokens) - len(out))
     if out:
-        out[-1] += final_text[len(sent):]
+        out[-1] += final_text[len(sent) :]
     elif final_text:
         out = [final_text]
     return out
@@ -257,8 +306,13 @@ def create_app(served: Served) -> FastAPI:
 
     @app.get("/v1/models")
     async def models():
-        card = {"id": served.model_id, "object": "model", "created": served.created, "owned_by": "loopcert",
-                "loopcert": served.info}
+        card = {
+            "id": served.model_id,
+            "object": "model",
+            "created": served.created,
+            "owned_by": "loopcert",
+            "loopcert": served.info,
+        }
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
@@ -269,11 +323,17 @@ def create_app(served: Served) -> FastAPI:
             served.scheduler.submit(jobs)
         except Overloaded as e:
             raise APIError(503, str(e), None, "server_error", "overloaded") from None
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": served.model_id, "system_fingerprint": served.info.get("fingerprint", "")[:16]}
+        head = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": served.model_id,
+            "system_fingerprint": served.info.get("fingerprint", "")[:16],
+        }
         if req.stream:
-            return StreamingResponse(stream(served, req, request, jobs, events, ids, seed, head),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                stream(served, req, request, jobs, events, ids, seed, head), media_type="text/event-stream"
+            )
         try:
             await wait_for(request, events)
         except ClientGone:
@@ -284,14 +344,23 @@ def create_app(served: Served) -> FastAPI:
         pairs = [choice_of(served, req, j, i) for i, j in enumerate(jobs)]
         exts = [e for _, e in pairs]
         ext = {"seed": seed, "choices": exts, "decoder": served.info.get("decoder")}
-        return JSONResponse({**head, "choices": [c for c, _ in pairs], "usage": usage(ids, req.n, exts),
-                             "loopcert": ext})
+        return JSONResponse(
+            {**head, "choices": [c for c, _ in pairs], "usage": usage(ids, req.n, exts), "loopcert": ext}
+        )
 
     return app
 
 
-async def stream(served: Served, req: CompletionRequest, request: Request, jobs: list[Job],
-                 events: list[asyncio.Event], ids, seed: int, head: dict):
+async def stream(
+    served: Served,
+    req: CompletionRequest,
+    request: Request,
+    jobs: list[Job],
+    events: list[asyncio.Event],
+    ids,
+    seed: int,
+    head: dict,
+):
     """SSE chunks: each choice's text token by token once its round has decoded it, then its
     finish_reason and loopcert extension, then usage (stream_options.include_usage), [DONE]."""
     exts = []
@@ -307,12 +376,18 @@ async def stream(served: Served, req: CompletionRequest, request: Request, jobs:
             for k, piece in enumerate(deltas):
                 lp = choice["logprobs"]
                 if lp is not None and per_token:  # this token's slice of each list
-                    lp = {key: (v[k:k + 1] if isinstance(v, list) else v) for key, v in lp.items()}
+                    lp = {key: (v[k : k + 1] if isinstance(v, list) else v) for key, v in lp.items()}
                 delta = {"index": i, "text": piece, "logprobs": lp, "finish_reason": None}
                 yield sse({**head, "choices": [delta]})
-            yield sse({**head, "choices": [{"index": i, "text": "", "logprobs": None,
-                                            "finish_reason": choice["finish_reason"]}],
-                       "loopcert": {"seed": seed, "choices": [ext], "decoder": served.info.get("decoder")}})
+            yield sse(
+                {
+                    **head,
+                    "choices": [
+                        {"index": i, "text": "", "logprobs": None, "finish_reason": choice["finish_reason"]}
+                    ],
+                    "loopcert": {"seed": seed, "choices": [ext], "decoder": served.info.get("decoder")},
+                }
+            )
         if req.stream_options is not None and req.stream_options.include_usage:
             yield sse({**head, "choices": [], "usage": usage(ids, req.n, exts)})
         yield sse("[DONE]")

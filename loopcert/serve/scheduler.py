@@ -73,8 +73,14 @@ def _takes(fn, name: str) -> bool:
 
 
 class Scheduler:
-    def __init__(self, decoder, max_batch: int = 32, max_waiting: int = 4096, ignore_seed: bool = False,
-                 use_batch: bool | None = None):
+    def __init__(
+        self,
+        decoder,
+        max_batch: int = 32,
+        max_waiting: int = 4096,
+        ignore_seed: bool = False,
+        use_batch: bool | None = None,
+    ):
         if max_batch < 1 or max_waiting < 1:
             raise LoopcertError(f"max_batch and max_waiting must be >= 1, got {max_batch}, {max_waiting}")
         self.decoder, self.max_batch, self.max_waiting = decoder, max_batch, max_waiting
@@ -129,10 +135,16 @@ class Scheduler:
 
     def status(self) -> dict:
         with self._cond:
-            return {"waiting": len(self._waiting), "running": len(self._running), "rounds": self.rounds,
-                    "completed": self.completed, "cancelled": self.cancelled,
-                    "largest_round": self.largest_round, "max_batch": self.max_batch,
-                    "batching": "generate_batch" if self.has_batch else "per-sequence fallback"}
+            return {
+                "waiting": len(self._waiting),
+                "running": len(self._running),
+                "rounds": self.rounds,
+                "completed": self.completed,
+                "cancelled": self.cancelled,
+                "largest_round": self.largest_round,
+                "max_batch": self.max_batch,
+                "batching": "generate_batch" if self.has_batch else "per-sequence fallback",
+            }
 
     # -- the decode thread ----------------------------------------------------------------------
     def _take_round(self) -> list[Job]:
@@ -174,9 +186,14 @@ class Scheduler:
         if self.has_batch and len(group) > 1 and (not first.keep_logits or self.batch_keeps_logits):
             kw = {"keep_logits": True} if first.keep_logits else {}
             try:
-                results = self.decoder.generate_batch([j.prompt for j in group], first.max_new_tokens,
-                                                      first.sampling, [j.decoded_seed for j in group],
-                                                      eos_token_id=first.eos_token_id, **kw)
+                results = self.decoder.generate_batch(
+                    [j.prompt for j in group],
+                    first.max_new_tokens,
+                    first.sampling,
+                    [j.decoded_seed for j in group],
+                    eos_token_id=first.eos_token_id,
+                    **kw,
+                )
             except Exception:  # noqa: BLE001 - isolate the job at fault: decode each alone below
                 pass
             else:
@@ -187,7 +204,13 @@ class Scheduler:
             if j.cancelled:
                 continue
             try:
-                j.result = self.decoder.generate(j.prompt, j.max_new_tokens, j.sampling, seed=j.decoded_seed,
-                                                 eos_token_id=j.eos_token_id, keep_logits=j.keep_logits)
+                j.result = self.decoder.generate(
+                    j.prompt,
+                    j.max_new_tokens,
+                    j.sampling,
+                    seed=j.decoded_seed,
+                    eos_token_id=j.eos_token_id,
+                    keep_logits=j.keep_logits,
+                )
             except Exception as e:  # noqa: BLE001 - reported to that request only (HTTP 500)
                 j.error = e
