@@ -44,7 +44,7 @@ def render(res: dict) -> str:
         f"`{st.get('command', '')}` — {s['clients']} concurrent clients for {fmt(s['seconds'])} s (at most "
         f"{s['max_requests']} requests), {s['max_tokens']} tokens each, loopback only, against "
         f"`loopcert serve {' '.join(res['command_args'])}`; commit {st.get('commit', '—')}, "
-        f"{st.get('date', '')}, {st.get('cpu', '')}.",
+        f"{st.get('date', '')}, {st.get('device_name', '')}.",
         table(rows, ["", ""]),
         "Latency is per request, send to last byte. Aggregate tokens/s is completion tokens over the "
         "run's wall time. The in-process figures decode the same requests (same prompts, seeds and "

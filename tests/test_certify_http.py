@@ -17,12 +17,12 @@ from serving import start  # noqa: E402
 import proofs.certify as certify_mod  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
-from proofs.certify import Plan  # noqa: E402
+from proofs.certify import CertifyPlan  # noqa: E402
 from proofs.http_decoder import HTTPDecoder, model_fingerprint, request_body  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
-HTTP_PLAN = Plan(
+HTTP_PLAN = CertifyPlan(
     "quick",
     greedy_presets=("tiny-raven",),
     greedy_prompts=2,
@@ -45,7 +45,7 @@ HTTP_PLAN = Plan(
     speed_repeats=1,
     mutant_names=("always-accept",),
 )
-TINY = ("tiny-ouro", "--draft-loops", "1")
+TINY = ("tiny-ouro", "--draft-depth", "1")
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,9 @@ def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan
         "tiny-ouro",
         "--strategy",
         "adaptive-verify",
-        "--draft-loops",
+        "--draft-depth",
         "1",
-        "--rewind-L",
+        "--rewind-depth",
         "2",
     )
     rc, cert = certify_json(server.url, tmp_path)

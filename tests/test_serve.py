@@ -21,7 +21,7 @@ import refdec  # noqa: E402
 from loopcert.serve.scheduler import Job, Scheduler  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
-DEFAULT_ARGS = ("default", "--strategy", "pipelined", "--draft-loops", "2", "--second-loops", "8")
+DEFAULT_ARGS = ("default", "--strategy", "pipelined", "--draft-depth", "2", "--second-depth", "8")
 
 
 @pytest.fixture(scope="module")
@@ -217,36 +217,45 @@ def test_client_disconnects_leave_nothing_behind(server, client):
 
 
 class FakeBatchDecoder:
-    """Records each generate_batch call; tokens are (seed, position) so results are checkable."""
+    """Records each call's seeds; the tokens are [seed % 7] * max_new_tokens, so results are checkable."""
+
+    max_batch = 64
 
     def __init__(self):
         self.calls = []
 
-    def generate_batch(self, prompts, max_new_tokens, sampling, seeds, eos_token_id=None):
+    def generate_batch(self, prompts, max_new_tokens, sampling, seeds, eos_token_id=None, keep_logits=False):
+        assert len(prompts) == len(max_new_tokens) == len(sampling) == len(seeds)
         self.calls.append(list(seeds))
-        return [fastdec.GenerateResult([s % 7] * max_new_tokens, None) for s in seeds]
+        return [fastdec.GenerateResult([s % 7] * n, None) for s, n in zip(seeds, max_new_tokens)]
 
     def generate(self, prompt, max_new_tokens, sampling, seed=0, eos_token_id=None, keep_logits=False):
         self.calls.append([seed])
         return fastdec.GenerateResult([seed % 7] * max_new_tokens, None)
 
 
-def test_scheduler_batches_what_waits_and_groups_by_sampling():
+def _drain(sch: Scheduler, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while sch.status()["completed"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sch.stop()
+
+
+def test_scheduler_batches_what_waits_whatever_its_sampling():
+    """Waiting jobs share a round whatever their sampling and length (generate_batch takes one of
+    each per sequence); EOS splits rounds (it takes one); max_batch caps a round."""
     dec = FakeBatchDecoder()
     sch = Scheduler(dec, max_batch=4)
     greedy, hot = SamplingParams(), SamplingParams(temperature=1.0)
-    jobs = [Job([1], 3, greedy if i % 3 else hot, seed=i) for i in range(9)]
+    jobs = [Job([1], 2 + i % 3, greedy if i % 2 else hot, seed=i, eos_token_id=None if i < 7 else 5)
+            for i in range(9)]
     sch.submit(jobs)  # all waiting before the decode thread starts: rounds take them together
     sch.start()
-    deadline = time.monotonic() + 10
-    while sch.status()["completed"] < 9 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    sch.stop()
+    _drain(sch, 9)
     assert sorted(s for call in dec.calls for s in call) == list(range(9))  # none lost or duplicated
-    for call in dec.calls:
-        assert len({jobs[s].sampling for s in call}) == 1 and len(call) <= 4
-    assert dec.calls[0] == [0, 3, 6]  # the oldest job's group first, in arrival order
-    assert all(j.result.tokens == [j.seed % 7] * 3 and j.batched == (j.batch_size > 1) for j in jobs)
+    assert dec.calls == [[0, 1, 2, 3], [4, 5, 6], [7, 8]]  # arrival order, at most 4, EOS apart
+    assert all(j.result.tokens == [j.seed % 7] * j.max_new_tokens and j.batched for j in jobs)
+    assert [j.batch_size for j in jobs] == [4, 4, 4, 4, 3, 3, 3, 2, 2]
 
 
 def test_scheduler_drops_cancelled_waiting_jobs_and_isolates_errors():
@@ -265,10 +274,7 @@ def test_scheduler_drops_cancelled_waiting_jobs_and_isolates_errors():
     sch.submit(jobs)
     sch.cancel([jobs[1]])
     sch.start()
-    deadline = time.monotonic() + 10
-    while sch.status()["completed"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    sch.stop()
+    _drain(sch, 3)
     st = sch.status()
     assert st["waiting"] == 0 and st["running"] == 0 and st["cancelled"] == 1
     assert jobs[1].result is None and [1] not in dec.calls
@@ -282,8 +288,5 @@ def test_ignore_seed_scheduler_reseeds():
     jobs = [Job([1], 1, SamplingParams(), seed=5) for _ in range(3)]
     sch.submit(jobs)
     sch.start()
-    deadline = time.monotonic() + 10
-    while sch.status()["completed"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    sch.stop()
+    _drain(sch, 3)
     assert len({j.decoded_seed for j in jobs}) == 3 and all(j.seed == 5 for j in jobs)

@@ -14,9 +14,7 @@ Exit status: 0 ok, 1 a gate failed, 2 a usage error.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -24,10 +22,10 @@ import torch
 
 from loopcert.commands.common import load_from_args
 from proofs import gates, speedup
-from proofs.certify import git_commit
 from proofs.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.result import _plain
+from proofs.stamp import stamp
 from refdec.errors import LoopcertError
 from refdec.io import write_atomic
 from reports.speedup import render
@@ -182,13 +180,9 @@ def run_serve_load(args) -> int:
     ]
     t0 = time.perf_counter()
     res = serve_load(argv, plan, say)
-    res["stamp"] = {
-        "command": command_line(args),
-        "commit": git_commit(),
-        "cpu": platform.processor() or platform.machine(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - t0,
-    }
+    seeds = {"requests": f"{plan.base_seed} + i for request i"}
+    res["stamp"] = {**stamp(args.model, args.device, args.dtype, seeds), "command": command_line(args),
+                    "seconds": time.perf_counter() - t0}
     md = render_load(_plain(res))
     out = Path(args.out)
     write_atomic(out / "serve-load.json", lambda tmp: Path(tmp).write_text(_json(res)))

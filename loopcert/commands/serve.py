@@ -68,17 +68,20 @@ def build_served(args):
         raise LoopcertError(f"--port must be in [0, 65535], got {args.port}")
     torch.set_num_threads(args.threads)
     model = load_from_args(args)
-    decoder = decoder_from_args(args, model)
+    decoder = decoder_from_args(args, model, max_batch=args.max_batch)
     fingerprint = model_fingerprint(model)
+    c = decoder.config
     decoder_info = {
-        "strategy": decoder.strategy,
-        "depth": decoder.depth,
-        "draft_depth": decoder.draft_depth,
-        "second_depth": decoder.second_depth,
-        "gate": decoder.gate,
-        "draft_ahead": decoder.draft_ahead,
-        "rewind_depth": decoder.rewind_depth,
+        "label": decoder.label,
+        "strategy": c.strategy,
+        "depth": c.depth,
+        "draft_depth": c.draft_depth,
+        "second_depth": c.second_depth,
+        "gate": c.gate,
+        "draft_ahead": c.draft_ahead,
+        "rewind_depth": c.rewind_depth,
         "fixed_width": decoder.fixed_width,
+        "max_batch": decoder.max_batch,
         "device": str(decoder.device),
         "dtype": str(decoder.dtype).replace("torch.", ""),
         "lossless": decoder.lossless,

@@ -52,7 +52,7 @@ def serve_load(argv: list[str], plan: LoadPlan, progress: Progress) -> dict:
     args = serve_args(argv)
     torch.set_num_threads(args.threads)
     model = load_from_args(args)
-    dec = decoder_from_args(args, model)
+    dec = decoder_from_args(args, model, max_batch=max(args.max_batch, plan.clients))
     prompts = model_prompts(model, args.model, 8)
     progress(f"serve-load: starting loopcert serve {' '.join(argv)}")
     with ServerProcess(argv) as server:

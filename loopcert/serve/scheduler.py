@@ -2,8 +2,9 @@
 
 Each HTTP request becomes one Job per choice (prompt x n). Jobs wait in a FIFO; the decode
 thread repeatedly takes a *round*: the oldest waiting job and every other waiting job that can
-share its `generate_batch` call (same max_new_tokens, SamplingParams, EOS and logprobs need,
-because generate_batch takes one of each), up to `max_batch`, and decodes them together.
+share its `Decoder.generate_batch` call, up to `max_batch`, and decodes them together.
+generate_batch takes a prompt, max_new_tokens, SamplingParams and seed per sequence but one
+EOS and one keep_logits, so a round groups jobs by (EOS, logprobs wanted) only.
 
 Granularity, precisely: a request joins the running batch at the next ROUND, not the next
 engine step. `Decoder.generate_batch` decodes a whole batch to completion in one call, so a
@@ -11,10 +12,10 @@ request that arrives while a round runs waits for that round to end (at most the
 longest max_tokens). Within a round every engine step advances the live lanes of all its
 sequences in one call, and a sequence that stops early frees its rows (issue 11).
 
-When the decoder has no `generate_batch` (fastdec before issue 11), a round decodes its
-jobs one after another with `generate` (the per-sequence fallback; same results, no batching
-gain). A job cancelled while it waits (its client went away) is dropped before it is decoded;
-one cancelled while its round runs is decoded and discarded. Either way nothing of it stays
+With `use_batch=False` (`loopcert serve --no-batch`), or a decoder without generate_batch, a
+round decodes its jobs one after another with `generate` (same laws, no batching gain). A job
+cancelled while it waits (its client went away) is dropped before it is decoded; one
+cancelled while its round runs is decoded and discarded. Either way nothing of it stays
 queued (`status()`).
 
 `ignore_seed=True` makes a deliberately WRONG server (a negative control for certify's
@@ -23,7 +24,6 @@ reproducibility check): each job decodes with a fresh random seed instead of the
 
 from __future__ import annotations
 
-import inspect
 import secrets
 import threading
 import time
@@ -62,14 +62,7 @@ class Job:
 
     @property
     def key(self) -> tuple:
-        return (self.max_new_tokens, self.sampling, self.eos_token_id, self.keep_logits)
-
-
-def _takes(fn, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+        return (self.eos_token_id, self.keep_logits)
 
 
 class Scheduler:
@@ -87,7 +80,9 @@ class Scheduler:
         self.ignore_seed = ignore_seed
         batch_fn = getattr(decoder, "generate_batch", None)
         self.has_batch = callable(batch_fn) if use_batch is None else bool(use_batch and callable(batch_fn))
-        self.batch_keeps_logits = self.has_batch and _takes(batch_fn, "keep_logits")
+        # never more rows than the decoder's cache was sized for
+        if self.has_batch:
+            self.max_batch = min(max_batch, getattr(decoder, "max_batch", max_batch))
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._cond = threading.Condition()
@@ -183,16 +178,15 @@ class Scheduler:
 
     def _decode(self, group: list[Job]) -> None:
         first = group[0]
-        if self.has_batch and len(group) > 1 and (not first.keep_logits or self.batch_keeps_logits):
-            kw = {"keep_logits": True} if first.keep_logits else {}
+        if self.has_batch:
             try:
                 results = self.decoder.generate_batch(
                     [j.prompt for j in group],
-                    first.max_new_tokens,
-                    first.sampling,
+                    [j.max_new_tokens for j in group],
+                    [j.sampling for j in group],
                     [j.decoded_seed for j in group],
                     eos_token_id=first.eos_token_id,
-                    **kw,
+                    keep_logits=first.keep_logits,
                 )
             except Exception:  # noqa: BLE001 - isolate the job at fault: decode each alone below
                 pass
