@@ -181,3 +181,10 @@ class KVCache:
         for t in self.timelines():
             if t.layers:
                 t.promote(row, slot, pos)
+
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        """Row dst's positions [0, length) := row src's, every level (a shared prompt's prefill)."""
+        for t in self.timelines():
+            if t.layers:
+                t.k[dst, :, :, :, :length] = t.k[src, :, :, :, :length]
+                t.v[dst, :, :, :, :length] = t.v[src, :, :, :, :length]

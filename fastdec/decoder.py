@@ -190,11 +190,15 @@ class Decoder:
         engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), b)
         memo = self._prefills[(engine.capacity, engine.rows)] if self.reuse_prefill else None
         cls = STRATEGY[self.strategy]
-        seqs = []
+        seqs, leaders = [], {}
         for row, (p, n, sp, seed) in enumerate(zip(ids, news, samplings, seeds)):
-            engine.span[row] = capacity_for(len(p) + n)
-            seqs.append(cls(self.config, engine.cache, row, p, n, sp, seed, eos_token_id, keep_logits,
-                            engine.readout_slot, memo))
+            engine.span[row] = span = capacity_for(len(p) + n)
+            leader = leaders.get((tuple(p), span)) if n > 0 else None
+            seq = cls(self.config, engine.cache, row, p, n, sp, seed, eos_token_id, keep_logits,
+                      engine.readout_slot, memo, leader)
+            if n > 0:
+                leaders.setdefault((tuple(p), span), seq)
+            seqs.append(seq)
         if not self.reuse_prefill:
             self._prefills[(engine.capacity, engine.rows)].clear()
         run_batch(engine, seqs, self.time_calls, self._step_hook)

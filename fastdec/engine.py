@@ -43,7 +43,10 @@ import torch
 from fastdec.cache import KVCache, Timeline
 from refdec.layers import compute_dtype, rope_tables
 
-WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
+# a batch engine also runs wider calls, up to 64 lanes per cache row: on a CPU a call's fixed
+# overhead dominates, and the sequences of a batch are what fill the wider calls
+BATCH_WIDTHS = (128, 256)
 PHASES = ("prelude", "recur", "readout")
 
 
@@ -88,13 +91,13 @@ class CallRecord:
     cpu: float = 0.0
 
 
-def width_for(n: int, fixed: int | None = None) -> int:
+def width_for(n: int, fixed: int | None = None, widths: tuple[int, ...] = WIDTHS) -> int:
     if fixed is not None:
         return fixed
-    for w in WIDTHS:
+    for w in widths:
         if w >= n:
             return w
-    raise ValueError(f"{n} lanes exceed the widest call {WIDTHS[-1]}")  # callers chunk first
+    raise ValueError(f"{n} lanes exceed the widest call {widths[-1]}")  # callers chunk first
 
 
 def split_runs(levels: list[int]) -> list[tuple[int, int, int, int]]:
@@ -164,6 +167,7 @@ class Engine:
         self.capacity, self.fixed_width = capacity, fixed_width
         self.reads = "gather" if cuda_graphs else reads
         self.rows = rows
+        self.widths = WIDTHS + tuple(w for w in BATCH_WIDTHS if w <= WIDTHS[-1] * rows)
         self.cache = KVCache(self.cfg, depth, len(self.readout_depths), capacity, n_side, self.dtype,
                              self.device, rows)
         # fixed width: keys read by each row's lanes (the capacity its sequence would decode in
@@ -193,14 +197,16 @@ class Engine:
             self.graphs = CudaGraphs(self)
 
     def width(self, n: int) -> int:
-        return width_for(n, self.fixed_width)
+        return width_for(n, self.fixed_width, self.widths)
 
     # -- the step -----------------------------------------------------------------------------
     def advance(self, lanes, timed: bool = False) -> list[CallRecord]:
         """Every lane in `lanes` advances one recurrence -> the calls it took. timed: time each
         call (syncs CUDA per call; benchmarks)."""
-        order = sorted(lanes, key=lambda ln: (ln.pos, ln.side))  # same-level readers after writers
-        cap = self.fixed_width or WIDTHS[-1]
+        # a sequence's lanes stay together (few runs per call) and, within it, same-level
+        # readers come after (or with) their writers
+        order = sorted(lanes, key=lambda ln: (ln.row, ln.pos, ln.side))
+        cap = self.fixed_width or self.widths[-1]
         calls: list[CallRecord] = []
         for i in range(0, len(order), cap):
             self._advance_chunk(order[i:i + cap], calls, timed)

@@ -78,15 +78,21 @@ class Sequence:
     row: the cache row (sequence slot) this sequence owns in the engine.
     prefill_memo: benchmarks (Decoder.reuse_prefill): {row: (prompt, logits)} of prefills this
     engine holds; None: always prefill.
+    leader: an earlier sequence of the batch with the same prompt (and span): instead of
+    prefilling, wait for its prefill and copy its prompt rows (certification samples one
+    prompt thousands of times). The rows and logits are the ones this sequence would compute.
     """
 
     def __init__(self, config: DecodeConfig, cache, row: int, prompt: list[int], max_new_tokens: int,
                  sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool,
-                 readout_slot: dict[int, int], prefill_memo: dict | None = None):
+                 readout_slot: dict[int, int], prefill_memo: dict | None = None,
+                 leader: Sequence | None = None):
         self.cfg, self.cache, self.row = config, cache, row
         self.prompt, self.max_new, self.eos = prompt, max_new_tokens, eos_token_id
         self.readout_slot = readout_slot
         self.prefill_memo = prefill_memo
+        self.leader = leader
+        self.prefill_logits: torch.Tensor | None = None  # (V,) at P-1, once prefilled
         self.sampling = sampling
         unfiltered = SamplingParams(temperature=sampling.temperature)
         self.draft_params = sampling if config.draft_filter else unfiltered
@@ -203,12 +209,19 @@ class Sequence:
         else:
             if memo is not None:
                 memo.pop(self.row, None)
-            lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
-            for _ in range(self.R):
-                yield Step(lanes, [])
-            lg = lanes[-1].logits[self.R]
+            if self.leader is not None:
+                while self.leader.prefill_logits is None:
+                    yield Step([], [])
+                self.cache.copy_prefix(self.leader.row, self.row, len(self.prompt))
+                lg = self.leader.prefill_logits
+            else:
+                lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
+                for _ in range(self.R):
+                    yield Step(lanes, [])
+                lg = lanes[-1].logits[self.R]
             if memo is not None:
                 memo[self.row] = (key, lg)
+        self.prefill_logits = lg
         self.length = len(self.prompt)
         return self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg)
 

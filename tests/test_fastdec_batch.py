@@ -186,6 +186,29 @@ def test_one_engine_call_advances_every_sequence():
     assert dec.generate([1], 5).tokens == res[0].tokens
 
 
+def test_a_shared_prompt_is_prefilled_once_bit_for_bit():
+    """Sequences with one prompt (certification samples one prompt thousands of times) copy the
+    first one's prefill rows instead of recomputing them: the same bits as their own prefill."""
+    model = model_for("tiny-raven-olmo")
+    dec = Decoder(model, CONFIGS["pipelined"], fixed_width=8)
+    first_step = []
+    dec._step_hook = lambda engine, lanes, lengths: first_step.append(len(lanes)) if not first_step else None
+    prompts = [[1, 2, 3, 4]] * 3 + [[5]]
+    sp = SamplingParams(temperature=1.0)
+    got = dec.generate_batch(prompts, 6, sp, [1, 2, 3, 4], keep_logits=True)
+    assert first_step == [4 + 1]  # one prefill of the shared prompt, one of the other
+    alone = Decoder(model, CONFIGS["pipelined"], fixed_width=8)
+    for p, s, res in zip(prompts, [1, 2, 3, 4], got):
+        assert same(res, alone.generate(p, 6, sp, s, keep_logits=True))
+
+
+def test_batch_engines_run_wider_calls():
+    """Up to 64 lanes per cache row, at most 256: a batch's wavefronts share calls."""
+    dec = Decoder(model_for(), "pipelined", draft_depth=1)
+    assert dec.engine(10, 1).widths[-1] == 64  # one sequence: the widths it always had
+    assert dec.engine(10, 2).widths[-1] == 128 and dec.engine(10, 16).widths[-1] == 256
+
+
 def test_rows_are_reused_across_calls_and_a_batch_of_one_is_generate():
     model = model_for()
     dec = Decoder(model, CONFIGS["pipelined"], fixed_width=8)

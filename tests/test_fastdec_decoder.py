@@ -11,6 +11,7 @@ from fastdec import STRATEGIES, Decoder
 from loopcert.cli import main
 from refdec import LoopcertError, LoopedLM, SamplingParams
 from refdec.config import TINY_PRESETS, get_preset
+from refdec.io import load_model
 
 _models: dict = {}
 
@@ -227,6 +228,27 @@ def test_cli_speculate_flags_are_named_like_the_api(capsys, flags):
     assert int(stats["rewind_checks"]) == int(stats["rejections"])
     want = Decoder(model_for(), "pipelined", draft_depth=1, depth=6, second_depth=3).generate([1, 2, 3], 5)
     assert out[0] == " ".join(map(str, want.tokens))
+
+
+def test_cli_speculate_decodes_several_prompts_as_one_batch(capsys, tmp_path):
+    """--prompt repeated and --prompts-file: one batch, sequence i seeded --seed + i, each block
+    equal to the same prompt decoded alone."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("class A:\n\nimport os\n")
+    rc = main(["speculate", "default", "--prompt", "def f", "--prompt", "x = ", "--prompts-file",
+               str(prompts), "--strategy", "pipelined", "--depth", "4", "--draft-depth", "1",
+               "--max-new-tokens", "5", "--temperature", "1", "--seed", "7", "--fixed-width", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    heads = [k for k, line in enumerate(lines) if re.fullmatch(r"# \d+", line)]
+    assert rc == 0 and [lines[k] for k in heads] == ["# 0", "# 1", "# 2", "# 3"]
+    dec = Decoder(load_model("default"), "pipelined", depth=4, draft_depth=1, fixed_width=8)
+    for i, text in enumerate(["def f", "x = ", "class A:", "import os"]):
+        want = dec.generate(list(text.encode()), 5, SamplingParams(temperature=1.0), seed=7 + i).tokens
+        tail = lines[heads[i] + 1:heads[i + 1] if i + 1 < len(heads) else None]
+        stats = dict(ln.split(": ", 1) for ln in tail if ": " in ln and ln.split(": ", 1)[0].isidentifier())
+        assert stats["tokens"] == "5" and "\n".join(tail).startswith(bytes(want).decode(errors="replace"))
+    assert main(["speculate", "tiny-raven", "--prompts-file", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt" in capsys.readouterr().err
 
 
 def test_cli_speculate_pipelined_sampling_and_errors(capsys):
