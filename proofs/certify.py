@@ -8,12 +8,16 @@ CPU cores) and FULL (nightly: more models, cases, samples, and the false-alarm r
 Which model each check runs on, and why:
 - greedy (float64): the certified model plus tiny presets of the other architectures;
 - greedy in the run's dtype and bitwise: the certified model;
-- sampling: the certified model when its vocabulary is tiny, else the tiny preset of its
-  family, because enumerating and sampling a 256-token law N times at depth 32 does not fit in
-  minutes on a CPU (~0.3 s per sample); FULL adds the certified model itself (head of the law
-  + remainder, fewer cases and samples);
+- sampling: the certified model, at its own vocabulary (the law is binned from its head, never
+  enumerated whole: proofs/views.py); FULL adds the tiny preset of its family as extra
+  evidence, never as a replacement. N per case comes from the plan's target TV
+  (proofs/distribution.py); a case that cannot reach it fails as "no power";
 - mutation and false alarms: their own tiny preset (proofs/mutants.py says why);
 - Theorems 1/2 and speed: the certified model.
+
+A decoder factory may decline a model it does not serve by raising
+proofs.protocol.NotApplicable: that run is reported "not applicable" with the reason; declining
+the certified model itself, or any other error, is a failure.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ from fastdec.config import DecodeConfig
 from proofs import mutants as mutant_lib
 from proofs.bitwise import check_bitwise
 from proofs.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid, user_candidate
-from proofs.distribution import Case, case_laws, check_distribution
+from proofs.distribution import (
+    Case,
+    Target,
+    alpha_per_test,
+    case_law,
+    evaluate,
+    planned_samples,
+    sample_tally,
+)
 from proofs.false_alarm import check_false_alarm
 from proofs.greedy import check_greedy
 from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, depth_pairs, traces
@@ -38,6 +50,7 @@ from proofs.oracle import Oracle
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
 from proofs.reproducible import check_reproducible
+from proofs.protocol import NotApplicable
 from proofs.result import CheckResult
 from proofs.speed import check_speed
 from proofs.stamp import stamp
@@ -64,12 +77,11 @@ class CertifyPlan:
     bitwise_prompts: int
     bitwise_tokens: int
     sampling_cases: tuple[tuple[str, SamplingParams, int], ...]  # (name, params, n tokens)
-    samples: int  # N per sampling case
-    large_model_cases: tuple[tuple[str, SamplingParams, int], ...]  # a large-vocabulary certified
-    large_model_samples: int  # model is sampled too (head of the law) when this is > 0
-    mutant_samples: int
+    tv: float  # every sampling view must detect a binned TV >= this (N per case follows)
+    sampling_budget_s: float  # sampling time of the whole run (--time-budget overrides)
+    sampling_presets: bool  # also sample the tiny preset of the certified model's family
     blackbox_mutant_samples: int  # fastdec's adaptive-verify: slower per sample, far off the law
-    false_alarm: tuple[int, int] | None  # (replicates, N) or None
+    false_alarm: int | None  # replicates of each lossless control, or None
     theorem1_random_cases: int
     theorem1_search_examples: int  # hypothesis-guided search (proofs/theorem1_search.py)
     trace_prompts: int
@@ -77,40 +89,57 @@ class CertifyPlan:
     speed_prompts: int
     speed_tokens: int
     speed_repeats: int
-    alpha: float = 1e-3  # family-wise level of each sampling check (Holm across its cases)
+    alpha: float = 1e-3  # family-wise level of each sampling check (Holm across its views)
+    power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_names: tuple[str, ...] | None = None  # a subset of proofs.mutants.LIBRARY (None: all)
 
+    @property
+    def target(self) -> Target:
+        return Target(self.tv, self.power, self.alpha)
 
-QUICK_CASES = (  # two cases cover T below and above 1, top-k and top-p: fastdec costs ~50 ms/sample
+
+QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread case
     ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
     ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
 )
 FULL_CASES = (
+    ("T=0.3", SamplingParams(temperature=0.3), 3),
     ("T=0.7", SamplingParams(temperature=0.7), 3),
     ("T=1.5", SamplingParams(temperature=1.5), 3),
     ("top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),
     ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
     ("top-p=0.5", SamplingParams(temperature=1.0, top_p=0.5), 3),
     ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
-    ("T=1 n=4", SamplingParams(temperature=1.0), 4),  # 13^3 inner nodes: head of the law
+    ("T=1 n=4", SamplingParams(temperature=1.0), 4),
 )
-LARGE_CASES = (  # a 256-token model at depth 32 costs ~0.3 s per 3-token sample on a CPU
-    ("T=1", SamplingParams(temperature=1.0), 3),
-    ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
-)
-QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2,
-                    greedy_tokens=12,
-             bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, samples=400,
-             large_model_cases=(), large_model_samples=0, mutant_samples=1000, blackbox_mutant_samples=200,
-             false_alarm=None, theorem1_random_cases=1000, theorem1_search_examples=200, trace_prompts=4,
-             trace_positions=48, speed_prompts=1, speed_tokens=16, speed_repeats=2)
+QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2, greedy_tokens=12,
+             bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, tv=0.05,
+             sampling_budget_s=150.0, sampling_presets=False,
+             blackbox_mutant_samples=200, false_alarm=None, theorem1_random_cases=1000,
+             theorem1_search_examples=200, trace_prompts=4, trace_positions=48, speed_prompts=1,
+             speed_tokens=16, speed_repeats=2)
 FULL = CertifyPlan("full", greedy_presets=TINY_PRESETS, greedy_prompts=6, greedy_tokens=24,
-            bitwise_prompts=4, bitwise_tokens=32, sampling_cases=FULL_CASES, samples=1500,
-            large_model_cases=LARGE_CASES, large_model_samples=500, mutant_samples=3000,
-            blackbox_mutant_samples=1000, false_alarm=(200, 500), theorem1_random_cases=20000,
+            bitwise_prompts=4, bitwise_tokens=32, sampling_cases=FULL_CASES, tv=0.01,
+            sampling_budget_s=2400.0, sampling_presets=True,
+            blackbox_mutant_samples=1000, false_alarm=200, theorem1_random_cases=20000,
             theorem1_search_examples=3000, trace_prompts=8, trace_positions=256, speed_prompts=2,
             speed_tokens=64, speed_repeats=3)
 PLANS = {"quick": QUICK, "full": FULL}
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One case of one setting on one model: deterministic given the plan and the seed, runnable on
+    its own (shards), `id` stable across runs and machines."""
+
+    id: str  # "sampling/<model>/<setting>/<case>"
+    check: str  # the check whose evaluation combines it
+    model: str
+    setting: str
+    case: str
+    samples: int  # N, planned from the target TV
+    base_seed: int  # sample i uses seed base_seed + i
+    budget_s: float  # its share of the sampling time budget
 
 
 def default_model_name() -> str:
@@ -125,8 +154,8 @@ def default_model_name() -> str:
 def certificate_stamp(model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: CertifyPlan,
                       seed: int) -> dict:
     """proofs.stamp's fields, plus what a certificate adds: decoder, plan, base seed."""
-    seeds = {"sampling": [seed, seed + max(plan.samples, plan.large_model_samples) - 1],
-             "mutants": [seed, seed + plan.mutant_samples - 1], "theorem1_random": seed, "greedy": 0}
+    seeds = {"sampling": f"{seed} + i for sample i of each case",
+             "mutants": f"{seed} + i for sample i of each mutant case", "theorem1_random": seed, "greedy": 0}
     return {**stamp(model_name, device, dtype, seeds), "mode": plan.mode, "decoder": decoder, "seed": seed}
 
 
@@ -163,8 +192,9 @@ class CertifyRun:
     """What every check of one certify run shares: plan, models, oracle, candidates, progress."""
 
     def __init__(self, plan: CertifyPlan, model_name: str, user: Candidate | None, device: str,
-                 dtype: torch.dtype, seed: int, say: Progress):
+                 dtype: torch.dtype, seed: int, say: Progress, time_budget: float | None = None):
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
+        self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
         self.seed, self.say = seed, say
         self.model64 = load(model_name, torch.float64, device)
         self.oracle = Oracle(self.model64)
@@ -181,25 +211,35 @@ class CertifyRun:
 
     # -- 1. greedy exactness ------------------------------------------------------------------
     def greedy_float64(self) -> CheckResult:
-        """float64 over models x prompts x settings; the certified model must take every setting,
-        a tiny preset that a user decoder cannot take is listed as skipped."""
-        runs, skipped = [], []
+        """float64 over models x prompts x settings; the certified model must take every setting;
+        a tiny preset the factory declines (NotApplicable) is listed as not applicable, any other
+        factory error on it is a real bug."""
+        runs, not_applicable = [], []
         names = [self.model_name] + [p for p in self.plan.greedy_presets if p != self.model_name]
         for name in names:
             ours = name == self.model_name
             m = self.model64 if ours else load(name, torch.float64, self.device)
             o = self.oracle if ours else Oracle(m)
             for c in self.grid(m.cfg.recurrence):
+                if c.own_model and not ours:
+                    not_applicable.append(f"{c.label} on {name}: serves only its own model")
+                    continue
                 try:
-                    runs.append((name, c.label, c.build(m), o, torch.float64))
-                except Exception as e:  # noqa: BLE001
+                    dec = c.build(m)
+                except NotApplicable as e:  # the factory serves only its own checkpoint
                     if ours:
                         raise
-                    skipped.append(f"{c.label} on {name}: {type(e).__name__}: {e}")
+                    not_applicable.append(f"{c.label} on {name}: {e or 'declined by the factory'}")
+                    continue
+                except Exception as e:  # noqa: BLE001 - a factory that breaks on a preset is a finding
+                    if ours:
+                        raise
+                    dec = _Broken(f"the factory failed on {name}: {type(e).__name__}: {e}")
+                runs.append((name, c.label, dec, o, torch.float64))
         prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
         result = check_greedy("greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens,
                               self.say)
-        return replace(result, details={**result.details, "skipped": skipped})
+        return replace(result, details={**result.details, "not_applicable": not_applicable})
 
     def greedy_low(self, name: str) -> CheckResult:
         runs = [(self.model_name, c.label, c.build(self.model_dt), self.oracle, self.dtype)
@@ -217,54 +257,82 @@ class CertifyRun:
                              progress=self.say)
 
     # -- 3. sampling ------------------------------------------------------------------------------
-    def sampling_plan(self) -> list[tuple[str, tuple, int, list[Candidate], str]]:
-        """(model, cases, N, settings, why) for each model the sampling check runs on."""
-        p = self.plan
-        if self.oracle.V <= 64:
-            return [(self.model_name, p.sampling_cases, p.samples, self.candidates,
-                     "the certified model (tiny vocabulary: the law is enumerated in full)")]
-        if self.user is not None and self.user.own_model:
-            return [(self.model_name, p.sampling_cases, p.samples, self.candidates,
-                     "the certified model (the decoder serves only it): head of the law plus a pooled "
-                     "remainder")]
-        family = self.model64.cfg.family
-        tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
-        out = [(tiny, p.sampling_cases, p.samples, self.grid(refdec.get_preset(tiny).recurrence),
-                f"the tiny preset of {self.model_name}'s family ({family}): its law is enumerated in "
-                "full and sampled in milliseconds")]
-        if p.large_model_samples:
-            grid = [self.user] if self.user else fastdec_grid(self.R, False)
-            out.append((self.model_name, p.large_model_cases, p.large_model_samples, grid,
-                        "the certified model: head of the law plus a pooled remainder"))
+    def sampling_plan(self) -> list[tuple[str, list[Candidate], str]]:
+        """(model, settings, why) for each model the sampling check runs on: always the certified
+        model at its own vocabulary; FULL adds the tiny preset of its family as extra evidence."""
+        out = [(self.model_name, self.candidates,
+                f"the certified model, at its own vocabulary (V={self.oracle.V})")]
+        if self.plan.sampling_presets and self.model_name not in TINY_PRESETS:
+            family = self.model64.cfg.family
+            tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
+            out.append((tiny, self.grid(refdec.get_preset(tiny).recurrence),
+                        f"extra evidence: the tiny preset of {self.model_name}'s family ({family})"))
         return out
 
-    def sampling_setup(self, name: str, plan_cases: tuple, n: int) -> dict:
-        """Oracle, prompt, cases, exact laws and the model to sample, once per model (lazily, so
-        that their cost and any failure belong to a check)."""
+    def sampling_setup(self, name: str) -> dict:
+        """Oracle, prompt, cases, their views and N, and the model to sample, once per model
+        (lazily, so that their cost and any failure belong to a check)."""
         key = ("sampling", name)
         if key not in self._setups:
             o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
             prompt = pick_prompt(o, model_prompts(o.model, name, 6))
-            cases = [Case(cn, sp, prompt, k) for cn, sp, k in plan_cases]
+            laws = [case_law(o, Case(cn, sp, prompt, k)) for cn, sp, k in self.plan.sampling_cases]
+            a = alpha_per_test(laws, self.plan.target)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
-            self._setups[key] = {"cases": cases, "laws": case_laws(o, cases, n),
+            self._setups[key] = {"laws": laws,
+                                 "samples": [planned_samples(law, self.plan.target, a) for law in laws],
                                  "model": load(name, run_dtype, self.device)}
         return self._setups[key]
 
+    def sampling_units(self, name: str, setting: str, budget_s: float) -> list[WorkUnit]:
+        """The work units of one sampling check: one per case, the check's time budget shared in
+        proportion to N (the deterministic, independently runnable pieces a shard can take)."""
+        s = self.sampling_setup(name)
+        total = max(1, sum(s["samples"]))
+        return [WorkUnit(f"sampling/{name}/{setting}/{law.case.name}", f"sampling[{name}: {setting}]", name,
+                         setting, law.case.name, n, self.seed, budget_s * n / total)
+                for law, n in zip(s["laws"], s["samples"], strict=True)]
+
+    def run_unit(self, unit: WorkUnit, decoder, carry_s: float = 0.0) -> dict:
+        law = next(law for law in self.sampling_setup(unit.model)["laws"] if law.case.name == unit.case)
+        deadline = time.perf_counter() + unit.budget_s + carry_s
+        tally = sample_tally(decoder, law, unit.samples, unit.base_seed, deadline)
+        how = "generate_batch" if tally["batched"] else "one call per seed"
+        self.say(f"  {unit.id}: {tally['samples']}/{unit.samples} samples in {tally['seconds']:.1f}s "
+                 f"({tally['samples_per_s']:.1f}/s, {how})")
+        return {**tally, "unit": unit.id}
+
     def sampling_checks(self) -> list[tuple[str, Callable[[], CheckResult]]]:
-        """One check per (model, setting): Holm across the cases of each."""
+        """One check per (model, setting): Holm across every view of its cases."""
+        plan = self.sampling_plan()
+        per_check = self.sampling_budget_s / max(1, sum(len(grid) for _, grid, _ in plan))
         out = []
-        for name, plan_cases, n, grid, why in self.sampling_plan():
+        for name, grid, why in plan:
             for c in grid:
                 label = f"sampling[{name}: {c.label}]"
 
-                def check(c=c, label=label, name=name, plan_cases=plan_cases, n=n, why=why) -> CheckResult:
-                    s = self.sampling_setup(name, plan_cases, n)
-                    r = check_distribution(label, c.build(s["model"]), s["cases"], s["laws"], n, self.seed,
-                                           self.plan.alpha, self.say)
-                    extra = {"model": name, "why_this_model": why}
+                def check(c=c, label=label, name=name, why=why) -> CheckResult:
+                    s = self.sampling_setup(name)
+                    extra = {"model": name, "why_this_model": why, "budget_s": per_check}
+                    if c.own_model and name != self.model_name:
+                        return CheckResult(label, math.nan, math.nan, True,
+                                           {**extra, "not_applicable": f"{c.label} serves only its own model"})
+                    try:
+                        decoder = c.build(s["model"])
+                    except NotApplicable as e:
+                        if name == self.model_name:
+                            raise
+                        return CheckResult(label, math.nan, math.nan, True,
+                                           {**extra, "not_applicable": str(e) or "declined by the factory"})
+                    tallies, left = [], 0.0
+                    for unit in self.sampling_units(name, c.label, per_check):
+                        t0 = time.perf_counter()
+                        tallies.append(self.run_unit(unit, decoder, left))
+                        left = max(0.0, unit.budget_s + left - (time.perf_counter() - t0))
+                    r = evaluate(label, s["laws"], tallies, self.plan.target)
+                    extra["units"] = [t["unit"] for t in tallies]
                     if s["model"].cfg.vocab_size >= 256:  # byte-level: show the prompt as text too
-                        extra["prompt_text"] = bytes(t for t in s["cases"][0].prompt if t < 256).decode(
+                        extra["prompt_text"] = bytes(t for t in s["laws"][0].case.prompt if t < 256).decode(
                             "utf-8", errors="replace")
                     return replace(r, details={**r.details, **extra})
 
@@ -284,12 +352,12 @@ class CertifyRun:
         names = self.plan.mutant_names
         lib = tuple(mt for mt in mutant_lib.LIBRARY if (mt.fastdec is None or _has_fastdec())
                     and (names is None or mt.name in names))
-        return mutant_lib.check_mutants(self.plan.mutant_samples, self.seed, self.plan.alpha, lib,
-                                        progress=self.say, blackbox_samples=self.plan.blackbox_mutant_samples)
+        return mutant_lib.check_mutants(self.plan.target, self.seed, lib, progress=self.say,
+                                        blackbox_samples=self.plan.blackbox_mutant_samples,
+                                        require_all=self.plan.mode == "full")
 
     def false_alarm(self) -> CheckResult:
-        reps, n = self.plan.false_alarm
-        return check_false_alarm(reps, n, self.seed, progress=self.say)
+        return check_false_alarm(self.plan.false_alarm, self.plan.target, self.seed, progress=self.say)
 
     # -- 5. theorems -----------------------------------------------------------------------------
     def theorem1_random(self) -> CheckResult:
@@ -322,7 +390,7 @@ class CertifyRun:
 
 def certify(model_name: str | None = None, decoder: str | None = None, device: str = "cpu",
             dtype="float32", mode: str = "quick", seed: int = 0,
-            progress: Progress | None = None) -> dict:
+            progress: Progress | None = None, time_budget: float | None = None) -> dict:
     """Run every check of `mode` on the candidate; returns the certificate (JSON-able dict).
 
     Usage errors (bad mode, dtype, seed, device, --decoder spec, model) raise LoopcertError
@@ -335,12 +403,15 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     check_int("seed", seed, 0)
     if not (device == "cpu" or device.startswith("cuda")):
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
+    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
+                                    or not 0 < time_budget < math.inf):
+        raise LoopcertError(f"--time-budget must be a number of seconds > 0, got {time_budget!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
     model_name = model_name or default_model_name()
     user = user_candidate(decoder) if decoder else None
     t_start = time.perf_counter()
-    run = CertifyRun(plan, model_name, user, device, dtype, seed, say)
+    run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = str(dtype).replace("torch.", "")
     say(f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
         f"{device}, {dname}, seed {seed}")
@@ -369,7 +440,8 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         "failed": failed,
         "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
                   "R": run.R, "vocab_size": run.oracle.V, "settings": [c.label for c in run.candidates],
-                  "default_depths": [d1, d2], "alpha": plan.alpha, "samples": plan.samples,
+                  "default_depths": [d1, d2], "alpha": plan.alpha, "target_tv": plan.tv, "power": plan.power,
+                  "sampling_budget_s": run.sampling_budget_s,
                   "seconds": time.perf_counter() - t_start},
         "checks": [c.to_dict() for c in checks],
     }
@@ -381,6 +453,16 @@ def verdict_of(failed: list[str]) -> str:
     if not failed:
         return "PASS"
     return NON_REPRODUCIBLE if failed == ["reproducibility"] else "FAIL"
+
+
+class _Broken:
+    """Stands in for a decoder its factory could not build: every call reports why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def generate(self, *a, **k):
+        raise RuntimeError(self.why)
 
 
 def _has_fastdec() -> bool:

@@ -1,11 +1,17 @@
-"""Distributional equality under sampling (DESIGN.md section 6, check 3).
+"""Distributional equality under sampling, planned by detectable TV (DESIGN.md section 6, check 3).
 
-For each case (prompt, sampling params, n): the exact law of the first n generated tokens is
-enumerated from refdec (proofs/oracle.py), the candidate is sampled N times with seeds
-base .. base+N-1, and a chi-square goodness-of-fit test with bins chosen from the expected
-counts only (proofs.stats.chisquare_gof) gives a p-value. Holm's procedure across the cases
-holds the family-wise level at alpha. Each case states its power: the smallest binned TV
-deviation it detects with probability >= 0.99 at its strictest Holm level alpha/m.
+For each case (prompt, sampling params, n) the views of refdec's exact law (proofs/views.py)
+fix the bins; the candidate is sampled N times with seeds base .. base+N-1 (proofs/sampler.py)
+and each view's counts get a chi-square goodness-of-fit p-value. Holm's procedure across every
+view of every case holds the family-wise level at alpha.
+
+Power is planned, not hoped for: the plan names the binned TV each view must detect with
+probability >= `power` at its strictest Holm level alpha/m, and N per case is the
+`required_samples` of its hungriest view (a conditional view counts only the samples on its
+prefix, so it needs N / P(prefix), with a margin for the binomial count). A view that ends
+below its target (fewer than 2 bins, or a time budget stopped the sampling first) FAILS as
+"no power", stating the TV it reached and the N it would need: a check that cannot detect the
+deviations it names has not passed.
 """
 
 from __future__ import annotations
@@ -17,125 +23,148 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proofs.oracle import ExactLaw, Oracle, exact_law
 from proofs.progress import Progress
-from proofs.protocol import Decoder, run_generate, tokens_of
+from proofs.protocol import Decoder
 from proofs.result import CheckResult
-from proofs.stats import chisquare_gof, detectable_tv, holm
-from refdec.sampling import SamplingParams
+from proofs.sampler import draw
+from proofs.stats import chisquare_gof, detectable_tv, holm, required_samples
+from proofs.views import Case, CaseLaw, View, case_law
+
+__all__ = ["Case", "Target", "case_law", "check_distribution", "evaluate", "planned_samples"]
 
 POWER = 0.99
-BATCH = 256  # seeds per generate_batch call (at most the decoder's max_batch)
+MIN_EXPECTED = 5.0  # chisquare_gof pools bins expected fewer times
+COUNT_MARGIN_SIGMAS = 3.5  # a conditional view's count falls short of its need with p < 3e-4
 
 
 @dataclass(frozen=True)
-class Case:
-    name: str
-    sampling: SamplingParams
-    prompt: tuple[int, ...]
-    n: int = 3  # n >= 3: the third token follows positions where a rejection may have happened
+class Target:
+    """What every sampling view must detect: binned TV >= tv with probability >= power, the
+    family of views of one setting held at level alpha (Holm)."""
 
-    def describe(self) -> dict:
-        s = self.sampling
-        return {"case": self.name, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-                "prompt": list(self.prompt), "tokens": self.n}
+    tv: float
+    power: float = POWER
+    alpha: float = 1e-3
 
+    def __post_init__(self):
+        for name in ("tv", "power", "alpha"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                from refdec.errors import LoopcertError
 
-def case_laws(oracle: Oracle, cases: Sequence[Case], n_samples: int) -> list[ExactLaw]:
-    return [exact_law(oracle, c.prompt, c.n, c.sampling, n_samples=n_samples) for c in cases]
-
-
-def sample_case(decoder: Decoder, case: Case, law: ExactLaw, n_samples: int,
-                base_seed: int) -> tuple[np.ndarray, str | None]:
-    """Counts over law.cell_probs()'s cells; a decoder error stops sampling and is returned.
-
-    A decoder with `generate_batch(prompts, max_new_tokens, sampling, seeds)` is sampled in
-    chunks of BATCH seeds (an HTTP decoder keeps that many requests in flight), else one call
-    per seed; either way sample i has seed base_seed + i."""
-    samples: list[list[int]] = []
-    batch = getattr(decoder, "generate_batch", None)
-    step = min(BATCH, getattr(decoder, "max_batch", BATCH)) if callable(batch) else 1
-    for lo in range(0, n_samples, step):
-        seeds = list(range(base_seed + lo, base_seed + min(lo + step, n_samples)))
-        try:
-            if step == 1:
-                samples.append(run_generate(decoder, case.prompt, case.n, case.sampling, seeds[0]))
-            else:
-                out = batch([list(case.prompt)] * len(seeds), case.n, case.sampling, seeds)
-                samples += [tokens_of(r) for r in out]
-        except Exception as e:  # noqa: BLE001 - any failure of the candidate is a finding
-            return law.counts(samples), f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}"
-    return law.counts(samples), None
+                raise LoopcertError(f"Target.{name} must be in (0, 1), got {v!r}")
 
 
-def gof_case(counts: np.ndarray, law: ExactLaw, alpha_case: float, error: str | None) -> dict:
-    """Chi-square GOF of one case's counts (p-value 0 on a decoder error or an impossible draw)."""
-    probs = law.cell_probs()
+def alpha_per_test(laws: Sequence[CaseLaw], target: Target) -> float:
+    """Holm's strictest level: alpha / (number of views of the setting)."""
+    return target.alpha / max(1, sum(len(law.views) for law in laws))
+
+
+def view_needs(view: View, target: Target, alpha_test: float) -> int | None:
+    """Samples of the case this view needs to reach the target; None when it has < 2 bins."""
+    if view.bins < 2:
+        return None
+    need = max(required_samples(target.tv, view.probs, alpha_test, target.power),
+               math.ceil(MIN_EXPECTED / float(view.probs[view.probs > 0].min())))  # no bin pooled away
+    w = view.weight
+    if w >= 1.0:
+        return need
+    n = math.ceil(need / w)
+    while n * w - COUNT_MARGIN_SIGMAS * math.sqrt(n * w * (1 - w)) < need:
+        n = math.ceil(n * 1.02) + 1
+    return n
+
+
+def planned_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
+    """N of one case: the most any of its views needs (0 when none has 2 bins: no power)."""
+    return max((view_needs(v, target, alpha_test) or 0 for v in law.views), default=0)
+
+
+def sample_tally(decoder: Decoder, law: CaseLaw, n_samples: int, base_seed: int,
+                 deadline: float | None = None) -> dict:
+    """Sample one case and count it through every view (what a work unit returns)."""
+    c = law.case
+    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline)
+    return {**law.tally(d.samples), "planned": n_samples, "seconds": d.seconds,
+            "samples_per_s": d.samples_per_s, "batched": d.batched, "error": d.error,
+            "stopped_by_deadline": d.stopped_by_deadline, "seeds": [base_seed, base_seed + n_samples - 1]}
+
+
+def view_row(view: View, counts: Sequence[int], target: Target, alpha_test: float, fatal: bool) -> dict:
+    counts = np.asarray(counts, dtype=np.int64)
     n = int(counts.sum())
-    if n == 0:
-        return {"stat": math.inf, "dof": 0, "p_value": 0.0, "samples": 0, "impossible": 0, "error": error,
-                "empirical_tv": math.nan,
-                "detectable_tv": math.inf, "bins": 0, "worst_bin": None}
-    g = chisquare_gof(counts, probs)
-    p_value = 0.0 if error else g["p_value"]
-    obs, exp = np.asarray(g["observed"], float), np.asarray(g["expected"], float)
-    # TV of the observed frequencies from the law over the test's bins (+ the impossible cell):
-    # an upward-biased estimate of the candidate's binned TV shift, for the report.
-    emp = 0.5 * (float(np.abs(obs - exp).sum()) + int(counts[-1])) / n
-    worst = None
-    if obs.size:
-        z = (obs - exp) / np.sqrt(exp)
-        w = int(np.argmax(np.abs(z)))
-        worst = {"observed": int(obs[w]), "expected": float(exp[w]), "z": float(z[w]),
-                 "cells": len(g["bins"][w])}
-    return {"stat": g["stat"], "dof": g["dof"], "p_value": p_value, "samples": n,
-            "impossible": int(counts[-1]), "error": error, "bins": len(g["bins"]), "empirical_tv": emp,
-            "detectable_tv": detectable_tv(n, g["bin_probs"], alpha_case, POWER), "worst_bin": worst}
+    need = view_needs(view, target, alpha_test)
+    row = {"view": view.name, "law": view.law, "counted": n, "needed_n": need, "target_tv": target.tv,
+           "bin_labels": list(view.labels), "bin_probs": view.probs.tolist(), "counts": counts.tolist()}
+    if n == 0 or view.bins < 2:
+        return {**row, "bins": view.bins if n else 0, "p_value": 0.0 if fatal else 1.0, "stat": None,
+                "detectable_tv": math.inf, "empirical_tv": None, "has_power": False}
+    g = chisquare_gof(counts, view.probs)
+    tv = detectable_tv(n, g["bin_probs"], alpha_test, target.power)
+    emp = 0.5 * float(np.abs(counts / n - view.probs).sum())
+    return {**row, "bins": len(g["bins"]), "stat": g["stat"], "p_value": 0.0 if fatal else g["p_value"],
+            "detectable_tv": tv, "empirical_tv": emp, "has_power": tv <= target.tv}
 
 
-def binning(law: ExactLaw, n_samples: int) -> list[list[int]]:
-    """The bins `chisquare_gof` forms for N samples of `law` (they depend on N p only)."""
-    probs = law.cell_probs()
-    counts = np.zeros(probs.size, dtype=np.int64)
-    counts[int(np.argmax(probs))] = n_samples
-    return chisquare_gof(counts, probs)["bins"]
+def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
+    """The check from the work units' tallies (pure: shards can be combined here).
 
-
-def binned_tv(law: ExactLaw, other: np.ndarray, n_samples: int) -> float:
-    """TV between `law` and another law over the same cells, as the N-sample test bins them.
-
-    The impossible cell is a bin of its own (any mass there is detected outright)."""
-    probs = law.cell_probs()
-    bins = binning(law, n_samples)
-    a = np.array([probs[b].sum() for b in bins] + [probs[-1]])
-    b = np.array([other[b].sum() for b in bins] + [other[-1]])
-    return 0.5 * float(np.abs(a - b).sum())
-
-
-def check_distribution(name: str, decoder: Decoder, cases: Sequence[Case], laws: Sequence[ExactLaw],
-                       n_samples: int, base_seed: int, alpha: float,
-                       progress: Progress | None = None) -> CheckResult:
-    """measured = the smallest p-value, bound = alpha/m (Holm rejects something iff min p <= alpha/m)."""
-    m = len(cases)
-    alpha_case = alpha / m
-    rows = []
-    for case, law in zip(cases, laws, strict=True):
-        t0 = time.perf_counter()
-        counts, error = sample_case(decoder, case, law, n_samples, base_seed)
-        row = {**case.describe(), **gof_case(counts, law, alpha_case, error),
-               "law": law.describe(), "seeds": [base_seed, base_seed + n_samples - 1],
-               "seconds": time.perf_counter() - t0}
-        rows.append(row)
-        if progress:
-            progress(f"  {name} {case.name}: p={row['p_value']:.3g} "
-                     f"(detects TV >= {row['detectable_tv']:.3f}) {row['seconds']:.1f}s")
-    rejected = holm([r["p_value"] for r in rows], alpha)
+    measured = the smallest p-value, bound = alpha/m; passes iff Holm rejects nothing, no sample
+    was impossible, the decoder never failed, and every view reached the target TV."""
+    alpha_test = alpha_per_test(laws, target)
+    cases = []
+    rows: list[dict] = []
+    for law, t in zip(laws, tallies, strict=True):
+        fatal = bool(t["impossible"] or t["error"])
+        views = [view_row(v, c, target, alpha_test, fatal)
+                 for v, c in zip(law.views, t["counts"], strict=True)]
+        for v in views:
+            v["case"] = law.case.name
+        reached = max((v["detectable_tv"] for v in views), default=math.inf)
+        cases.append({**law.case.describe(), "planned": t["planned"], "samples": t["samples"],
+                      "seconds": t["seconds"], "samples_per_s": t["samples_per_s"], "batched": t["batched"],
+                      "impossible": t["impossible"], "error": t["error"], "seeds": t["seeds"],
+                      "stopped_by_deadline": t["stopped_by_deadline"], "detectable_tv": reached,
+                      "needed_n": max((v["needed_n"] or 0 for v in views), default=0) or None,
+                      "has_power": bool(views) and all(v["has_power"] for v in views),
+                      "not_tested": law.not_tested, "views": views})
+        rows += views
+    rejected = holm([r["p_value"] for r in rows], target.alpha) if rows else []
     for r, rej in zip(rows, rejected, strict=True):
         r["holm_rejected"] = rej
-    worst_tv = max(r["detectable_tv"] for r in rows)
-    power = (f"each case detects a binned TV deviation >= {worst_tv:.3g} with probability >= {POWER:g} "
-             f"at alpha {alpha_case:.3g} (= {alpha:g}/{m} Holm), N={n_samples} per case; "
-             "non-central chi-square")
-    return CheckResult(name, min(r["p_value"] for r in rows), alpha_case, not any(rejected),
-                       {"alpha": alpha, "n_samples": n_samples, "cases": rows,
-                        "detectable_tv": worst_tv, "power_level": POWER}, power)
+    no_power = [f"{c['case']}" for c in cases if not c["has_power"]]
+    fatal = [c["case"] for c in cases if c["impossible"] or c["error"]]
+    passed = not any(rejected) and not no_power and not fatal
+    worst = max((c["detectable_tv"] for c in cases), default=math.inf)
+    drawn = sum(c["samples"] for c in cases)
+    seconds = sum(c["seconds"] for c in cases)
+    power = (f"every view must detect a binned TV >= {target.tv:g} with probability >= {target.power:g} at "
+             f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(rows))} Holm); reached: "
+             f"{worst:.3g} (worst case); non-central chi-square")
+    details = {"alpha": target.alpha, "alpha_test": alpha_test, "target_tv": target.tv,
+               "power_level": target.power, "detectable_tv": worst, "no_power": no_power,
+               "samples": drawn, "sampling_seconds": seconds,
+               "samples_per_s": drawn / seconds if seconds > 0 else None, "cases": cases}
+    measured = min((r["p_value"] for r in rows), default=0.0)
+    return CheckResult(name, measured, alpha_test, passed, details, power)
+
+
+def check_distribution(name: str, decoder: Decoder, laws: Sequence[CaseLaw], target: Target,
+                       base_seed: int, samples: Sequence[int] | None = None,
+                       budget_s: float | None = None, progress: Progress | None = None) -> CheckResult:
+    """Plan (unless `samples` fixes N per case), sample and evaluate one decoder; `budget_s` caps
+    the sampling time, shared among the cases in proportion to their N."""
+    alpha_test = alpha_per_test(laws, target)
+    ns = list(samples) if samples is not None else [planned_samples(law, target, alpha_test) for law in laws]
+    end = None if budget_s is None else time.perf_counter() + budget_s
+    tallies = []
+    for i, (law, n) in enumerate(zip(laws, ns, strict=True)):
+        deadline = None  # what an earlier case left unused passes on to the later ones
+        if end is not None:
+            deadline = time.perf_counter() + (end - time.perf_counter()) * n / max(1, sum(ns[i:]))
+        t = sample_tally(decoder, law, n, base_seed, deadline)
+        tallies.append(t)
+        if progress:
+            progress(f"  {name} {law.case.name}: {t['samples']}/{n} samples in {t['seconds']:.1f}s "
+                     f"({t['samples_per_s']:.0f}/s{', batched' if t['batched'] else ''})")
+    return evaluate(name, laws, tallies, target)

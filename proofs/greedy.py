@@ -29,6 +29,20 @@ TIE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-2, 
 GREEDY = SamplingParams()
 
 
+def compute_dtype(decoder, given: torch.dtype) -> torch.dtype:
+    """The dtype the decoder computes in, which sets the tie tolerance: its `compute_dtype`
+    attribute (a torch dtype or its name) when it declares one, fastdec's `dtype`, else the dtype
+    of the model it was handed. A decoder handed float64 weights that computes in float32 is
+    judged with float32's tolerance, not float64's."""
+    for name in ("compute_dtype", "dtype"):
+        d = getattr(decoder, name, None)
+        if isinstance(d, str):
+            d = getattr(torch, d.replace("torch.", ""), None)
+        if isinstance(d, torch.dtype):
+            return d
+    return given
+
+
 def reference_tokens(model64, prompt: Sequence[int], n: int) -> list[int]:
     return refdec.generate(model64, list(prompt), n, GREEDY, seed=0)
 
@@ -64,6 +78,7 @@ def check_greedy(name: str, runs: Sequence[tuple[str, str, Decoder, Oracle, torc
     refs: dict[tuple, list[int]] = {} if references is None else references
     rows, divergences = [], []
     for model_label, setting, decoder, oracle, dtype in runs:
+        dtype = compute_dtype(decoder, dtype)
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
         agree = 0
         for prompt in prompts(oracle):

@@ -3,44 +3,51 @@ but unusual ones must not.
 
 The mutants are `proofs.specref.SpecRef` with one bug switched on (independent of fastdec's
 engine), plus fastdec's lossy `adaptive-verify`. Each is run through the same greedy check
-(proofs/greedy.py) and the same sampling check (proofs/distribution.py) as a candidate, on
-the setting where its bug shows: a mutant the checks cannot tell from the reference would
-measure nothing. Each mutant's exact TV shift is computed by enumeration
-(`SpecRef.sequence_law`), both over whole sequences and over the bins the test sees, and set
-against the test's detectable TV.
+(proofs/greedy.py) and the same sampling check, planned by the same target TV
+(proofs/distribution.py), as a candidate, on the setting where its bug shows. Each mutant's
+exact TV shift is computed by enumeration (`SpecRef.sequence_law`), over whole sequences and as
+each view of the test sees it, and set against the view's detectable TV: a mutant is *promised*
+to be caught when some view's binned shift is at least that view's detectable TV. The quick
+plan must kill every promised mutant and reports the others as below its power; the full plan
+must kill them all. Enumerable entries are sampled from their exact law (proofs/law_sampler.py),
+the fastdec entry through fastdec itself.
 
 The controls change efficiency, never the law (DESIGN.md section 4: the gate is free; the
 draft may use any law as long as it is scored with the law it was drawn from); each is run on
 every sampling case, and its exact TV shift must be 0 up to float64 rounding. The check fails
-if any mutant survives or any control is flagged.
+if a mutant the plan must kill survives or any control is flagged.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 
 import refdec
-from proofs.distribution import Case, binned_tv, case_laws, check_distribution
+from proofs.distribution import Target, check_distribution
 from proofs.greedy import check_greedy
-from proofs.oracle import REMAINDER, ExactLaw, Oracle
+from proofs.law_sampler import LawSampler
+from proofs.oracle import Oracle
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.specref import Bugs, SpecRef
+from proofs.views import Case, CaseLaw, case_law
 from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"
-WHY_MODEL = ("R=4, vocab 13: laws are enumerated exactly, sampling the reference decoder costs about "
-             "a millisecond, and every bug below moves the law well past the test's detectable TV")
+WIDE = "tiny-ouro at V=61"  # the top_k=50 default is invisible below 51 tokens
+WHY_MODEL = ("R=4, vocab 13 (and 61 for the top-k default): every law is enumerated exactly, so each "
+             "mutant's TV shift is known and its sampling costs microseconds")
 PROMPT = (1, 2, 3)
 CASES = (
     Case("T=0.5", SamplingParams(temperature=0.5), PROMPT),
     Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), PROMPT),
     Case("top-p=0.5", SamplingParams(temperature=1.0, top_p=0.5), PROMPT),
+    Case("T=1.5 n=2", SamplingParams(temperature=1.5), PROMPT, 2),  # on WIDE only: 61^2 sequences
 )
 GREEDY_PROMPTS = ((1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1))
 GREEDY_TOKENS = 12
@@ -55,6 +62,7 @@ class Mutant:
     fastdec: dict | None = None  # fastdec.Decoder kwargs
     case: str | None = None  # sampling case the bug shows in; None: every case (controls)
     control: bool = False  # lossless: must NOT be rejected
+    model: str = MODEL  # MODEL or WIDE
 
     def build(self, oracle: Oracle):
         if self.fastdec is not None:
@@ -85,6 +93,20 @@ LIBRARY = (
            {"d1": 1, "bugs": Bugs(stale_kv=True)}, case="top-k=2"),
     Mutant("greedy-near-miss", "greedy accepts x1 whose p_R logit is within 0.25 of the max",
            {"d1": 1, "bugs": Bugs(greedy_near_miss=0.25)}, case=None),
+    # -- from serving stacks' speculative samplers ----------------------------------------------
+    Mutant("draft int8, scored exact", "x1 drawn from the int8-quantised q1 (scale max p / 127), scored "
+           "with the exact q1", {"d1": 1, "bugs": Bugs(draft_rounding="int8")}, case="T=0.5"),
+    Mutant("reported q is not the sampled q", "x1 drawn from the top-k filtered q1, scored with q1 before "
+           "top-k", {"d1": 1, "bugs": Bugs(scored_unfiltered=True)}, case="top-k=2"),
+    Mutant("accept iff equal to a target sample", "x1 accepted iff it equals an independent y ~ p_R; "
+           "residual on rejection", {"d1": 1, "bugs": Bugs(accept_if_equal=True)}, case="T=0.5"),
+    Mutant("first draft unverified", "rounds of 4 tokens; the first drafted token of each round is "
+           "committed without verification", {"d1": 3, "bugs": Bugs(first_unverified=4)}, case="T=0.5"),
+    Mutant("rejected lane left in place", "after x2 is rejected the context keeps x2 (its lane's state "
+           "not rolled back)", {"d1": 1, "d2": 3, "bugs": Bugs(stale_second=True)}, case="T=0.5"),
+    Mutant("target top-k default", "p_R carries top_k=50 the user never asked for (transformers' "
+           "generate() default)", {"d1": 1, "bugs": Bugs(target_top_k_default=50)}, case="T=1.5 n=2",
+           model=WIDE),
     Mutant("fastdec adaptive-verify", "lossy by design: verifies at depth 2 < R, escalates on disagreement",
            fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2}, case="top-k=2"),
     # -- controls: lossless, must pass ------------------------------------------------------------
@@ -99,68 +121,106 @@ LIBRARY = (
 )
 
 
-def exact_shift(decoder, case: Case, law: ExactLaw, n_samples: int) -> dict:
-    """TV between the mutant's exact law (enumerated) and refdec's: whole sequences and binned."""
+def wide_model() -> refdec.LoopedLM:
+    """tiny-ouro's architecture at a 61-token vocabulary (random weights, seed 0), float64."""
+    cfg = replace(refdec.get_preset(MODEL), vocab_size=61, name=WIDE)
+    return refdec.LoopedLM(cfg).init_weights(0).to(torch.float64).eval()
+
+
+def exact_shift(decoder, law: CaseLaw) -> dict:
+    """TV between the mutant's exact law (enumerated) and refdec's: whole sequences, and per view."""
     if not isinstance(decoder, SpecRef):
-        return {"tv": None, "binned_tv": None, "how": "black box: not enumerable"}
-    probs = law.cell_probs()
-    other = np.zeros_like(probs)
-    full_tv = 0.0
-    seen = set()
-    for seq, p in decoder.sequence_law(case.prompt, case.n, case.sampling).items():
-        k = law.classify(seq)
-        other[k if k >= 0 else (len(law.cells) if k == REMAINDER else len(law.cells) + 1)] += p
-        ref = float(law.probs[k]) if k >= 0 else 0.0
-        full_tv += abs(p - ref)
-        seen.add(k)
-    full_tv += sum(float(q) for i, q in enumerate(law.probs) if i not in seen)
-    return {"tv": 0.5 * full_tv, "binned_tv": binned_tv(law, other, n_samples), "how": "enumerated"}
+        return {"tv": None, "view_tv": {}, "how": "black box: not enumerable"}
+    c = law.case
+    mine = decoder.sequence_law(c.prompt, c.n, c.sampling)
+    ref = SpecRef(decoder.oracle, d1=decoder.oracle.R).sequence_law(c.prompt, c.n, c.sampling)  # = p_R
+    tv = 0.5 * sum(abs(mine.get(s, 0.0) - ref.get(s, 0.0)) for s in set(mine) | set(ref))
+    return {"tv": tv, "view_tv": {v.name: v.binned_tv(mine) for v in law.views}, "how": "enumerated"}
 
 
-def check_mutants(n_samples: int, base_seed: int, alpha: float, library: Sequence[Mutant] = LIBRARY,
-                  model=None, progress: Progress | None = None,
-                  blackbox_samples: int | None = None) -> CheckResult:
-    """measured = surviving mutants + flagged controls (+ controls with a nonzero exact TV); bound 0.
+def _rejects(dist: CheckResult | None) -> bool:
+    """The sampling check rejected the law (Holm, an impossible sample, a decoder error), as
+    opposed to failing for want of power."""
+    return dist is not None and any(v.get("holm_rejected") or c["impossible"] or c["error"]
+                                    for c in dist.details["cases"] for v in c["views"])
 
-    `blackbox_samples` (default n_samples) is N for the fastdec entries, which cost far more per
-    sample than the reference decoder and sit far off the law."""
-    model = refdec.load_model(MODEL, dtype=torch.float64) if model is None else model
-    oracle = Oracle(model)
-    laws = dict(zip((c.name for c in CASES), case_laws(oracle, CASES, n_samples), strict=True))
+
+def sampler_for(dec) -> object:
+    """Enumerable entries are sampled from their exact law; fastdec through itself."""
+    if isinstance(dec, SpecRef):
+        return LawSampler(lambda p, n, s: dec.sequence_law(p, n, s))
+    return dec
+
+
+def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LIBRARY, model=None,
+                  progress: Progress | None = None, blackbox_samples: int = 300,
+                  require_all: bool = False) -> CheckResult:
+    """measured = mutants that had to die and survived + flagged controls; bound 0.
+
+    N per case is planned from `target` like any candidate's; the fastdec entries, which cost far
+    more per sample and sit far off the law, take `blackbox_samples`. `require_all`: every mutant
+    must die (the full plan), not only those some view has the power to see."""
+    models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
+    oracles: dict[str, Oracle] = {}
+    laws: dict[tuple[str, str], CaseLaw] = {}
     cases = {c.name: c for c in CASES}
+
+    def law_of(model_name: str, case_name: str) -> CaseLaw:
+        if model_name not in oracles:
+            if model_name not in models:
+                models[model_name] = wide_model()
+            oracles[model_name] = Oracle(models[model_name])
+        if (model_name, case_name) not in laws:
+            laws[model_name, case_name] = case_law(oracles[model_name], cases[case_name])
+        return laws[model_name, case_name]
+
     rows, references = [], {}
     for m in library:
         t0 = time.perf_counter()
+        law_of(m.model, "T=0.5" if m.case is None else m.case)
+        oracle = oracles[m.model]
         dec = m.build(oracle)
-        greedy = check_greedy(f"greedy[{m.name}]", [(model.cfg.name, m.name, dec, oracle, torch.float64)],
+        greedy = check_greedy(f"greedy[{m.name}]", [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
                               lambda _o: GREEDY_PROMPTS, GREEDY_TOKENS, references=references)
-        names = [c.name for c in CASES] if m.case is None and m.control else ([m.case] if m.case else [])
-        dist = None
-        shifts = []
-        n = n_samples if m.fastdec is None or blackbox_samples is None else blackbox_samples
+        names = ["T=0.5", "top-k=2", "top-p=0.5"] if m.case is None and m.control else (
+            [m.case] if m.case else [])
+        dist, shifts = None, []
         if names:
-            dist = check_distribution(f"sampling[{m.name}]", dec, [cases[c] for c in names],
-                                      [laws[c] for c in names], n, base_seed, alpha)
-            shifts = [exact_shift(dec, cases[c], laws[c], n) for c in names]
-        rejected_by = [k for k, r in (("greedy", greedy), ("sampling", dist))
-                       if r is not None and not r.passed]
+            case_laws = [law_of(m.model, c) for c in names]
+            fixed = None if m.fastdec is None else [blackbox_samples] * len(names)
+            dist = check_distribution(f"sampling[{m.name}]", sampler_for(dec), case_laws, target, base_seed,
+                                      samples=fixed)
+            shifts = [exact_shift(dec, cl) for cl in case_laws]
+        rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
         killed = bool(rejected_by)
         tvs = [s["tv"] for s in shifts if s["tv"] is not None]
+        views = [] if dist is None else [v for c in dist.details["cases"] for v in c["views"]]
+        seen = [(s["view_tv"].get(v["view"]), v["detectable_tv"]) for s, c in
+                zip(shifts, [] if dist is None else dist.details["cases"], strict=False) for v in c["views"]]
+        margin = max((t / d for t, d in seen if t is not None and d and math.isfinite(d)), default=None)
+        promised = bool(names) and margin is not None and margin >= 1.0
+        if m.control:
+            ok = not killed and all(t <= CONTROL_TV_TOL for t in tvs)
+        elif m.case is None or m.fastdec is not None:
+            ok = killed  # greedy-only and black-box entries: no TV to weigh, must die
+        else:
+            ok = killed or (not promised and not require_all)
         row = {
-            "name": m.name, "bug": m.bug, "control": m.control,
+            "name": m.name, "bug": m.bug, "control": m.control, "model": oracle.cfg.name,
             "settings": _settings(m),
-            "cases": names, "rejected_by": rejected_by, "rejected": killed,
-            "ok": (not killed and all(t <= CONTROL_TV_TOL for t in tvs)) if m.control else killed,
+            "cases": names, "rejected_by": rejected_by, "rejected": killed, "ok": ok,
+            "promised": promised if not m.control else None, "power_margin": margin,
             "greedy_real_bugs": greedy.measured,
             "greedy_divergences": len(greedy.details["divergences"]),
             "p_value": None if dist is None else dist.measured,
             "alpha_case": None if dist is None else dist.bound,
             "tv": max(tvs) if tvs else None,
-            "binned_tv": max((s["binned_tv"] for s in shifts if s["binned_tv"] is not None), default=None),
-            "empirical_binned_tv": None if dist is None
-            else max(r["empirical_tv"] for r in dist.details["cases"]),
+            "binned_tv": max((t for s in shifts for t in s["view_tv"].values()), default=None),
+            "empirical_binned_tv": max((v["empirical_tv"] for v in views if v["empirical_tv"] is not None),
+                                       default=None),
             "detectable_tv": None if dist is None else dist.details["detectable_tv"],
-            "n_samples": n if names else 0, "seconds": time.perf_counter() - t0,
+            "n_samples": max((c["samples"] for c in dist.details["cases"]), default=0) if dist else 0,
+            "seconds": time.perf_counter() - t0,
         }
         rows.append(row)
         if progress:
@@ -169,12 +229,14 @@ def check_mutants(n_samples: int, base_seed: int, alpha: float, library: Sequenc
     bad = [r["name"] for r in rows if not r["ok"]]
     survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
     flagged = sum(1 for r in rows if r["control"] and not r["ok"])
-    details = {"model": model.cfg.name, "why_this_model": WHY_MODEL, "rows": rows, "survivors": survivors,
-               "controls_flagged": flagged,
-               "n_samples": n_samples, "alpha": alpha, "seeds": [base_seed, base_seed + n_samples - 1],
+    details = {"model": MODEL, "why_this_model": WHY_MODEL, "rows": rows, "survivors": survivors,
+               "below_power": [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]],
+               "controls_flagged": flagged, "target_tv": target.tv, "power_level": target.power,
+               "require_all": require_all, "n_samples": max((r["n_samples"] for r in rows), default=0),
+               "alpha": target.alpha, "seeds": f"{base_seed} + i for sample i of each case",
                "greedy_prompts": [list(p) for p in GREEDY_PROMPTS], "greedy_tokens": GREEDY_TOKENS,
                "cases": [c.describe() for c in CASES],
-               "laws": {n: law.describe() for n, law in laws.items()}, "wrong": bad}
+               "laws": {f"{k[1]} on {k[0]}": law.describe() for k, law in laws.items()}, "wrong": bad}
     return CheckResult("mutation", len(bad), 0, not bad, details)
 
 

@@ -25,6 +25,12 @@ class Decoder(Protocol):
 Factory = Callable[[Any], Decoder]  # model -> decoder
 
 
+class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
+    """Raised by a factory for a model it does not serve (e.g. a decoder bound to its own
+    checkpoint, handed a tiny preset): certify reports that run "not applicable" with the
+    message, and hides nothing else. Declining the certified model itself is a failure."""
+
+
 def check_decoder(obj, where: str) -> Decoder:
     if not callable(getattr(obj, "generate", None)):
         raise LoopcertError(f"{where} returned {type(obj).__name__!r}, which has no generate() method")

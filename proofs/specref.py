@@ -31,6 +31,18 @@ from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
 from refdec.validate import is_int
 
 TARGET_FILTERS = ("temperature", "top_k", "top_p")
+ROUNDINGS = ("bfloat16", "int8")
+
+
+def rounded(law: torch.Tensor, how: str) -> torch.Tensor:
+    """A (V,) law as a low-precision draft path holds it, renormalised: bf16, or int8 with one
+    scale per row (max p / 127: every token below half a step drops out)."""
+    if how == "bfloat16":
+        q = law.to(torch.bfloat16).to(torch.float64)
+    else:
+        scale = float(law.max()) / 127.0
+        q = torch.round(law / scale) * scale
+    return q / q.sum()
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,13 @@ class Bugs:
     unnormalised_residual: bool = False  # rho1 = [p_R - q1]_+ left unnormalised in x2's ratio
     stale_kv: bool = False  # after rejecting x1 the context keeps x1 (stale KV after rollback)
     greedy_near_miss: float = 0.0  # greedy accepts x1 whose p_R logit is within this of the max
+    # -- bugs from serving stacks' speculative samplers --------------------------------------
+    draft_rounding: str | None = None  # x1 drawn from a bf16 / int8-rounded q1, scored with the exact q1
+    scored_unfiltered: bool = False  # x1 drawn from the filtered q1, reported (scored) before top-k/p
+    accept_if_equal: bool = False  # accept x1 iff it equals an independent y ~ p_R; residual otherwise
+    first_unverified: int = 0  # rounds of this many tokens: each round's first draft is committed as is
+    stale_second: bool = False  # after rejecting x2 the context keeps x2 (its lane not rolled back)
+    target_top_k_default: int | None = None  # p_R carries this top_k when the user asked for none
 
     def __post_init__(self):
         if self.target_missing not in (None, *TARGET_FILTERS):
@@ -54,6 +73,15 @@ class Bugs:
             raise LoopcertError(f"Bugs.score_depth must be a depth >= 1, got {self.score_depth!r}")
         if not math.isfinite(self.greedy_near_miss) or self.greedy_near_miss < 0:
             raise LoopcertError(f"Bugs.greedy_near_miss must be >= 0, got {self.greedy_near_miss!r}")
+        if self.draft_rounding not in (None, *ROUNDINGS):
+            raise LoopcertError(f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, "
+                                f"got {self.draft_rounding!r}")
+        for name in ("first_unverified", "target_top_k_default"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise LoopcertError(f"Bugs.{name} must be an integer >= 0, got {v!r}")
+        if self.first_unverified == 1:
+            raise LoopcertError("Bugs.first_unverified=1 would commit every token unverified; use >= 2")
 
     @property
     def lossless(self) -> bool:
@@ -95,6 +123,8 @@ class SpecRef:
 
     # -- the laws one step works with --------------------------------------------------------
     def _target_params(self, s: SamplingParams) -> SamplingParams:
+        if self.bugs.target_top_k_default and s.top_k is None:
+            s = replace(s, top_k=self.bugs.target_top_k_default)
         missing = self.bugs.target_missing
         if missing == "temperature":
             return replace(s, temperature=1.0)
@@ -116,6 +146,10 @@ class SpecRef:
         draft = self._draft_params(s)
         out = {"target": o.law(context, o.R, self._target_params(s)), "q1": o.law(context, self.d1, draft)}
         out["q1s"] = out["q1"] if b.score_depth is None else o.law(context, b.score_depth, draft)
+        if b.scored_unfiltered:
+            out["q1s"] = o.law(context, self.d1, SamplingParams(temperature=s.temperature))
+        if b.draft_rounding:
+            out["q1"] = rounded(out["q1"], b.draft_rounding)
         if self.d2 is not None:
             p_d2 = o.law(context, self.d2, draft)
             out["opens"] = gate_mask(p_d2, out["q1"], self.gate)
@@ -124,28 +158,44 @@ class SpecRef:
         return out
 
     # -- decoding ----------------------------------------------------------------------------
-    def step(self, context: Sequence[int], s: SamplingParams, gen: torch.Generator) -> tuple[int, int]:
+    def unverified(self, position: int) -> bool:
+        """Under `first_unverified`, the first token of each round is committed as drafted."""
+        k = self.bugs.first_unverified
+        return bool(k) and position % k == 0
+
+    def step(self, context: Sequence[int], s: SamplingParams, gen: torch.Generator,
+             position: int = 0) -> tuple[int, int]:
         """One committed token: (emitted token, token the context continues with)."""
         if s.greedy:
-            return self._greedy_step(context)
+            return self._greedy_step(context, position)
         b, L = self.bugs, self.laws(context, s)
         x1 = sample(L["q1"], gen)
+        if self.unverified(position):
+            return x1, x1
         proposals = [(x1, L["q1s"])]
         if self.d2 is not None and bool(L["opens"][x1]):
             proposals.append((sample(L["q2"], gen), L["q2s"]))
         rho = L["target"]
         for j, (x, q) in enumerate(proposals):  # Algorithm 1: accept if u < rho(x)/q(x)
-            u = 0.0 if (b.always_accept and j == 0) else draw_uniform(gen)
-            if u < _ratio(rho, q, x):
+            if j == 0 and b.accept_if_equal:
+                accepted = sample(L["target"], gen) == x
+            else:
+                u = 0.0 if (b.always_accept and j == 0) else draw_uniform(gen)
+                accepted = u < _ratio(rho, q, x)
+            if accepted:
                 return x, x
             rho = _shrink(rho, q, normalise=not b.unnormalised_residual)
         y = sample_from(L["target"] if b.resample_target else rho, draw_uniform(gen))
-        return y, (x1 if b.stale_kv else y)
+        if b.stale_kv:
+            return y, x1
+        return y, (proposals[1][0] if b.stale_second and len(proposals) == 2 else y)
 
-    def _greedy_step(self, context: Sequence[int]) -> tuple[int, int]:
+    def _greedy_step(self, context: Sequence[int], position: int = 0) -> tuple[int, int]:
         logits = self.oracle.logits(context)  # (R, V)
         target = logits[-1]
         x1 = int(torch.argmax(logits[self.d1 - 1]))
+        if self.unverified(position):
+            return x1, x1
         proposals = [x1]
         if self.d2 is not None:
             x2 = int(torch.argmax(logits[self.d2 - 1]))
@@ -164,8 +214,8 @@ class SpecRef:
         ids, _ = check_generate_args(self.oracle.model, prompt, max_new_tokens, sampling, seed, None)
         gen = torch.Generator().manual_seed(seed)
         context, new = list(ids), []
-        for _ in range(max_new_tokens):
-            y, c = self.step(context, sampling, gen)
+        for i in range(max_new_tokens):
+            y, c = self.step(context, sampling, gen, i)
             new.append(y)
             context.append(c)
             if y == eos_token_id:
@@ -173,13 +223,13 @@ class SpecRef:
         return new
 
     # -- the exact law -----------------------------------------------------------------------
-    def step_law(self, context: Sequence[int], s: SamplingParams) -> torch.Tensor:
+    def step_law(self, context: Sequence[int], s: SamplingParams, position: int = 0) -> torch.Tensor:
         """(V, V) float64 joint law J[y, c] of one sampling `step` (emitted y, context c).
 
         Summed over x1 ~ q1 in closed form, exactly as `step` draws: a1(x1) = min(1, rho0/q1s)
-        (1 where that ratio is > 0 under always_accept); after a rejection the token has law F1
-        (gate closed) or L2 = q2 a2 + P(x2 rejected) F2 (gate open), where F is the residual
-        (or p_R under resample_target).
+        (1 where that ratio is > 0 under always_accept, p_R(x1) under accept_if_equal); after a
+        rejection the token has law F1 (gate closed) or, gate open, x2 ~ q2 is accepted with
+        a2 = min(1, rho1/q2s), else F2 (F: the residual, or p_R under resample_target).
         """
         if s.greedy:
             raise LoopcertError("step_law is for sampling; greedy steps are deterministic")
@@ -187,30 +237,47 @@ class SpecRef:
         target, q1, q1s = L["target"], L["q1"], L["q1s"]
         V = target.numel()
         idx = torch.arange(V)
+        joint = torch.zeros(V, V, dtype=torch.float64)
+        if self.unverified(position):
+            joint[idx, idx] = q1
+            return joint
         ratio1 = torch.tensor([_ratio(target, q1s, x) for x in range(V)], dtype=torch.float64)
-        a1 = (ratio1 > 0).to(torch.float64) if b.always_accept else ratio1.clamp(max=1.0)
+        if b.accept_if_equal:
+            a1 = target.clone()
+        elif b.always_accept:
+            a1 = (ratio1 > 0).to(torch.float64)
+        else:
+            a1 = ratio1.clamp(max=1.0)
         rho1 = _shrink(target, q1s, normalise=not b.unnormalised_residual)
 
         def final(rho: torch.Tensor) -> torch.Tensor:
             law = target if b.resample_target else rho
             return law / law.sum()  # sample_from draws in proportion to the mass
 
+        joint[idx, idx] = q1 * a1
         rejected = q1 * (1.0 - a1)  # (V,) over x1
         opens = L["opens"] if self.d2 is not None else torch.zeros(V, dtype=torch.bool)
-        after = final(rho1)[:, None].expand(V, V).clone()  # column x1: law of y after rejecting x1
+        closed = rejected * (~opens)
+        f1 = final(rho1)
+        if b.stale_kv:
+            joint += f1[:, None] * closed[None, :]  # y ~ F1, the context keeps x1
+        else:
+            joint[idx, idx] += f1 * float(closed.sum())
         if bool(opens.any()):
             q2, q2s = L["q2"], L["q2s"]
             a2 = torch.tensor([min(1.0, _ratio(rho1, q2s, x)) for x in range(V)], dtype=torch.float64)
             f2 = final(_shrink(rho1, q2s, normalise=not b.unnormalised_residual))
-            l2 = q2 * a2 + float((q2 * (1.0 - a2)).sum()) * f2
-            after[:, opens] = l2[:, None]
-        joint = torch.zeros(V, V, dtype=torch.float64)
-        joint[idx, idx] = q1 * a1
-        rej = after * rejected[None, :]  # (V y, V x1)
-        if b.stale_kv:
-            joint += rej
-        else:
-            joint[idx, idx] += rej.sum(1)
+            acc2, rej2 = q2 * a2, q2 * (1.0 - a2)  # (V,) over x2
+            opened = rejected * opens
+            if b.stale_kv:
+                joint += (acc2 + float(rej2.sum()) * f2)[:, None] * opened[None, :]
+            else:
+                mass = float(opened.sum())
+                joint[idx, idx] += acc2 * mass
+                if b.stale_second:
+                    joint += f2[:, None] * rej2[None, :] * mass  # y ~ F2, the context keeps x2
+                else:
+                    joint[idx, idx] += f2 * float(rej2.sum()) * mass
         return joint
 
     def sequence_law(self, prompt: Sequence[int], n: int, s: SamplingParams) -> dict[tuple[int, ...], float]:
@@ -220,7 +287,7 @@ class SpecRef:
         for _ in range(n):
             nxt: dict = {}
             for (emitted, ctx), p in states.items():
-                joint = self.step_law(prompt + ctx, s)
+                joint = self.step_law(prompt + ctx, s, len(ctx))
                 for y, c in torch.nonzero(joint > 0).tolist():
                     key = (emitted + (y,), ctx + (c,))
                     nxt[key] = nxt.get(key, 0.0) + p * float(joint[y, c])

@@ -15,13 +15,13 @@ import torch
 import proofs.certify as certify_mod
 import refdec
 from loopcert.cli import main
-from proofs.certify import QUICK, CertifyPlan, default_model_name
+from proofs.certify import FULL, QUICK, CertifyPlan, default_model_name
 from refdec.sampling import SamplingParams, sample, transform
 
 TEST_PLAN = CertifyPlan("quick", greedy_presets=("tiny-raven",), greedy_prompts=1, greedy_tokens=6,
                  bitwise_prompts=1, bitwise_tokens=6,
-                 sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),), samples=40,
-                 large_model_cases=(), large_model_samples=0, mutant_samples=200, blackbox_mutant_samples=40,
+                 sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),), tv=0.3,
+                 sampling_budget_s=600.0, sampling_presets=False, blackbox_mutant_samples=40,
                  false_alarm=None, theorem1_random_cases=50, theorem1_search_examples=20,
                  trace_prompts=2, trace_positions=16,
                  speed_prompts=1,
@@ -106,9 +106,20 @@ def test_report_reads_as_markdown(passing_run):
     for heading in ("## Stamp", "## Summary", "## Greedy exactness", "## Distributional equality under "
                     "sampling", "## Mutation power", "## Theorem 1", "## Theorem 2", "## Speed"):
         assert heading in md
-    assert "detects a binned TV deviation >=" in md  # the power statement
+    assert "must detect a binned TV >= 0.3" in md  # the power statement
+    sampling = [c for c in json.loads((out / "certificate.json").read_text())["checks"]
+                if c["name"].startswith("sampling[")]
+    for c in sampling:  # sampled on the certified model itself, at its own vocabulary, with power
+        assert c["details"]["model"] == "tiny-ouro" and c["details"]["no_power"] == []
+        for case in c["details"]["cases"]:
+            assert case["samples"] == case["planned"] > 0 and case["detectable_tv"] <= 0.3
     assert "| always-accept" in md and "(1.258, 8.845)" in md
     assert "\nnan" not in md and "None" not in md
+
+
+@pytest.fixture
+def importable_tests(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
 
 
 def test_failing_user_decoder_exits_1(small_plan, tmp_path, capsys, monkeypatch):
@@ -189,6 +200,27 @@ def test_default_model_is_the_trained_one_when_installed():
         assert default_model_name() == "tiny-raven"
     else:
         assert default_model_name() == "default"
+
+
+def test_a_time_budget_too_short_fails_as_no_power(small_plan, importable_tests, tmp_path):
+    """Negative control of the power rule: the lossless reference sampled for 0.01 s cannot reach
+    the target, and the certificate must say FAIL (no power) with the N it would need."""
+    rc = main(["certify", "tiny-ouro", "--decoder", "test_certify:reference_factory", "--out", str(tmp_path),
+               "--time-budget", "0.01"])
+    assert rc == 1
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    s = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
+    assert not s["passed"] and s["details"]["no_power"] == ["T=1"]
+    case = s["details"]["cases"][0]
+    assert case["samples"] < case["planned"] and case["needed_n"] >= case["planned"]
+    md = (tmp_path / "certificate.md").read_text()
+    assert "no power" in md and "--time-budget 0.01" in md
+
+
+def test_plans_target_detectable_tv():
+    assert QUICK.tv == 0.05 and FULL.tv == 0.01
+    assert QUICK.power == FULL.power == 0.99 and QUICK.alpha == FULL.alpha == 1e-3
+    assert FULL.false_alarm >= 200
 
 
 def test_quick_plan_covers_temperature_top_k_top_p_and_three_tokens():

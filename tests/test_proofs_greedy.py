@@ -138,3 +138,21 @@ def test_bitwise_catches_a_decoder_off_by_one_token():
 def test_bitwise_skips_a_decoder_without_fixed_width_mode():
     r = check_bitwise("bitwise", [Candidate("user", lambda m: None)], None, PROMPTS, 4)
     assert r.passed and "fixed-width" in r.details["skipped"]
+
+
+def test_tie_tolerance_follows_the_decoders_compute_dtype():
+    """A decoder handed float64 weights that declares float32 compute is judged with float32's tie
+    tolerance; without a declaration, the dtype of the model it was given."""
+    import torch
+
+    from proofs.greedy import TIE_TOLERANCE, compute_dtype
+
+    class Declares:
+        compute_dtype = "float32"
+
+    class Silent:
+        pass
+
+    assert compute_dtype(Declares(), torch.float64) is torch.float32
+    assert compute_dtype(Silent(), torch.float64) is torch.float64
+    assert TIE_TOLERANCE[torch.float32] > TIE_TOLERANCE[torch.float64]

@@ -25,15 +25,26 @@ def certificate(failing: bool) -> dict:
         "real_bugs": 1 if failing else 0, "numerical_ties": 0 if failing else 1,
         "tie_tolerance": {"float64": 1e-9, "float32": 1e-3}, "tokens_per_prompt": 12, "seconds": 1.5})
     bitwise = check("bitwise_fixed_width", 0, 0, True, {"skipped": "the candidate has no fixed-width mode"})
+    view = {"view": "token 1", "law": "law of token 1 over 13 tokens", "counted": 4000, "needed_n": 3800,
+            "target_tv": 0.05, "bin_labels": ["token 3", "ranks 2..13"], "bin_probs": [0.5, 0.5],
+            "counts": [2000, 2000], "bins": 2, "stat": 0.1, "p_value": 0.0 if failing else 0.4,
+            "detectable_tv": 0.048, "empirical_tv": 0.01, "has_power": True, "case": "T=0.7 top-k=4",
+            "holm_rejected": failing}
     sampling = check("sampling[tiny-raven: pipelined]", 0.0 if failing else 0.4, 1e-3 / 2, not failing, {
-        "alpha": 1e-3, "n_samples": 400, "detectable_tv": 0.19, "power_level": 0.99,
+        "alpha": 1e-3, "alpha_test": 5e-4, "target_tv": 0.05, "power_level": 0.99, "detectable_tv": 0.048,
+        "no_power": [], "samples": 4000, "sampling_seconds": 10.0, "samples_per_s": 400.0, "budget_s": 60.0,
+        "model": "tiny-raven", "why_this_model": "the certified model, at its own vocabulary (V=13)",
         "cases": [{"case": "T=0.7 top-k=4", "temperature": 0.7, "top_k": 4, "top_p": None, "prompt": [0, 5],
-                   "tokens": 3, "samples": 400, "stat": math.inf if failing else 3.2, "dof": 7,
-                   "p_value": 0.0 if failing else 0.4,
-                   "impossible": 3 if failing else 0, "error": None, "bins": 8, "empirical_tv": 0.05,
-                   "detectable_tv": 0.19, "worst_bin": None, "law": "full enumeration of 64 sequences",
-                   "seeds": [0, 399], "seconds": 9.0, "holm_rejected": failing}]},
-        "each case detects a binned TV deviation >= 0.19 with probability >= 0.99 at alpha 0.0005")
+                   "tokens": 3, "planned": 4000, "samples": 4000, "seconds": 10.0, "samples_per_s": 400.0,
+                   "batched": True, "impossible": 3 if failing else 0, "error": None, "seeds": [0, 3999],
+                   "stopped_by_deadline": False, "detectable_tv": 0.048, "needed_n": 3800, "has_power": True,
+                   "not_tested": ["token 2 | 3: the prefix has probability 0.1 < 0.2"], "views": [view]}]},
+        "every view must detect a binned TV >= 0.05 with probability >= 0.99 at alpha 0.0005")
+    no_power = check("sampling[tiny-raven: autoregressive slow]", 0.3, 1e-3, False, {
+        **sampling["details"], "no_power": ["T=0.7 top-k=4"],
+        "cases": [{**sampling["details"]["cases"][0], "impossible": 0, "has_power": False, "samples": 200,
+                   "detectable_tv": 0.2, "views": [{**view, "has_power": False, "detectable_tv": 0.2,
+                                                    "holm_rejected": False, "p_value": 0.3}]}]})
     crashed = check("sampling[tiny-raven: autoregressive]", math.nan, math.nan, False,
                     {"error": "RuntimeError: boom"})
     mutation = check("mutation", 1 if failing else 0, 0, not failing, {
@@ -69,7 +80,7 @@ def certificate(failing: bool) -> dict:
         "prompts": 1, "tokens_per_prompt": 16, "repeats": 2, "device": "cpu", "dtype": "float32",
         "baseline": "autoregressive", "informational": True})
     other = check("something_new", 3.0, 4.0, True, {})
-    checks = [greedy, bitwise, sampling, crashed, mutation, t1, t2, pub, speed, other]
+    checks = [greedy, bitwise, sampling, no_power, crashed, mutation, t1, t2, pub, speed, other]
     failed = [c["name"] for c in checks if not c["passed"]]
     return {"verdict": "FAIL" if failed else "PASS", "passed": not failed, "failed": failed,
             "stamp": {"commit": "abc123", "date": "2026-01-01T00:00:00+00:00", "torch": "2.13",
@@ -95,7 +106,7 @@ def test_verdict_line_first_and_every_section_rendered(failing):
         assert heading in md, heading
     assert "|---" in md.replace(":", "")  # github tables
     assert "abc123" in md and "`loopcert certify tiny-raven --quick`" in md
-    assert "detects a binned TV deviation >= 0.19" in md
+    assert "must detect a binned TV >= 0.05" in md and "N drawn/planned" in md
     assert "RuntimeError: boom" in md
     assert "nan" not in md.replace("nanoGPT", "") and "None" not in md
 
@@ -118,3 +129,30 @@ def test_render_does_not_compute_and_is_deterministic():
                                     ([1, 2.5], "(1, 2.5)"), ("text", "text")])
 def test_fmt(x, want):
     assert fmt(x) == want
+
+
+def test_summary_never_hides_a_failure_behind_skipped_runs():
+    """reports/render.py used to print "skipped" whenever a check had skipped runs, even when it
+    had FAILED; a failure is FAIL, and skipped / not-applicable runs are listed with the reason."""
+    failed = check("greedy_float64", 4, 0, False, {
+        "runs": [], "divergences": [], "real_bugs": 4, "numerical_ties": 0, "tie_tolerance": {},
+        "tokens_per_prompt": 6, "skipped": ["x on tiny-ouro: RuntimeError: y"],
+        "not_applicable": ["x on tiny-raven: own checkpoint only"]})
+    na = check("sampling[tiny-raven: mine]", math.nan, math.nan, True,
+               {"not_applicable": "serves only /models/mine", "model": "tiny-raven"})
+    cert = {"verdict": "FAIL", "passed": False, "failed": ["greedy_float64"],
+            "stamp": {"model": "m", "decoder": "d", "device": "cpu", "dtype": "float32", "seconds": 1.0},
+            "checks": [failed, na]}
+    md = render_certificate(cert)
+    summary = md[md.index("## Summary"):md.index("## Greedy")]
+    row = next(line for line in summary.splitlines() if line.startswith("| greedy_float64"))
+    assert "**FAIL**" in row and "skipped |" not in row
+    assert "1 run(s) not applicable: x on tiny-raven: own checkpoint only" in row
+    assert "1 run(s) skipped: x on tiny-ouro" in row
+    na_row = next(line for line in summary.splitlines() if line.startswith("| sampling[tiny-raven: mine]"))
+    assert "| not applicable" in na_row and "serves only /models/mine" in na_row
+
+
+def test_no_power_is_a_visible_failure():
+    md = render_certificate(certificate(False))
+    assert "**FAIL** (no power)" in md and "no power: reached TV 0.2" in md and "needs N = 3800" in md
