@@ -40,7 +40,9 @@ def draw(decoder: Decoder, prompt: Sequence[int], n_tokens: int, sampling: Sampl
     t0 = time.perf_counter()
     batch = getattr(decoder, "generate_batch", None)
     out: list[list[int]] = []
-    chunk = FIRST_CHUNK if callable(batch) else 1
+    cap = getattr(decoder, "max_batch", None)  # fastdec.Decoder: sequences one call may hold
+    cap = MAX_CHUNK if not isinstance(cap, int) or cap < 1 else min(MAX_CHUNK, cap)
+    chunk = min(FIRST_CHUNK, cap) if callable(batch) else 1
     stopped = False
     while len(out) < n_samples:
         if deadline is not None and time.perf_counter() >= deadline:
@@ -63,7 +65,7 @@ def draw(decoder: Decoder, prompt: Sequence[int], n_tokens: int, sampling: Sampl
         took = time.perf_counter() - t
         if callable(batch):
             per = took / len(seeds)
-            chunk = int(min(MAX_CHUNK, max(1, CHUNK_SECONDS / max(per, 1e-9))))
+            chunk = int(min(cap, max(1, CHUNK_SECONDS / max(per, 1e-9))))
             if deadline is not None:  # never overshoot the deadline by more than about one chunk
                 chunk = max(1, min(chunk, int((deadline - time.perf_counter()) / max(per, 1e-9)) + 1))
     return Draw(out, time.perf_counter() - t0, callable(batch), None, stopped)

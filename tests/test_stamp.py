@@ -29,4 +29,5 @@ def test_git_commit_outside_a_checkout(monkeypatch, tmp_path):
 def test_the_certificate_extends_the_one_stamp():
     s = certificate_stamp("m", "fastdec", "cpu", torch.float32, QUICK, 3)
     assert KEYS <= set(s) and (s["seed"], s["mode"], s["decoder"]) == (3, "quick", "fastdec")
-    assert s["seeds"]["mutants"] == [3, 3 + QUICK.mutant_samples - 1]
+    assert s["seeds"]["sampling"] == "3 + i for sample i of each case"
+    assert s["seeds"]["mutants"] == "3 + i for sample i of each mutant case"
