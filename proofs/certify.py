@@ -49,8 +49,8 @@ from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, 
 from proofs.oracle import Oracle
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
-from proofs.reproducible import check_reproducible
 from proofs.protocol import NotApplicable
+from proofs.reproducible import check_reproducible
 from proofs.result import CheckResult
 from proofs.speed import check_speed
 from proofs.stamp import stamp
@@ -315,8 +315,8 @@ class CertifyRun:
                     s = self.sampling_setup(name)
                     extra = {"model": name, "why_this_model": why, "budget_s": per_check}
                     if c.own_model and name != self.model_name:
-                        return CheckResult(label, math.nan, math.nan, True,
-                                           {**extra, "not_applicable": f"{c.label} serves only its own model"})
+                        why = f"{c.label} serves only its own model"
+                        return CheckResult(label, math.nan, math.nan, True, {**extra, "not_applicable": why})
                     try:
                         decoder = c.build(s["model"])
                     except NotApplicable as e:
