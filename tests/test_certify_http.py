@@ -30,10 +30,9 @@ HTTP_PLAN = CertifyPlan(
     bitwise_prompts=1,
     bitwise_tokens=6,
     sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
-    samples=200,
-    large_model_cases=(),
-    large_model_samples=0,
-    mutant_samples=200,
+    tv=0.2,
+    sampling_budget_s=600.0,
+    sampling_presets=False,
     blackbox_mutant_samples=40,
     false_alarm=None,
     theorem1_random_cases=50,
@@ -70,7 +69,7 @@ def test_lossless_server_is_certified(good_server, tmp_path, http_plan):
     names = [c["name"] for c in cert["checks"]]
     assert f"sampling[tiny-ouro: {server.url}]" in names and "reproducibility" in names
     greedy = next(c for c in cert["checks"] if c["name"] == "greedy_float64")
-    assert any("tiny-raven" in s for s in greedy["details"]["skipped"])  # serves only its own model
+    assert any("tiny-raven" in s for s in greedy["details"]["not_applicable"])  # serves only its own model
     assert "## Reproducibility: pass" in (tmp_path / "certificate.md").read_text()
 
 
