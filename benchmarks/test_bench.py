@@ -3,12 +3,12 @@
     pytest benchmarks                # what `tox -e bench` runs; not part of the default `pytest`
 
 - test_decode: pytest-benchmark timings of the autoregressive baseline and every gated setting
-  (proofs.speedup.gate_settings), greedy and sampling, on CPU, and on CUDA with graphs when
+  (proofs.speed.settings.gate_settings), greedy and sampling, on CPU, and on CUDA with graphs when
   CUDA is present (skipped otherwise). One round = generate() over the prompts. extra_info
   holds tokens/s, decode tokens/s (prefill excluded, from fastdec's Stats), the acceptance
   statistics and `speedup`: the baseline's median round time over this setting's, both from
   this session (the baseline's benchmark runs first in each device/mode).
-- test_regression_gate: proofs.gates against benchmarks/baseline.json (written by
+- test_regression_gate: proofs.speed.gates against benchmarks/baseline.json (written by
   `loopcert bench --write-baseline`); fails naming every figure that moved.
 """
 
@@ -18,15 +18,16 @@ import pytest
 import torch
 
 from fastdec import Decoder
-from proofs import gates
-from proofs import speedup as sp
 from proofs.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
+from proofs.speed import gates
+from proofs.speed.settings import BASELINE, gate_settings
+from proofs.speed.timing import GREEDY, SAMPLING, Workload, aggregate
 from refdec.io import load_model
 
 BASELINE_FILE = Path(__file__).parent / "baseline.json"
 N_TOKENS = 32
-MODES = {"greedy": sp.GREEDY, "sampling": sp.SAMPLING}
+MODES = {"greedy": GREEDY, "sampling": SAMPLING}
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                  reason="CUDA is not available"))]
 _baseline_round: dict = {}  # (device, mode) -> median seconds of the baseline's round
@@ -42,7 +43,7 @@ def prompts(model):
     return [p[-48:] for p in model_prompts(model, "default", 2, max_len=4096)]
 
 
-SETTINGS = sp.gate_settings(32)  # the default model's R; the first is the baseline
+SETTINGS = gate_settings(32)  # the default model's R; the first is the baseline
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -63,10 +64,10 @@ def test_decode(benchmark, model, prompts, setting, device, mode):
     run()  # warm-up (CUDA graph capture)
     benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=0)
     stats = last["stats"]
-    agg = sp.aggregate(stats)
+    agg = aggregate(stats)
     median = benchmark.stats.stats.median
     key = (device, mode)
-    if setting.label == sp.BASELINE:
+    if setting.label == BASELINE:
         _baseline_round[key] = median
     base = _baseline_round.get(key)
     benchmark.extra_info.update({
@@ -93,10 +94,10 @@ def test_naive_kv_reference(benchmark, model, prompts, mode):
 
 
 def test_regression_gate(model):
-    """The gate (proofs.gates) against the committed baseline; says which figure moved."""
+    """The gate (proofs.speed.gates) against the committed baseline; says which figure moved."""
     base = gates.read_baseline(BASELINE_FILE)
     prompts = model_prompts(model, "default", 16, max_len=4096)
-    plan = gates.GatePlan(**base["plan"])
+    plan = Workload(**base["plan"])
     cur = gates.measure(model, "default", prompts, plan, naive=NaiveKVDecoder(model))
     bad = gates.failures(gates.compare(cur, base))
     assert not bad, "regression gate failed:\n" + "\n".join(bad)
@@ -105,7 +106,7 @@ def test_regression_gate(model):
 def test_the_gate_can_fail(model):
     """Negative control: the same gate on a decoder with a deeper draft must fail."""
     base = gates.read_baseline(BASELINE_FILE)
-    plan = gates.GatePlan(**{**base["plan"], "repeats": 1})
+    plan = Workload(**{**base["plan"], "repeats": 1})
     prompts = model_prompts(model, "default", 16, max_len=4096)
 
     def build(st):

@@ -52,7 +52,9 @@ from proofs.prompts import model_prompts
 from proofs.protocol import NotApplicable
 from proofs.reproducible import check_reproducible
 from proofs.result import CheckResult
-from proofs.speed import check_speed
+from proofs.speed.check import check_speed
+from proofs.speed.report import PLANS as BENCH_PLANS
+from proofs.speed.timing import Workload
 from proofs.stamp import stamp
 from proofs.theorem1 import check_theorem1_random
 from proofs.theorem1_search import check_theorem1_search
@@ -86,9 +88,7 @@ class CertifyPlan:
     theorem1_search_examples: int  # hypothesis-guided search (proofs/theorem1_search.py)
     trace_prompts: int
     trace_positions: int  # at most this many positions (evenly spaced) of the trace prompts
-    speed_prompts: int
-    speed_tokens: int
-    speed_repeats: int
+    speed: Workload  # the speed check's prompts, tokens and rounds (`loopcert bench`'s)
     alpha: float = 1e-3  # family-wise level of each sampling check (Holm across its views)
     power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_names: tuple[str, ...] | None = None  # a subset of proofs.mutants.LIBRARY (None: all)
@@ -116,14 +116,14 @@ QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_
              bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, tv=0.05,
              sampling_budget_s=150.0, sampling_presets=False,
              blackbox_mutant_samples=200, false_alarm=None, theorem1_random_cases=1000,
-             theorem1_search_examples=200, trace_prompts=4, trace_positions=48, speed_prompts=1,
-             speed_tokens=16, speed_repeats=2)
+             theorem1_search_examples=200, trace_prompts=4, trace_positions=48,
+             speed=BENCH_PLANS["quick"].grid)
 FULL = CertifyPlan("full", greedy_presets=TINY_PRESETS, greedy_prompts=6, greedy_tokens=24,
             bitwise_prompts=4, bitwise_tokens=32, sampling_cases=FULL_CASES, tv=0.01,
             sampling_budget_s=2400.0, sampling_presets=True,
             blackbox_mutant_samples=1000, false_alarm=200, theorem1_random_cases=20000,
-            theorem1_search_examples=3000, trace_prompts=8, trace_positions=256, speed_prompts=2,
-            speed_tokens=64, speed_repeats=3)
+            theorem1_search_examples=3000, trace_prompts=8, trace_positions=256,
+            speed=BENCH_PLANS["full"].grid)
 PLANS = {"quick": QUICK, "full": FULL}
 
 
@@ -384,8 +384,9 @@ class CertifyRun:
         baseline = fastdec_candidate(DecodeConfig("autoregressive"))
         if not _has_fastdec():
             baseline = self.user
-        return check_speed("speed", self.candidates, baseline, model, self.prompts(self.plan.speed_prompts),
-                           self.plan.speed_tokens, self.plan.speed_repeats, self.say)
+        work = self.plan.speed  # `loopcert bench`'s workload and prompts: the same speedups
+        prompts = model_prompts(model, self.model_name, work.prompts, max_len=work.prompt_len)
+        return check_speed("speed", self.candidates, baseline, model, prompts, work, self.say)
 
 
 def certify(model_name: str | None = None, decoder: str | None = None, device: str = "cpu",

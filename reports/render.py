@@ -365,9 +365,10 @@ def speed_section(c: dict) -> str:
         return f"## Speed: {verdict(c['passed'])}" + error_lines(c)
     out = ["## Speed",
            f"Greedy, {d['prompts']} prompt(s) x {d['tokens_per_prompt']} tokens, "
-           f"median of {d['repeats']} runs after a warm-up, {d['device']} {d['dtype']}; "
-           f"speedup = tokens/s over the {d['baseline']} baseline "
-           "timed in the same run. Reported, not asserted.",
+           f"{d['repeats']} interleaved rounds after a warm-up, {d['device']} {d['dtype']}, "
+           f"{d.get('clock', 'wall')} clock; speedup = the median over rounds of the {d['baseline']} "
+           "baseline's decode time over the setting's, `loopcert bench`'s protocol (proofs.speed.timing). "
+           "Reported, not asserted.",
            table([[r["setting"], r["tokens_per_s"], r["speedup"], r.get("acceptance_rate"), r.get("gamma")]
                   for r in d["rows"]], ["setting", "tokens/s", "speedup", "acceptance rate", "gamma"])]
     if d["errors"]:

@@ -1,19 +1,15 @@
-"""Render the speedup report (the dict `proofs.speedup.bench` returns) as markdown with tabulate.
+"""Render the speedup report (proofs.speed.report.SpeedReport) as markdown with tabulate.
 
-Render-only: every number was measured by proofs.speedup; the only arithmetic here is
-formatting (percentages, milliseconds) and the target lines, which compare a measured figure
-with the issue's number and say so.
+Render-only: every number, ratio and verdict was measured or judged in proofs.speed; the only
+arithmetic here is formatting (percentages, milliseconds, ratios of two shown figures).
 """
 
 from __future__ import annotations
 
+from proofs.speed.context import factors
+from proofs.speed.report import SpeedReport
+from proofs.speed.rows import GridRow
 from reports.render import DASH, fmt, table
-
-TARGETS = {  # issue 6, CPU, default model, R = 32, greedy
-    "pipelined": 3.0,  # pipelined (2, 8) or the best grid point, over the baseline
-    "draft-verify": 1.8,  # draft-verify, draft 4, ahead 4
-    "efficiency": 0.8,  # measured / ideal, every strategy
-}
 
 
 def _pct(x) -> str:
@@ -24,14 +20,14 @@ def _x(x) -> str:
     return DASH if x is None else f"{fmt(x, 3)}x"
 
 
-def stamp_section(res: dict) -> str:
-    s = res["stamp"]
+def stamp_section(res: SpeedReport) -> str:
+    s = res.stamp
     load = s.get("load_average") or {}
     rows = [
         ["command", f"`{s['command']}`" if s.get("command") else DASH],
         ["commit", s["commit"]],
         ["date (UTC)", s["date"]],
-        ["model", f"{s['model']} (R={res['R']})"],
+        ["model", f"{s['model']} (R={res.R})"],
         ["device", f"{s['device']} ({s['device_name']}), {s['threads']} thread(s), {s['cpu_count']} CPUs"],
         ["dtype", s["dtype"]],
         ["versions", f"torch {s['torch']}, python {s['python']}, numpy {s['numpy']}"],
@@ -39,8 +35,8 @@ def stamp_section(res: dict) -> str:
         ["mode", s["mode"]],
         [
             "workload",
-            f"{len(res['prompts'])} prompts of {fmt(res['prompts'])} tokens, {res['tokens']} new "
-            f"tokens each, {res['plan']['repeats']} interleaved rounds",
+            f"{len(res.prompts)} prompts of {fmt(res.prompts)} tokens, {res.plan.grid.tokens} new "
+            f"tokens each, {res.plan.grid.repeats} interleaved rounds",
         ],
         ["seeds", "prompt i decodes with seed i (sampling); greedy consumes none"],
         ["load average (1, 5, 15 min)", f"start {fmt(load.get('start'))}, end {fmt(load.get('end'))}"],
@@ -59,8 +55,8 @@ def _other(clock: str) -> str:
     return "wall" if clock == "cpu" else "cpu"
 
 
-def definitions(res: dict) -> str:
-    clock = res["clock"]
+def definitions(res: SpeedReport) -> str:
+    clock = res.clock
     return f"""## How this was measured
 
 - **Clock**: {CLOCKS[clock]}; the {_other(clock)} clock's speedup is shown beside it. Tokens/s
@@ -84,64 +80,23 @@ def definitions(res: dict) -> str:
   separate, untimed runs (each telemetry depth adds a readout)."""
 
 
-def targets_section(res: dict) -> str:
-    rows_by = {r["label"]: r for r in res["rows"]}
-    out = []
-    p28 = rows_by.get("pipelined d1=2 d2=8")
-    best = max(
-        (r for r in res["rows"] if r["strategy"] == "pipelined"), key=lambda r: r["speedup"], default=None
-    )
-    if p28 is not None:
-        out.append(["pipelined (2, 8) >= 3.0x", _x(p28["speedup"]), p28["speedup"] >= TARGETS["pipelined"]])
-    if best is not None:
-        out.append(
-            [
-                f"best pipelined ({best['label']}) >= 3.0x",
-                _x(best["speedup"]),
-                best["speedup"] >= TARGETS["pipelined"],
-            ]
-        )
-    dv = rows_by.get("draft-verify d1=4 k=4")
-    if dv is not None:
-        out.append(
-            [
-                "draft-verify (draft 4, ahead 4) >= 1.8x",
-                _x(dv["speedup"]),
-                dv["speedup"] >= TARGETS["draft-verify"],
-            ]
-        )
-    worst = min(res["rows"], key=lambda r: r["efficiency"])
-    out.append(
-        [
-            f"efficiency >= 0.8 for every setting (lowest: {worst['label']})",
-            fmt(worst["efficiency"], 3),
-            worst["efficiency"] >= TARGETS["efficiency"],
-        ]
-    )
-    n = res.get("naive")
-    if n is not None:
-        out.append(
-            [
-                "autoregressive tokens/s >= proofs.naive_kv's",
-                f"{fmt(n['baseline_tokens_per_s'], 4)} vs {fmt(n['naive_tokens_per_s'], 4)} tok/s "
-                f"({_x(n['baseline_over_naive'])})",
-                n["baseline_over_naive"] >= 1.0,
-            ]
-        )
+def targets_section(res: SpeedReport) -> str:
+    rows = [[t.name, (_x(t.measured) if t.unit == "x" else fmt(t.measured, 3))
+             + (f" ({t.note})" if t.note else ""), "met" if t.met else "**not met**"] for t in res.targets]
     return (
         "## Targets (issue 6)\n\nThe issue sets them for the default model (R = 32) on a CPU, greedy, "
         "ratios measured in one run; for other models and devices they are reference lines.\n\n"
-        + table([[a, b, "met" if c else "**not met**"] for a, b, c in out], ["target", "measured", ""])
+        + table(rows, ["target", "measured", ""])
     )
 
 
-def _sources(r: dict) -> str:
-    return f"{r['from_first']} / {r['from_second']} / {r['from_restart']}"
+def _sources(r: GridRow) -> str:
+    return f"{r.from_first} / {r.from_second} / {r.from_restart}"
 
 
-def grid_section(res: dict, key: str = "rows", title: str = "Strategy grid (greedy)") -> str:
-    Ls = res["rewind_depths"]
-    other = _other(res["clock"])
+def grid_section(res: SpeedReport, key: str = "rows", title: str = "Strategy grid (greedy)") -> str:
+    Ls = res.rewind_depths
+    other = _other(res.clock)
     head = [
         "setting",
         "tok/s",
@@ -159,24 +114,24 @@ def grid_section(res: dict, key: str = "rows", title: str = "Strategy grid (gree
         "same tokens",
     ]
     rows = []
-    for r in res[key]:
-        rw = r.get("rewind_hit_rate") or {}
+    for r in getattr(res, key):
+        rw = r.rewind_hit_rate
         rows.append(
             [
-                r["label"] + ("" if r["lossless"] else " (LOSSY)"),
-                fmt(r["tokens_per_s"], 4),
-                _x(r["speedup"]),
-                _x(r[f"speedup_{other}"]),
-                _x(r["ideal_speedup"]),
-                fmt(r["efficiency"], 3),
-                fmt(r["gamma"], 3),
-                _pct(r["acceptance_rate"]) if r["proposals"] else DASH,
+                r.label + ("" if r.lossless else " (LOSSY)"),
+                fmt(r.tokens_per_s, 4),
+                _x(r.speedup),
+                _x(getattr(r, f"speedup_{other}")),
+                _x(r.ideal_speedup),
+                fmt(r.efficiency, 3),
+                fmt(r.gamma, 3),
+                _pct(r.acceptance_rate) if r.proposals else DASH,
                 _sources(r),
-                _pct(r["gate_open_rate"]) if r["gate_checks"] else DASH,
-                f"{fmt(r['mean_live_lanes'], 3)} / {r['peak_lanes']}",
-                fmt(r["steps_per_token"], 3),
-                *[_pct(rw.get(L, rw.get(str(L)))) if rw else DASH for L in Ls],
-                ("yes" if r["same_tokens_as_baseline"] else "no") if key == "rows" else DASH,
+                _pct(r.gate_open_rate) if r.gate_checks else DASH,
+                f"{fmt(r.mean_live_lanes, 3)} / {r.peak_lanes}",
+                fmt(r.steps_per_token, 3),
+                *[_pct(rw.get(L)) if rw else DASH for L in Ls],
+                ("yes" if r.same_tokens_as_baseline else "no") if key == "rows" else DASH,
             ]
         )
     note = (
@@ -186,29 +141,29 @@ def grid_section(res: dict, key: str = "rows", title: str = "Strategy grid (gree
     return f"## {title}\n\n" + table(rows, head) + (note if key == "rows" else "")
 
 
-def naive_section(res: dict) -> str:
-    n = res.get("naive")
+def naive_section(res: SpeedReport) -> str:
+    n = res.naive
     if n is None:
         return ""
     rows = [
-        ["fastdec autoregressive", fmt(n["baseline_tokens_per_s"], 4)],
-        ["proofs.naive_kv (minimal KV-cached loop over refdec's layers)", fmt(n["naive_tokens_per_s"], 4)],
-        [f"ratio ({res['clock']}, median of rounds)", _x(n["baseline_over_naive"])],
-        [f"ratio ({_other(res['clock'])})", _x(n[f"baseline_over_naive_{_other(res['clock'])}"])],
-        ["same tokens", "yes" if n["same_tokens"] else "no"],
+        ["fastdec autoregressive", fmt(n.baseline_tokens_per_s, 4)],
+        ["proofs.naive_kv (minimal KV-cached loop over refdec's layers)", fmt(n.naive_tokens_per_s, 4)],
+        [f"ratio ({res.clock}, median of rounds)", _x(n.baseline_over_naive)],
+        [f"ratio ({_other(res.clock)})", _x(getattr(n, f"baseline_over_naive_{_other(res.clock)}"))],
+        ["same tokens", "yes" if n.same_tokens else "no"],
     ]
     return (
         "## Honest baseline\n\nThe autoregressive strategy runs unpadded at width 1; its speed beside a "
-        f"straightforward decode loop, {n['measured']}.\n\n" + table(rows, ["", "tokens/s"])
+        f"straightforward decode loop, {n.measured}.\n\n" + table(rows, ["", "tokens/s"])
     )
 
 
-def costs_section(res: dict) -> str:
+def costs_section(res: SpeedReport) -> str:
     by = {}
-    for c in res["step_costs"]:
-        by.setdefault(c["phase"], {})[c["width"]] = c
-    widths = sorted({c["width"] for c in res["step_costs"]})
-    clock = res["clock"]
+    for c in res.step_costs:
+        by.setdefault(c.phase, {})[c.width] = c
+    widths = sorted({c.width for c in res.step_costs})
+    clock = res.clock
     rows = []
     for phase in ("prelude", "recur", "readout"):
         per = by.get(phase, {})
@@ -218,8 +173,9 @@ def costs_section(res: dict) -> str:
                 phase,
                 *[
                     (
-                        f"{1e3 * per[w][clock]:.3f} ms"
-                        + (f" ({per[w][clock] / base[clock]:.2f}x)" if base and w > 1 else "")
+                        f"{1e3 * getattr(per[w], clock):.3f} ms"
+                        + (f" ({getattr(per[w], clock) / getattr(base, clock):.2f}x)"
+                           if base and w > 1 else "")
                     )
                     if w in per
                     else DASH
@@ -234,83 +190,83 @@ def costs_section(res: dict) -> str:
     )
 
 
-def theorem2_section(res: dict) -> str:
-    t = res["theorem2"]
-    mb, m2 = t.get("measured_best"), t.get("measured_best_with_d2")
+def theorem2_section(res: SpeedReport) -> str:
+    t = res.theorem2
+    mb, m2 = t.measured_best, t.measured_best_with_d2
     rows = []
     if mb:
-        rows.append(["measured best pipelined setting", f"({mb['d1']}, {fmt(mb['d2'])})", _x(mb["speedup"])])
+        rows.append(["measured best pipelined setting", f"({mb.d1}, {fmt(mb.d2)})", _x(mb.speedup)])
     if m2:
-        rows.append(["measured best with a second proposal", f"({m2['d1']}, {m2['d2']})", _x(m2["speedup"])])
-    if not t.get("fitted"):
+        rows.append(["measured best with a second proposal", f"({m2.d1}, {m2.d2})", _x(m2.speedup)])
+    if not t.fitted:
         return (
             "## Theorem 2 vs the measured best\n\n"
             + (table(rows, ["", "(d1, d2)", "speedup"]) + "\n\n" if rows else "")
-            + f"Envelope not fitted: {t.get('reason')}."
+            + f"Envelope not fitted: {t.reason}."
         )
     rows += [
-        ["Theorem 2 closed form (continuous)", f"({fmt(t['d1_star'], 3)}, {fmt(t['d2_star'], 3)})", DASH],
-        ["Theorem 2 best integer pair, 1 <= d1 < d2 < R", fmt(t["best_integer"]), DASH],
+        ["Theorem 2 closed form (continuous)", f"({fmt(t.d1_star, 3)}, {fmt(t.d2_star, 3)})", DASH],
+        ["Theorem 2 best integer pair, 1 <= d1 < d2 < R", fmt(t.best_integer), DASH],
     ]
-    if t.get("best_on_grid"):
-        rows.append(["Theorem 2 best pair on the measured grid", fmt(t["best_on_grid"]), DASH])
+    if t.best_on_grid:
+        rows.append(["Theorem 2 best pair on the measured grid", fmt(t.best_on_grid), DASH])
     return (
         "## Theorem 2 vs the measured best\n\n"
         f"Envelope phi(r) = beta r^-alpha fitted on the mean TV(p_r, p_R) of the depth spectrum below "
-        f"(depths with TV >= 1e-9): alpha = {fmt(t['alpha'], 4)}, beta = {fmt(t['beta'], 4)}. "
+        f"(depths {fmt(t.fitted_depths)}): alpha = {fmt(t.alpha, 4)}, beta = {fmt(t.beta, 4)}. "
         "Theorem 2 minimises a bound on recurrent steps per token; the measured best maximises measured "
         "speedup, which also pays for wider steps and readouts.\n\n"
         + table(rows, ["", "(d1, d2)", "speedup"])
     )
 
 
-def spectrum_section(res: dict) -> str:
-    s = res["spectrum"]
+def spectrum_section(res: SpeedReport) -> str:
+    s = res.spectrum
     rows = [
         [r, fmt(tv), fmt(mx), _pct(a)]
-        for r, tv, mx, a in zip(s["depth"], s["mean_tv"], s["max_tv"], s["agreement"])
+        for r, tv, mx, a in zip(s.depth, s.mean_tv, s.max_tv, s.agreement)
     ]
     return (
         "## Depth spectrum\n\n"
-        f"Over {s['positions']} decoded positions (the baseline's greedy tokens), refdec's uncached "
+        f"Over {s.positions} decoded positions (the baseline's greedy tokens), refdec's uncached "
         "readouts: "
-        f"mean and max TV(p_r, p_R) at temperature {s['temperature']:g}, and greedy agreement "
+        f"mean and max TV(p_r, p_R) at temperature {s.temperature:g}, and greedy agreement "
         "argmax p_r == argmax p_R (the first-proposal acceptance of a greedy draft at depth r).\n\n"
         + table(rows, ["depth r", "mean TV", "max TV", "agreement"])
     )
 
 
-def context_section(res: dict) -> str:
-    c = res["context"]
-    wb = c["rows"][0]["weight_bytes"] if c["rows"] else 0
-    other = _other(c.get("clock", "wall"))
+def context_section(res: SpeedReport) -> str:
+    c = res.context
+    wb = c.rows[0].weight_bytes if c.rows else 0
+    other = _other(c.clock)
     rows = [
         [
-            r["context"],
-            fmt(r["baseline_tokens_per_s"], 4),
-            fmt(r["tokens_per_s"], 4),
-            _x(r["speedup"]),
-            _x(r[f"speedup_{other}"]),
-            _pct(r["acceptance"]),
-            fmt(r["gamma"], 3),
-            f"{fmt(r['step_cost_ratio'], 3)}x",
-            _x(r["predicted"]),
-            f"{r['kv_bytes_per_lane'] / r['weight_bytes']:.3f}",
+            r.context,
+            fmt(r.baseline_tokens_per_s, 4),
+            fmt(r.tokens_per_s, 4),
+            _x(r.speedup),
+            _x(getattr(r, f"speedup_{other}")),
+            _pct(r.acceptance),
+            fmt(r.gamma, 3),
+            f"{fmt(r.step_cost_ratio, 3)}x",
+            _x(r.predicted),
+            f"{r.kv_bytes_per_lane / r.weight_bytes:.3f}",
         ]
-        for r in c["rows"]
+        for r in c.rows
     ]
-    stop = c["stops_paying_at"]
+    stop = c.stops_paying_at
     verdict = (
         f"Pipelining stops paying (speedup < 1) at {stop} cached positions on this host."
         if stop is not None
-        else f"Pipelining still pays at the longest context measured ({c['rows'][-1]['context']} positions)."
-        if c["rows"]
+        else f"Pipelining still pays at the longest context measured ({c.rows[-1].context} positions)."
+        if c.rows
         else "No context length fitted max_seq_len."
     )
     return (
         "## Speedup against context length\n\n"
-        f"`{c['setting']}` over the baseline with a real context of L cached positions (the prompts laid end "
-        f"to end), {c['tokens']} new tokens, {c['repeats']} interleaved rounds. `W-step / 1-step`: measured "
+        f"`{c.setting}` over the baseline with a real context of L cached positions (the prompts laid end "
+        f"to end), {c.tokens} new tokens, {c.repeats} interleaved rounds. `W-step / 1-step`: measured "
         f"cost of one recurrence call at the pipeline's width over width 1 at that context. `model`: "
         f"DESIGN.md section 5, R(Wb + A) / (d1 Wb + R A) with Wb = {wb} weight bytes per step (adapter + "
         "core) and A = KV bytes one lane reads per step (core layers, L positions); it assumes every draft "
@@ -331,13 +287,79 @@ def context_section(res: dict) -> str:
                 "A / Wb",
             ],
         )
-        + f"\n\n{verdict}"
+        + f"\n\n{verdict}\n\n"
+        + context_cause(res)
     )
 
 
-def render(res: dict) -> str:
+LOSSES = {
+    "step cost": "the cost of a wide step (the model's byte count overstates it)",
+    "fill": "the pipeline's fill (R - d1 extra steps before the first lane commits, amortised over the run)",
+    "rejections": "rejections (each empties the pipeline, which refills from the rejected position)",
+    "rest": "everything but recurrence calls (prelude and readout calls, whose coda attention also reads "
+    "the cache, and host work)",
+}
+
+
+def context_cause(res: SpeedReport) -> str:
+    c = res.context
+    if not c.rows:
+        return ""
+    rows = [
+        [
+            r.context,
+            fmt(r.of_model, 3),
+            f"{fmt(r.model_step_ratio, 3)} / {fmt(r.step_cost_ratio, 3)}",
+            fmt(r.step_cost_factor, 3),
+            fmt(r.steps_per_token, 3),
+            fmt(r.fill_factor, 3),
+            fmt(r.rejection_factor, 3),
+            fmt(r.rest_factor, 3),
+            f"{1e3 * r.fixed_1:.3f} / {1e3 * r.fixed_w:.3f} ms",
+            f"{1e3 * r.recur_1:.3f} / {1e3 * r.recur_w:.3f} ms",
+            _pct((r.recur_w - r.fixed_w) / r.recur_w),
+            f"{fmt(r.recur_w_gather / r.recur_w, 3)}x",
+        ]
+        for r in c.rows
+    ]
+    last = c.rows[-1]
+    return (
+        "### Where the difference from the model goes\n\n"
+        "measured / model = step cost x fill x rejections x rest (proofs/speed/context.py). step cost = "
+        "m / s: the model's cost of a k-lane step over a 1-lane step, m = (Wb + k A) / (Wb + A) with "
+        "k = R / d1, over the measured one, s. fill = d1 / n_fill and rejections = n_fill / n, with n the "
+        "pipeline's engine steps per decoded token and n_fill = d1 + (R - d1) / N the steps a never-rejected "
+        "run of N tokens takes. rest = measured / ((R / n) / s). The recurrence call is also timed at a "
+        "context of W positions (fixed cost: weights and per-op overhead, which the model counts once per "
+        "step whatever its width) and with the cache read through gathered copies (the CUDA-graph path) "
+        "instead of views.\n\n"
+        + table(
+            rows,
+            [
+                "L",
+                "measured / model",
+                "m / s",
+                "step cost",
+                "steps/token n",
+                "fill",
+                "rejections",
+                "rest",
+                "fixed 1 / W lanes",
+                "step 1 / W lanes",
+                "cache share of a W step",
+                "gathers / views",
+            ],
+        )
+        + f"\n\nAt {last.context} cached positions the measured speedup is {fmt(last.of_model, 3)} of the "
+        f"model's; the largest loss is {LOSSES[c.main_loss]} (x{fmt(factors(last)[c.main_loss], 3)})."
+    )
+
+
+
+
+def render(res: SpeedReport) -> str:
     parts = [
-        f"# Speedup report: {res['stamp']['model']} on {res['stamp']['device']}",
+        f"# Speedup report: {res.stamp['model']} on {res.stamp['device']}",
         stamp_section(res),
         definitions(res),
         targets_section(res),

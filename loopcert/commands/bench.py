@@ -21,13 +21,17 @@ from pathlib import Path
 import torch
 
 from loopcert.commands.common import load_from_args
-from proofs import gates, speedup
 from proofs.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.result import _plain
+from proofs.speed import gates
+from proofs.speed.bench import bench, with_overrides
+from proofs.speed.report import PLANS
+from proofs.speed.timing import Workload
 from proofs.stamp import stamp
 from refdec.errors import LoopcertError
 from refdec.io import write_atomic
+from refdec.validate import check_int
 from reports.speedup import render
 
 HELP = "speedup report of every strategy over the autoregressive baseline; regression gates"
@@ -104,14 +108,12 @@ def say(msg: str) -> None:
 
 
 def run(args) -> int:
-    if args.threads < 1:
-        raise LoopcertError(f"--threads must be >= 1, got {args.threads}")
+    check_int("--threads", args.threads, 1)
     if args.tolerance is not None and not 0 <= args.tolerance < 1:
         raise LoopcertError(f"--tolerance must be in [0, 1), got {args.tolerance}")
     for name in ("tokens", "repeats"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise LoopcertError(f"--{name} must be >= 1, got {v}")
+        if getattr(args, name) is not None:
+            check_int(f"--{name}", getattr(args, name), 1)
     overrides = {k: getattr(args, k) for k in ("tokens", "repeats") if getattr(args, k) is not None}
     torch.set_num_threads(args.threads)
     if args.serve_load:
@@ -123,7 +125,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     if args.gate or args.write_baseline:
         # the gate measures with the baseline's plan; --tokens / --repeats shape a new baseline
-        plan = gates.GatePlan(**base["plan"]) if base else dataclasses.replace(gates.GatePlan(), **overrides)
+        plan = Workload(**base["plan"]) if base else dataclasses.replace(Workload(), **overrides)
         cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
         cur["command"] = command_line(args)
         if args.write_baseline:
@@ -141,13 +143,13 @@ def run(args) -> int:
             say(f"FAIL {msg}")
         say(f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({time.perf_counter() - t0:.0f} s)")
         return 1 if bad else 0
-    plan = dataclasses.replace(speedup.PLANS["quick" if args.quick else "full"], **overrides)
-    res = speedup.bench(model, args.model, plan, prompts, args.device, naive=naive, progress=say)
-    res["stamp"]["command"] = command_line(args)
-    res["stamp"]["seconds"] = time.perf_counter() - t0
-    md = render(_plain(res))  # render before writing: a render error leaves both old files
+    plan = with_overrides(PLANS["quick" if args.quick else "full"], **overrides)
+    res = bench(model, args.model, plan, prompts, args.device, naive=naive, progress=say)
+    res.stamp["command"] = command_line(args)
+    res.stamp["seconds"] = time.perf_counter() - t0
+    md = render(res)  # render before writing: a render error leaves both old files
     out = Path(args.out)
-    write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res)))
+    write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res.to_json())))
     write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -1,4 +1,4 @@
-"""proofs.gates: the regression gates pass on the decoder that wrote the baseline and fail, naming
+"""proofs.speed.gates: the regression gates pass on the decoder that wrote the baseline and fail, naming
 the figure, on a deliberately slowed decoder (busy work at every engine step) and on a less
 accepting one (a shallower draft under the same label); a baseline of other weights is refused."""
 
@@ -8,23 +8,23 @@ import time
 import pytest
 import torch
 
-from fastdec import Decoder
-from proofs import gates
-from proofs import speedup as sp
+from fastdec import DecodeConfig, Decoder
+from proofs.speed import gates
+from proofs.speed.timing import Workload
 from refdec import LoopedLM
 from refdec.config import get_preset
 from refdec.errors import LoopcertError
 
 PROMPTS = [(1, 2, 3, 4, 5, 6), (7, 3, 9, 1, 4)]
-PLAN = gates.GatePlan(prompts=2, prompt_len=8, tokens=12, repeats=5)
+PLAN = Workload(prompts=2, prompt_len=8, tokens=12, repeats=5)
 R = 8
-SETTINGS = [sp.Setting("autoregressive"), sp.Setting("pipelined", draft_depth=3),
-            sp.Setting("pipelined", draft_depth=3, second_depth=5)]
+SETTINGS = [DecodeConfig("autoregressive"), DecodeConfig("pipelined", draft_depth=3),
+            DecodeConfig("pipelined", draft_depth=3, second_depth=5)]
 
 
 def damped_model(seed=2):
     m = LoopedLM(get_preset("tiny-raven").replace(recurrence=R)).init_weights(seed)
-    with torch.no_grad():  # depths agree, as a trained looped model's do (fastdec.bench)
+    with torch.no_grad():  # depths agree, as a trained looped model's do
         m.adapter.weight[:, : m.cfg.d_model] *= 0.3
     return m.eval()
 
@@ -88,7 +88,7 @@ def test_a_slowed_decoder_fails_on_speed_only(model, baseline):
 def test_a_less_accepting_decoder_fails_on_exact_figures(model, baseline):
     def build(st):  # the same label, a shallower draft
         if st.label == "pipelined d1=3 d2=5":
-            return Decoder(model, sp.Setting("pipelined", draft_depth=1, second_depth=5))
+            return Decoder(model, DecodeConfig("pipelined", draft_depth=1, second_depth=5))
         return Decoder(model, st)
 
     cur = gates.measure(model, "tiny", PROMPTS, PLAN, build=build, settings=SETTINGS, modes=["greedy"])
@@ -106,7 +106,7 @@ def test_a_baseline_of_other_weights_is_refused(baseline, tmp_path):
         damped_model(seed=3),
         "tiny",
         PROMPTS,
-        gates.GatePlan(prompts=1, prompt_len=4, tokens=4, repeats=1),
+        Workload(prompts=1, prompt_len=4, tokens=4, repeats=1),
         settings=SETTINGS,
     )
     results = gates.compare(other, baseline)

@@ -1,15 +1,15 @@
 """Regression gates for fastdec's speed (issue 6) against a committed baseline file
 (benchmarks/baseline.json, written by `loopcert bench --write-baseline`).
 
-A gate run times a few settings (proofs.speedup.gate_settings) on fixed prompts, greedy and
-sampling with fixed seeds, interleaved rounds (proofs.speedup.time_runs), and compares two
-kinds of figure with the baseline:
+A gate run times a few settings (proofs.speed.settings.gate_settings) on fixed prompts, greedy
+and sampling with fixed seeds, interleaved rounds (proofs.speed.timing.time_runs), and compares
+two kinds of figure with the baseline:
 
-- exact: for every setting and mode, the emitted tokens (a hash), token sources, proposals,
-  acceptances, gate checks and opens, engine steps, lane steps, peak lanes and calls per
-  (phase, width). With fixed seeds they are deterministic on one machine and torch build, so
-  they are gated EXACTLY: any change is a change in what the decoder does, and the gate names
-  the figure. (Another CPU may round float32 differently: rewrite the baseline there.)
+- exact: for every setting and mode, the emitted tokens (a hash), every count of Stats (token
+  sources, proposals, acceptances, gate checks and opens, engine and lane steps, ...), peak
+  lanes and calls per (phase, width). With fixed seeds they are deterministic on one machine
+  and torch build, so they are gated EXACTLY: any change is a change in what the decoder does,
+  and the gate names the figure. (Another CPU may round float32 differently: rewrite the baseline there.)
 - speed: each setting's speedup over the autoregressive baseline of the same run, and the
   baseline's over proofs.naive_kv; ratios, never absolute times. A regression is
   measured < baseline * (1 - tolerance), tolerance SPEEDUP_TOL unless the baseline file says
@@ -26,25 +26,16 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from fastdec import Decoder
+from fastdec import DecodeConfig, Decoder
+from proofs.progress import Progress
 from proofs.result import CheckResult, _plain
-from proofs.speedup import (
-    BASELINE,
-    GREEDY,
-    NAIVE,
-    SAMPLING,
-    Progress,
-    Setting,
-    gate_settings,
-    loadavg,
-    ratio,
-    time_runs,
-)
+from proofs.speed.settings import BASELINE, NAIVE, gate_settings
+from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, ratio, time_runs
+from proofs.stamp import stamp
 from refdec.errors import LoopcertError
 
 FORMAT = 1
@@ -53,31 +44,9 @@ FORMAT = 1
 # runs differed by up to 11%. 25% leaves room for that; the regressions the gate exists for
 # (a dearer step, a less accepting draft) move the ratio far more, and their exact figures move.
 SPEEDUP_TOL = 0.25
-EXACT = (
-    "tokens_sha",
-    "tokens",
-    "from_first",
-    "from_second",
-    "from_restart",
-    "proposals",
-    "accepted",
-    "gate_checks",
-    "gate_opens",
-    "steps",
-    "lane_steps",
-    "peak_lanes",
-    "calls",
-)
+# Gated exactly: the emitted tokens (a hash), every count of Stats, peak lanes, calls per (phase, width).
+EXACT = ("tokens_sha", *COUNTS, "peak_lanes", "calls")
 MODES = {"greedy": GREEDY, "sampling": SAMPLING}
-
-
-@dataclass(frozen=True)
-class GatePlan:
-    prompts: int = 2
-    prompt_len: int = 48
-    tokens: int = 32
-    repeats: int = 5
-    seed: int = 0
 
 
 def fingerprint(model) -> str:
@@ -98,11 +67,11 @@ def measure(
     model,
     model_name: str,
     prompts: Sequence[Sequence[int]],
-    plan: GatePlan = GatePlan(),
+    plan: Workload = Workload(),
     device="cpu",
-    build: Callable[[Setting], object] | None = None,
+    build: Callable[[DecodeConfig], object] | None = None,
     naive=None,
-    settings: Sequence[Setting] | None = None,
+    settings: Sequence[DecodeConfig] | None = None,
     modes: Sequence[str] = tuple(MODES),
     progress: Progress | None = None,
 ) -> dict:
@@ -113,7 +82,9 @@ def measure(
     if settings[0].label != BASELINE:
         raise LoopcertError(f"the first gate setting must be {BASELINE!r}, got {settings[0].label!r}")
     build = build or (lambda st: Decoder(model, st, device=device))
-    prompts = [tuple(p)[-plan.prompt_len :] for p in prompts[: plan.prompts]]
+    prompts = plan.select(prompts)
+    # process time on any CPU run (the baseline's clock; with several threads it sums them, so
+    # gate with one thread, as `loopcert bench` does), wall time on CUDA
     clock = "wall" if torch.device(device).type == "cuda" else "cpu"
     load = {"start": loadavg()}
     figures: dict = {}
@@ -152,6 +123,8 @@ def measure(
     return _plain(
         {
             "format": FORMAT,
+            "stamp": stamp(model_name, device, next(model.parameters()).dtype,
+                           {"prompt i": f"{plan.seed} + i", "weights": "as shipped"}),
             "model": model_name,
             "model_fingerprint": fingerprint(model),
             "device": str(device),

@@ -1,0 +1,58 @@
+"""certify's speed check (DESIGN.md section 6, check 6): each candidate setting against the
+autoregressive baseline, timed and compared exactly as `loopcert bench` does (proofs.speed.timing,
+proofs.speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
+setting and workload. Ratios only: absolute tokens/s depend on the machine.
+
+The check fails only if a setting cannot run; how fast it is is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from proofs.candidates import Candidate
+from proofs.progress import Progress, quiet
+from proofs.result import CheckResult
+from proofs.speed.rows import measured_speed
+from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
+
+
+def check_speed(name: str, candidates: Sequence[Candidate], baseline: Candidate, model,
+                prompts: Sequence[Sequence[int]], work: Workload, progress: Progress | None = None
+                ) -> CheckResult:
+    """measured = the best speedup over the baseline (reported, not bounded); passes iff all ran.
+    `prompts` are cut by `work` (proofs.speed.timing.Workload.select)."""
+    say = progress or quiet
+    prompts = work.select(prompts)
+    base_label = baseline.label + " (baseline)"
+    decoders, errors = {base_label: baseline.build(model)}, []
+    for c in candidates:
+        if c.label == baseline.label and c.settings == baseline.settings:
+            continue
+        try:  # a setting that cannot be built or cannot decode is the finding, not a crash
+            dec = c.build(model)
+            dec.generate(list(prompts[0]), 1, GREEDY, work.seed)
+        except Exception as e:  # noqa: BLE001
+            errors.append({"setting": c.label, "error": f"{type(e).__name__}: {e}"})
+            continue
+        decoders[c.label] = dec
+    dev = next(model.parameters())
+    clock = default_clock(dev.device)
+    times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, say)
+    rows = []
+    for label in decoders:
+        sp = measured_speed(times, label, base_label, clock)
+        row = {"setting": label, **sp.as_dict()}
+        stats = times[label]["stats"]
+        if stats is not None:  # fastdec telemetry
+            row.update({k: stats[k] for k in ("acceptance_rate", "gamma", "mean_live_lanes")})
+        rows.append(row)
+        if label != base_label:
+            say(f"  {name} {label}: {sp.tokens_per_s:.1f} tok/s, x{sp.speedup:.2f}")
+    best = max(r["speedup"] for r in rows)
+    details = {"rows": rows, "errors": errors, "prompts": len(prompts), "tokens_per_prompt": work.tokens,
+               "repeats": work.repeats, "workload": dataclasses.asdict(work), "clock": clock,
+               "device": str(dev.device), "dtype": str(dev.dtype).replace("torch.", ""),
+               "baseline": baseline.label,               "informational": True}
+    return CheckResult(name, best, 1.0, not errors, details)

@@ -1,0 +1,218 @@
+"""Speedup against context length, beside DESIGN.md section 5's performance model, and where
+the difference between the two goes.
+
+Per committed token the autoregressive baseline runs R steps of width 1; a fully accepted
+pipeline runs d1 steps of k = R/d1 lanes. Weights are read once per step, KV timelines once per
+lane and step, so the ideal speedup is R(Wb + A) / (d1 Wb + R A) = k / m, with
+m = (Wb + k A) / (Wb + A) the model's cost of a k-lane step over a 1-lane step (`perf_model`).
+
+The measured speedup factors exactly into the model and three measured factors:
+
+    measured = model x (m / s) x (d1 / n_fill) x (n_fill / n) x rest
+
+- s = measured cost of one recurrence call at the pipeline's width W over width 1, at this
+  context (`step_costs`): the step-cost factor m / s says how far the model's byte count
+  predicts the real cost of a wide step;
+- n = engine steps per decoded token (Stats): R / n is the step speedup the run reached, k when
+  every draft is accepted and the pipeline never empties; (R / n) / k = d1 / n is the steps
+  factor, split into the pipeline's fill (the first lane needs R - d1 more steps than a lane of
+  a full pipeline: n_fill = d1 + (R - d1) / N over N decoded tokens, a fill factor d1 / n_fill)
+  and rejections (each empties the pipeline, which refills: n_fill / n);
+- rest = measured / ((R / n) / s): everything but recurrence calls (prelude and readout calls,
+  host work: lanes, drafting, verification) and steps narrower or wider than W.
+
+To say what a step costs, each row also times the recurrence call at a context of W positions
+(fixed cost: weights and per-op overhead, no cache to read) at widths 1 and W, and the W-lane
+call with the cache read through gathered copies (the CUDA-graph path) instead of views.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fastdec import DecodeConfig, Decoder
+from proofs.progress import Progress
+from proofs.speed.costs import CLOCK_INDEX, step_costs
+from proofs.speed.settings import BASELINE
+from proofs.speed.timing import GREEDY, default_clock, ratio, time_runs
+from refdec.errors import LoopcertError
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    weight_bytes: int  # Wb: what one step reads of the recurrent block (adapter + core layers)
+    kv_bytes_per_lane: int  # A: keys and values one lane reads per step (core layers, L positions)
+    predicted: float  # R(Wb + A) / (d1 Wb + R A)
+
+
+def perf_model(model, d1: int, R: int, context: int) -> PerfModel:
+    """DESIGN.md section 5: ideal speedup R(Wb + A) / (d1 Wb + R A) of a fully accepted pipeline,
+    Wb = weight bytes one step reads (the recurrent block: adapter + core layers), A = KV bytes
+    one lane reads per step (its depth's keys and values at `context` positions, core layers)."""
+    cfg = model.cfg
+    elem = next(model.parameters()).element_size()
+    wb = sum(p.numel() for p in model.core.parameters()) * elem
+    if model.adapter is not None:
+        wb += model.adapter.weight.numel() * elem
+    a = cfg.n_core * 2 * cfg.n_kv_heads * cfg.head_dim * context * elem
+    return PerfModel(wb, a, R * (wb + a) / (d1 * wb + R * a))
+
+
+def long_sequence(prompts: Sequence[Sequence[int]], n: int) -> list[int]:
+    """The first n tokens of the prompts laid end to end (cycled): a real context of any length."""
+    seq: list[int] = []
+    while len(seq) < n:
+        seq += [t for p in prompts for t in p]
+        if not seq:
+            raise LoopcertError("no prompt tokens to build a context from")
+    return seq[:n]
+
+
+def fill_steps_per_token(R: int, d1: int, n_tokens: int) -> float:
+    """n_fill = d1 + (R - d1) / N: engine steps per decoded token of a pipeline that never
+    rejects (its first lane needs R steps, every later one d1 more)."""
+    return d1 + (R - d1) / n_tokens
+
+
+def model_step_ratio(pm: PerfModel, lanes: float) -> float:
+    """m = (Wb + k A) / (Wb + A): the performance model's cost of a k-lane step over a 1-lane step."""
+    return (pm.weight_bytes + lanes * pm.kv_bytes_per_lane) / (pm.weight_bytes + pm.kv_bytes_per_lane)
+
+
+@dataclass(frozen=True)
+class ContextRow:
+    context: int  # cached positions before decoding starts
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    speedup: float
+    speedup_wall: float
+    speedup_cpu: float
+    acceptance: float
+    gamma: float
+    width: int  # the pipeline's padded recurrence width W
+    step_cost_ratio: float  # s: one recur call at W / one at width 1, at this context
+    weight_bytes: int
+    kv_bytes_per_lane: int
+    predicted: float  # the performance model, k / m
+    of_model: float  # speedup / predicted = step_cost_factor * fill_factor * rejection_factor * rest_factor
+    model_step_ratio: float  # m
+    steps_per_token: float  # n: engine steps per decoded token (the pipeline)
+    step_cost_factor: float  # m / s
+    fill_factor: float  # d1 / n_fill
+    rejection_factor: float  # n_fill / n
+    rest_factor: float  # measured / ((R / n) / s)
+    recur_1: float  # seconds of one recur call at width 1, this context
+    recur_w: float  # ... at width W
+    fixed_1: float  # one recur call at width 1 at a context of W positions: weights and overhead
+    fixed_w: float  # ... at width W
+    recur_w_gather: float  # the W-lane call at this context, keys/values gathered (copies), not viewed
+
+
+@dataclass(frozen=True)
+class ContextSweep:
+    setting: str
+    d1: int
+    R: int
+    tokens: int
+    repeats: int
+    rows: list[ContextRow]
+    clock: str
+    stops_paying_at: int | None  # the first context with speedup < 1
+    main_loss: str | None  # at the longest context, the lowest factor: step cost, fill, rejections, rest
+
+
+def factors(row: ContextRow) -> dict[str, float]:
+    """measured / model as a product of named factors (module docstring)."""
+    return {"step cost": row.step_cost_factor, "fill": row.fill_factor, "rejections": row.rejection_factor,
+            "rest": row.rest_factor}
+
+
+def main_loss(row: ContextRow) -> str:
+    """The factor of measured / model that loses most (the lowest), by name."""
+    f = factors(row)
+    return min(f, key=f.get)
+
+
+def context_sweep(
+    model,
+    setting: DecodeConfig,
+    lengths: Sequence[int],
+    prompts,
+    n_tokens: int,
+    repeats: int,
+    device="cpu",
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> ContextSweep:
+    """Speedup of `setting` over the baseline against the number of cached positions, beside the
+    performance model, and the measured cost of a recurrence call at the pipeline's width W =
+    ceil(R/d1) over width 1 at that context (the KV-traffic term of the model)."""
+    R = model.cfg.recurrence
+    clock = default_clock(device)
+    c = CLOCK_INDEX[clock]
+    d1 = setting.draft_depth or R
+    w = next(x for x in (1, 2, 4, 8, 16, 32, 64) if x >= -(-R // d1))
+    base = Decoder(model, DecodeConfig("autoregressive"), device=device)
+    fast = Decoder(model, setting, device=device)
+    for dec in (base, fast):  # one prefill per context length and decoder, not one per round
+        dec.reuse_prefill = True
+    seq = long_sequence(prompts, max(lengths))
+    rows = []
+    for L in lengths:
+        if L + n_tokens > model.cfg.max_seq_len:
+            continue
+        t = time_runs({BASELINE: base, setting.label: fast}, [seq[:L]], n_tokens, repeats, GREEDY, seed)
+        eng = fast.engine(L + n_tokens)
+        cost = step_costs(eng, L, [("recur", 1), ("recur", w)], calls=16)
+        fixed = step_costs(eng, w, [("recur", 1), ("recur", w)], calls=16)
+        eng.reads = "gather"
+        try:
+            gather = step_costs(eng, L, [("recur", w)], calls=16)
+        finally:
+            eng.reads = "view"
+        fast.forget_prefills()  # the probes wrote rows a saved prefill may own
+        b, f = t[BASELINE], t[setting.label]
+        pm = perf_model(model, d1, R, L)
+        k = R / d1
+        s_ratio = cost[("recur", w)][c] / cost[("recur", 1)][c]
+        m_ratio = model_step_ratio(pm, k)
+        n = f["stats"]["steps_per_token"]
+        n_fill = fill_steps_per_token(R, d1, f["decode_tokens"])
+        speedup = ratio(b[clock], f[clock])
+        rows.append(
+            ContextRow(
+                context=L,
+                baseline_tokens_per_s=b["decode_tokens"] / statistics.median(b[clock]),
+                tokens_per_s=f["decode_tokens"] / statistics.median(f[clock]),
+                speedup=speedup,
+                speedup_wall=ratio(b["wall"], f["wall"]),
+                speedup_cpu=ratio(b["cpu"], f["cpu"]),
+                acceptance=f["stats"]["acceptance_rate"],
+                gamma=f["stats"]["gamma"],
+                width=w,
+                step_cost_ratio=s_ratio,
+                weight_bytes=pm.weight_bytes,
+                kv_bytes_per_lane=pm.kv_bytes_per_lane,
+                predicted=pm.predicted,
+                of_model=speedup / pm.predicted,
+                model_step_ratio=m_ratio,
+                steps_per_token=n,
+                step_cost_factor=m_ratio / s_ratio,
+                fill_factor=d1 / n_fill,
+                rejection_factor=n_fill / n,
+                rest_factor=speedup / ((R / n) / s_ratio),
+                recur_1=cost[("recur", 1)][c],
+                recur_w=cost[("recur", w)][c],
+                fixed_1=fixed[("recur", 1)][c],
+                fixed_w=fixed[("recur", w)][c],
+                recur_w_gather=gather[("recur", w)][c],
+            )
+        )
+        if progress:
+            r = rows[-1]
+            progress(f"  context {L}: x{r.speedup:.2f} (model x{r.predicted:.2f})")
+    stop = next((r.context for r in rows if r.speedup < 1.0), None)
+    return ContextSweep(setting.label, d1, R, n_tokens, repeats, rows, clock, stop,
+                        main_loss(rows[-1]) if rows else None)

@@ -1,0 +1,57 @@
+"""The speedup report as typed data: what `loopcert bench` measures and reports/speedup.py
+renders. Every figure is a ratio measured in one run (proofs.speed.timing)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from proofs.result import _plain
+from proofs.speed.context import ContextSweep
+from proofs.speed.costs import CallCost
+from proofs.speed.rows import GridRow, NaiveComparison
+from proofs.speed.targets import Target
+from proofs.speed.theorem2_vs_measured import DepthSpectrum, Theorem2Comparison
+from proofs.speed.timing import Workload
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    mode: str  # "quick" (CI) or "full"
+    grid: Workload  # the strategy grid's prompts, tokens and rounds
+    sampling_repeats: int  # rounds of the sampling (T=1) table
+    lengths: tuple[int, ...]  # the context sweep's cached positions
+    sweep_tokens: int  # new tokens per context: enough that the pipeline's fill (R - d1 steps) amortises
+    sweep_repeats: int
+
+
+PLANS = {
+    "quick": BenchPlan("quick", Workload(prompts=2, prompt_len=48, tokens=32, repeats=3), sampling_repeats=3,
+                       lengths=(64, 512, 2048), sweep_tokens=128, sweep_repeats=2),
+    "full": BenchPlan("full", Workload(prompts=4, prompt_len=64, tokens=64, repeats=5), sampling_repeats=3,
+                      lengths=(64, 128, 256, 512, 1024, 2048), sweep_tokens=256, sweep_repeats=3),
+}
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    """Sections in the order reports/speedup.py renders them. A new table (issue 11's batch
+    table, say) is a module of this package that measures it, a field here, a section there."""
+
+    stamp: dict  # proofs.stamp plus mode, load average, command, seconds
+    plan: BenchPlan
+    clock: str  # "cpu" or "wall": which clock the figures use (proofs.speed.timing.default_clock)
+    R: int
+    prompts: list[int]  # prompt lengths
+    rewind_depths: list[int]
+    targets: list[Target]
+    rows: list[GridRow]  # the greedy strategy grid
+    naive: NaiveComparison | None
+    sampling_rows: list[GridRow]  # the gate settings at temperature 1
+    step_costs: list[CallCost]  # pooled over the greedy grid
+    theorem2: Theorem2Comparison
+    spectrum: DepthSpectrum
+    context: ContextSweep
+
+    def to_json(self) -> dict:
+        """Plain JSON-able data (speedup.json)."""
+        return _plain(asdict(self))

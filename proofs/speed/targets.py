@@ -1,0 +1,56 @@
+"""The speed targets of issue 6, judged on a measured grid (reports/speedup.py renders them).
+
+They are set for the default model (R = 32) on a CPU, greedy, ratios measured in one run; for
+other models and devices they are reference lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proofs.speed.rows import GridRow, NaiveComparison
+
+TARGETS = {  # issue 6, CPU, default model, R = 32, greedy
+    "pipelined": 3.0,  # pipelined (2, 8) or the best grid point, over the baseline
+    "draft-verify": 1.8,  # draft-verify, draft 4, ahead 4
+    "efficiency": 0.8,  # measured / ideal, every strategy
+    "naive": 1.0,  # the autoregressive strategy over proofs.naive_kv
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: float
+    bound: float  # met iff measured >= bound
+    met: bool
+    unit: str = "x"  # "x": a speedup; "": a plain number
+    note: str = ""  # e.g. the tokens/s behind a ratio
+
+
+def _target(name: str, measured: float, key: str, unit: str = "x", note: str = "") -> Target:
+    return Target(name, measured, TARGETS[key], measured >= TARGETS[key], unit, note)
+
+
+def judge(rows: Sequence[GridRow], naive: NaiveComparison | None) -> list[Target]:
+    by = {r.label: r for r in rows}
+    out = []
+    p28 = by.get("pipelined d1=2 d2=8")
+    if p28 is not None:
+        out.append(_target("pipelined (2, 8) >= 3.0x", p28.speedup, "pipelined"))
+    pipes = [r for r in rows if r.strategy == "pipelined"]
+    if pipes:
+        best = max(pipes, key=lambda r: r.speedup)
+        out.append(_target(f"best pipelined ({best.label}) >= 3.0x", best.speedup, "pipelined"))
+    dv = by.get("draft-verify d1=4 k=4")
+    if dv is not None:
+        out.append(_target("draft-verify (draft 4, ahead 4) >= 1.8x", dv.speedup, "draft-verify"))
+    if rows:
+        worst = min(rows, key=lambda r: r.efficiency)
+        out.append(_target(f"efficiency >= 0.8 for every setting (lowest: {worst.label})", worst.efficiency,
+                           "efficiency", unit=""))
+    if naive is not None:
+        out.append(_target("autoregressive tokens/s >= proofs.naive_kv's", naive.baseline_over_naive, "naive",
+                           note=f"{naive.baseline_tokens_per_s:.4g} vs {naive.naive_tokens_per_s:.4g} tok/s"))
+    return out

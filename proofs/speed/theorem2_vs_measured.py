@@ -1,0 +1,108 @@
+"""The depth spectrum of the decoded positions and Theorem 2's optimum beside the measured best
+(d1, d2) of the grid (DESIGN.md section 4; the envelope is proofs.theorem2.fit_depth_curve, the
+certificate's fit)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from proofs.speed.rows import GridRow
+from proofs.speed.timing import SAMPLING
+from proofs.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
+from refdec.errors import LoopcertError
+from refdec.sampling import transform
+
+
+@dataclass(frozen=True)
+class DepthSpectrum:
+    R: int
+    positions: int
+    temperature: float
+    depth: list[int]  # 1..R
+    mean_tv: list[float]  # mean TV(p_r, p_R) over the positions
+    max_tv: list[float]
+    agreement: list[float]  # share of positions with argmax p_r == argmax p_R
+
+
+def depth_spectrum(
+    model, prompts: Sequence[Sequence[int]], generated: Sequence[Sequence[int]]
+) -> DepthSpectrum:
+    """Per depth r = 1..R, over the decoded positions (the baseline's greedy tokens): mean
+    TV(p_r, p_R) at temperature 1 and the greedy agreement argmax p_r == argmax p_R.
+
+    Laws from refdec's uncached `depth_logits` (the oracle; float64 transform of its logits).
+    """
+    R = model.cfg.recurrence
+    tvs, agree = [], []
+    for p, g in zip(prompts, generated):
+        if not g:
+            continue
+        ids = list(p) + list(g[:-1])  # position t's law predicts token t+1
+        lg = model.depth_logits(ids, list(range(1, R + 1)))[:, len(p) - 1 :]  # (R, n, V)
+        laws = transform(lg.cpu(), SAMPLING)
+        tvs.append(0.5 * (laws - laws[-1:]).abs().sum(-1))  # (R, n)
+        top = lg.argmax(-1)
+        agree.append((top == top[-1:]).double())
+    if not tvs:
+        raise LoopcertError("depth spectrum: no decoded positions")
+    tv, ag = torch.cat(tvs, 1), torch.cat(agree, 1)
+    return DepthSpectrum(R, int(tv.shape[1]), 1.0, list(range(1, R + 1)), tv.mean(1).tolist(),
+                         tv.max(1).values.tolist(), ag.mean(1).tolist())
+
+
+@dataclass(frozen=True)
+class BestSetting:
+    d1: int
+    d2: int | None
+    speedup: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Theorem2Comparison:
+    R: int
+    measured_best: BestSetting | None = None  # highest speedup among pipelined settings
+    measured_best_with_d2: BestSetting | None = None
+    fitted: bool = False
+    reason: str | None = None  # why the envelope was not fitted
+    alpha: float | None = None
+    beta: float | None = None
+    fitted_depths: list[int] = field(default_factory=list)
+    d1_star: float | None = None  # the closed form (continuous)
+    d2_star: float | None = None
+    best_integer: tuple[int, int] | None = None  # argmin of the bound over 1 <= d1 < d2 < R
+    best_on_grid: tuple[int, int] | None = None  # argmin of the bound over the measured grid
+    bound_cost: dict = field(default_factory=dict)  # "d1,d2" -> the bound on steps per token
+
+
+def _best(rows: Sequence[GridRow]) -> BestSetting | None:
+    if not rows:
+        return None
+    b = max(rows, key=lambda r: r.speedup)
+    return BestSetting(b.draft_depth, b.second_depth, b.speedup, b.label)
+
+
+def theorem2_compare(spectrum: DepthSpectrum, rows: Sequence[GridRow]) -> Theorem2Comparison:
+    """Theorem 2's optimum from the envelope fitted on the measured mean TV(p_r, p_R), beside the
+    measured best (d1, d2) of the grid (highest speedup among pipelined settings)."""
+    R = spectrum.R
+    pipes = [r for r in rows if r.strategy == "pipelined"]
+    measured = {"measured_best": _best(pipes),
+                "measured_best_with_d2": _best([r for r in pipes if r.second_depth is not None])}
+    try:
+        env = fit_depth_curve(spectrum.mean_tv)
+    except LoopcertError as e:
+        return Theorem2Comparison(R, **measured, fitted=False, reason=str(e))
+    alpha, beta = env.alpha, env.beta
+    d1, d2 = optimal_depths(alpha, beta, R)
+    pairs = [(r.draft_depth, r.second_depth) for r in pipes if r.second_depth is not None]
+    bound = {d: expected_cost(d[0], d[1], alpha, beta, R) for d in pairs}
+    return Theorem2Comparison(
+        R, **measured, fitted=True, alpha=alpha, beta=beta, fitted_depths=list(env.depths),
+        d1_star=d1, d2_star=d2, best_integer=best_integer_depths(alpha, beta, R) if R >= 3 else None,
+        best_on_grid=min(pairs, key=lambda d: (bound[d], d)) if pairs else None,
+        bound_cost={f"{a},{b}": c for (a, b), c in bound.items()},
+    )
