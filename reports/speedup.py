@@ -351,7 +351,8 @@ def context_cause(res: SpeedReport) -> str:
             ],
         )
         + f"\n\nAt {last.context} cached positions the measured speedup is {fmt(last.of_model, 3)} of the "
-        f"model's; the largest loss is {LOSSES[c.main_loss]} (x{fmt(factors(last)[c.main_loss], 3)})."
+        f"model's; the largest loss is {c.main_loss}, x{fmt(factors(last)[c.main_loss], 3)}: "
+        f"{LOSSES[c.main_loss]}."
     )
 
 

@@ -318,7 +318,7 @@ def lr_at(tc: TrainConfig, step: int, progress: float) -> float:
     return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * cos)
 
 
-def save_checkpoint(folder: Path, model, opt, gen, state: dict, tc: TrainConfig) -> None:
+def save_training_state(folder: Path, model, opt, gen, state: dict, tc: TrainConfig) -> None:
     tensors = {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
@@ -335,7 +335,7 @@ def save_checkpoint(folder: Path, model, opt, gen, state: dict, tc: TrainConfig)
     write_atomic(folder / "state.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1)))
 
 
-def load_checkpoint(folder: Path, model, opt, gen) -> dict:
+def load_training_state(folder: Path, model, opt, gen) -> dict:
     if not (folder / "state.json").is_file():
         raise LoopcertError(f"--resume: no checkpoint in {folder}")
     meta = json.loads((folder / "state.json").read_text())
@@ -376,7 +376,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     gen = torch.Generator().manual_seed(tc.seed)
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     if resume:
-        meta = load_checkpoint(ckpt_dir, model, opt, gen)
+        meta = load_training_state(ckpt_dir, model, opt, gen)
         loose = ("steps", "max_minutes", "log_every", "ckpt_minutes")
         if {k: v for k, v in meta["train_config"].items() if k not in loose} != {
                 k: v for k, v in dataclasses.asdict(tc).items() if k not in loose}:
@@ -425,10 +425,10 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
             run_nll, run_aux, run_n = 0.0, 0.0, 0
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
             state["elapsed_s"] = base + time.monotonic() - t0
-            save_checkpoint(ckpt_dir, model, opt, gen, state, tc)
+            save_training_state(ckpt_dir, model, opt, gen, state, tc)
             last_ckpt = time.monotonic()
     state["elapsed_s"] = base + time.monotonic() - t0
-    save_checkpoint(ckpt_dir, model, opt, gen, state, tc)
+    save_training_state(ckpt_dir, model, opt, gen, state, tc)
     model.eval()
     quick = evaluate(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
                      [1, 2, 4, cfg.recurrence], cfg.recurrence)
