@@ -10,15 +10,15 @@ effect (float32 rows at different widths) is not mistaken for ignoring the seed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from proofs.candidates import Candidate
+from proofs.progress import Progress
 from proofs.protocol import run_generate
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
 
 SAMPLING = SamplingParams(temperature=1.0)  # spread: two different seeds almost surely differ
-Progress = Callable[[str], None]
 
 
 def check_reproducible(

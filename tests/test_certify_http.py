@@ -19,6 +19,7 @@ import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
 from proofs.certify import CertifyPlan  # noqa: E402
 from proofs.http_decoder import HTTPDecoder, model_fingerprint, request_body  # noqa: E402
+from proofs.speed.timing import Workload  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
@@ -39,9 +40,7 @@ HTTP_PLAN = CertifyPlan(
     theorem1_search_examples=20,
     trace_prompts=2,
     trace_positions=16,
-    speed_prompts=1,
-    speed_tokens=4,
-    speed_repeats=1,
+    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_names=("always-accept",),
 )
 TINY = ("tiny-ouro", "--draft-depth", "1")

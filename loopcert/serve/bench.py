@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -19,9 +18,8 @@ from loopcert.commands import serve as serve_cmd
 from loopcert.commands.common import decoder_from_args, load_from_args
 from loopcert.serve.loadtest import LoadPlan, run_load, verify
 from loopcert.serve.process import ServerProcess
+from proofs.progress import Progress
 from proofs.prompts import model_prompts
-
-Progress = Callable[[str], None]
 
 
 def serve_args(argv: list[str]) -> argparse.Namespace:
