@@ -1,7 +1,10 @@
 """A minimal, straightforward KV-cached autoregressive decoder over refdec's layers.
 
 It is the "honest baseline" of the speed report (issue 6): fastdec's autoregressive strategy
-must be at least as fast as this loop, or its speedups are measured against a strawman.
+must be at least as fast as this loop, or its speedups are measured against a strawman. It
+runs refdec.model.Net, the very maths the engine runs (no nn.Module dispatch either), so the
+comparison weighs only the engine's own machinery (lanes, static shapes, cache reads) against
+a plain loop.
 It is also a second, independent cache implementation: in float64 it must agree with
 refdec token for token, greedy and sampling alike (it consumes the sampling generator
 exactly as refdec.decode does: one uniform per sampled token).
