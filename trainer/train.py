@@ -1,28 +1,29 @@
-"""Train the embedded default model: a small byte-level Raven-style looped LM (issue 5).
+"""Train the embedded default model: a small byte-level Raven-style looped LM (issues 5, 14).
 
-    python -m trainer.train --max-minutes 36          # the shipped run (see MODEL_CARD.md)
-    OMP_WAIT_POLICY=PASSIVE python -m trainer.train --model core1 --aux-max-depth 0 \
-        --backprop-k 8 --depth-sigma 0.75 --max-minutes 35      # the 1-block retrain (not shipped)
-    python -m trainer.train --resume                  # continue from --ckpt-dir
+    OMP_NUM_THREADS=1 python -m trainer.train --recipe huginn --max-minutes 80 \
+        --ckpt-dir /tmp/loopcert-train-v2 --out /tmp/model-v2   # issue 14's recipe (see MODEL_CARD.md)
+    python -m trainer.train --max-minutes 36 --out DIR            # recipe v1: the first shipped model
+    python -m trainer.train --resume ...                          # continue from --ckpt-dir
+
+Nothing is exported without --out (the shipped model lives in refdec/weights/default; pass
+that folder explicitly to replace it); every file is written atomically.
 
 Data: the running interpreter's standard library `.py` sources plus the rendered `pydoc_data`
 topics; a fixed sorted document list, split by a hash of each name (`split_of`), recorded in
 data_manifest.json with its sha256 and the Python version. A different Python gives different
 data: the manifest says which.
 
-Depth (Huginn, Geiping et al. 2025, section 3): each step samples r from a log-normal Poisson
-with mean `mean_depth`, clipped to [1, 2R]; iterations before the last `backprop_k` run
-under no_grad (truncated backpropagation). So every readout 1..2R is trained, deep ones most.
-Auxiliary shallow loss (our choice, for drafts; `--aux-max-depth 0` turns it off): each step
-also reads out at a depth s drawn uniformly from 1..`aux_max_depth`, through s iterations with
-gradient, with loss CE(labels) + KL(stopgrad p_r || p_s): the shallow readout learns to predict
-the data and to agree with the deep one, which is what a draft is judged by.
-
-The defaults reproduce the shipped model (2-block core, aux on). Its depth profile is flat
-(fixed point after 3-4 iterations; depth 1 within 0.02 bits/byte of depth R). A 35-minute
-retrain with a 1-block core (`--model core1`), no aux, k=8, depth sigma 0.75 was better at
-depth R (1.850 vs 1.883 bits/byte held-out) but hardly less flat (depth 1 - depth R = 0.056),
-so it was not shipped; see train_record.json / MODEL_CARD.md for the shipped recipe.
+Recipes (RECIPES; explicit flags override a recipe's values):
+- `huginn` (issue 14), after Huginn-0125 (Geiping et al. 2025, section 3; recpre's samplers):
+  a pre-norm residual core; the initial state drawn fresh from noise each step (like-init; the
+  shipped model uses init_state "seeded", one draw of that law per (state_seed, position));
+  r ~ Poisson(LogNormal(log mean - sigma^2/2, sigma)) + 1 with gradient through the last
+  min(k, r) iterations (k = 8); no loss that pulls shallow depths toward deep ones; windows
+  growing 256 -> 1024 -> 2048 bytes at constant bytes per step (`--seq-schedule`).
+- `v1` (issue 5): sandwich core, zero initial state, r ~ Poisson(LogNormal) clipped to >= 1,
+  k = 4, and an auxiliary shallow loss CE(labels) + KL(stopgrad p_r || p_s) at s ~ U{1..3}.
+  Its depth profile was flat (fixed point after 3-4 iterations). A 1-block-core variant
+  (`--model core1 --aux-max-depth 0 --backprop-k 8 --depth-sigma 0.75`) was hardly less flat.
 
 Schedule: AdamW, linear warmup, cosine decay over `progress` = max(step/steps,
 elapsed/max_minutes). With --max-minutes the run ends on time whatever the CPU contention;
@@ -72,10 +73,33 @@ CONFIGS = {
         family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
         n_kv_heads=1, head_dim=32, intermediate_size=352, n_prelude=1, n_core=1, n_coda=1,
         recurrence=32, max_seq_len=4096, init_state="zeros", name="core1"),
+    # Issue 14's recipe (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
+    # sandwich core contracted to a fixed point in 3-4 iterations), GQA with 2 KV heads, the
+    # initial state a seeded truncated normal (trained on fresh noise each step: like-init).
+    "huginn": ModelConfig(
+        family="raven", block="prenorm", rope="half", vocab_size=256, d_model=192, n_heads=6,
+        n_kv_heads=2, head_dim=32, intermediate_size=512, n_prelude=1, n_core=1, n_coda=1,
+        recurrence=32, max_seq_len=4096, ln_f_before_coda=True, init_state="seeded", name="default"),
     "tiny": ModelConfig(
         family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
         n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
         recurrence=4, max_seq_len=512, init_state="zeros", name="tiny-trained"),
+    "tiny-huginn": ModelConfig(
+        family="raven", block="prenorm", rope="half", vocab_size=256, d_model=32, n_heads=4,
+        n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
+        recurrence=4, max_seq_len=512, ln_f_before_coda=True, init_state="seeded",
+        name="tiny-huginn"),
+}
+
+# Named recipes: TrainConfig defaults per recipe (explicit flags override). "v1" reproduces the
+# first shipped model; "huginn" is issue 14's: no shallow loss, fresh-noise initial state,
+# r ~ Poisson(LogNormal(log mean - s^2/2, s)) + 1, gradient through the last min(8, r)
+# iterations, windows growing 256 -> 1024 -> 2048 bytes at constant bytes per step.
+RECIPES: dict[str, dict] = {
+    "v1": {},
+    "huginn": dict(model="huginn", seq_len=256, batch_size=8, mean_depth=8.0, depth_sigma=1.0,
+                   depth_offset=1, backprop_k=8, aux_max_depth=0, noise_init=True, lr=2e-3,
+                   warmup=50, threads=1, seq_schedule=((0.0, 256), (0.35, 1024), (0.85, 2048))),
 }
 
 
@@ -96,6 +120,12 @@ class TrainConfig:
     backprop_k: int = 4
     aux_max_depth: int = 3  # 0 disables the shallow auxiliary loss
     aux_weight: float = 0.5
+    depth_offset: int = 0  # r = Poisson(tau) + depth_offset (Huginn: 1); 0 clips r = 0 up to 1
+    max_depth: int | None = None  # r is clipped to this; None = 2R
+    noise_init: bool = False  # Huginn's like-init: h(0) fresh noise each step (init_state "seeded")
+    # ((progress_from, seq_len), ...): the window grows with training progress at constant
+    # bytes per step (batch = batch_size * seq_len // window); () = seq_len throughout
+    seq_schedule: tuple = ()
     seed: int = 0
     threads: int = 2
     log_every: int = 10
@@ -108,16 +138,56 @@ class TrainConfig:
         for name in ("seq_len", "batch_size", "steps", "backprop_k", "threads", "log_every"):
             v = getattr(self, name)
             if not is_int(v, 1):
-                raise LoopcertError(f"TrainConfig.{name}={v!r}: must be an integer >= 1")
+                raise LoopcertError(f"TrainConfig.{name}={v!r} (--{name.replace('_', '-')}): "
+                                    "must be an integer >= 1")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be > 0")
-        if not self.depth_sigma >= 0 or not self.mean_depth >= 1:
-            raise LoopcertError(f"TrainConfig: mean_depth={self.mean_depth!r} must be >= 1 and "
-                                f"depth_sigma={self.depth_sigma!r} >= 0")
+        if not self.mean_depth >= 1:
+            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): must be >= 1")
+        if not self.depth_sigma >= 0:
+            raise LoopcertError(f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be >= 0")
         if not is_int(self.aux_max_depth, 0):
             raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
-        if self.seq_len + 1 > CONFIGS[self.model].max_seq_len:
-            raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} exceeds the model's max_seq_len")
+        cfg = CONFIGS[self.model]
+        if self.seq_len + 1 > cfg.max_seq_len:
+            raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} (--seq-len): the window + 1 exceeds "
+                                f"the model's max_seq_len={cfg.max_seq_len}")
+        if self.depth_offset not in (0, 1):
+            raise LoopcertError(f"TrainConfig.depth_offset={self.depth_offset!r}: must be 0 or 1")
+        md = self.max_depth
+        if md is not None and not is_int(md, 1):
+            raise LoopcertError(f"TrainConfig.max_depth={md!r} (--max-depth): must be an integer >= 1")
+        if self.mean_depth > self.depth_cap:
+            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth) exceeds the "
+                                f"max depth {self.depth_cap}")
+        if self.backprop_k > self.depth_cap:
+            raise LoopcertError(f"TrainConfig.backprop_k={self.backprop_k!r} (--backprop-k) exceeds the "
+                                f"max depth {self.depth_cap} (--max-depth)")
+        if self.noise_init and cfg.init_state != "seeded":
+            raise LoopcertError(f"TrainConfig.noise_init: model {self.model!r} has init_state="
+                                f"{cfg.init_state!r}; like-init noise needs 'seeded'")
+        sched = tuple(tuple(x) for x in self.seq_schedule)
+        object.__setattr__(self, "seq_schedule", sched)
+        if sched:
+            froms = [f for f, _ in sched]
+            if froms[0] != 0.0 or froms != sorted(froms) or not all(0 <= f < 1 for f in froms):
+                raise LoopcertError(f"TrainConfig.seq_schedule={sched!r} (--seq-schedule): progress points "
+                                    "must start at 0 and increase within [0, 1)")
+            for _, t in sched:
+                if not is_int(t, 1) or t + 1 > cfg.max_seq_len:
+                    raise LoopcertError(f"TrainConfig.seq_schedule window {t!r} (--seq-schedule): must be "
+                                        f"an integer >= 1 with window + 1 <= max_seq_len={cfg.max_seq_len}")
+
+    @property
+    def depth_cap(self) -> int:
+        return self.max_depth if self.max_depth is not None else 2 * CONFIGS[self.model].recurrence
+
+    def window_at(self, progress: float) -> tuple[int, int]:
+        """(window bytes, batch size) at training progress in [0, 1]."""
+        if not self.seq_schedule:
+            return self.seq_len, self.batch_size
+        t = [w for f, w in self.seq_schedule if progress >= f][-1]
+        return t, max(1, self.batch_size * self.seq_len // t)
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -208,22 +278,50 @@ def _sdpa_for(_: int):
     return sdpa
 
 
-def sample_depth(gen: torch.Generator, mean: float, sigma: float, r_max: int) -> int:
-    """Huginn's log-normal Poisson: tau ~ LogNormal(log mean - sigma^2/2, sigma), r ~ Poisson(tau)."""
+def sample_depth(gen: torch.Generator, mean: float, sigma: float, r_max: int, offset: int = 0) -> int:
+    """Huginn's log-normal Poisson: tau ~ LogNormal(log mean - sigma^2/2, sigma) (so E[tau] = mean),
+    r ~ Poisson(tau) + offset, clipped to [1, r_max]. Huginn (recpre) uses offset 1."""
     z = float(torch.randn((), generator=gen, dtype=torch.float64))
     tau = math.exp(math.log(mean) - sigma * sigma / 2 + sigma * z)
-    r = int(torch.poisson(torch.tensor([tau], dtype=torch.float64), generator=gen))
+    r = int(torch.poisson(torch.tensor([tau], dtype=torch.float64), generator=gen)) + offset
     return min(max(r, 1), r_max)
 
 
-def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, aux_weight: float):
-    """Loss in nats at depth r (grad through the last k iterations) plus the shallow aux at s."""
+def depth_law(mean: float, sigma: float, r_max: int, offset: int = 0) -> list[float]:
+    """The exact law of sample_depth: [P(r = 1), ..., P(r = r_max)], by Gauss-Hermite quadrature
+    over the log-normal (E_tau of the Poisson pmf), with the clipping at 1 and r_max folded in."""
+    import numpy as np
+
+    x, w = np.polynomial.hermite_e.hermegauss(160)  # nodes/weights for the standard normal
+    w = w / w.sum()
+    tau = np.exp(math.log(mean) - sigma * sigma / 2 + sigma * x)  # (Q,)
+    n = np.arange(r_max + 1)
+    logpmf = n[:, None] * np.log(tau)[None] - tau[None] - np.array([math.lgamma(k + 1) for k in n])[:, None]
+    pois = np.exp(logpmf) @ w  # P(Poisson = n), n = 0..r_max
+    pmf = np.zeros(r_max + 1)
+    for k in range(r_max + 1):
+        pmf[min(max(k + offset, 1), r_max)] += pois[k]
+    pmf[r_max] += max(0.0, 1.0 - pois.sum())  # Poisson mass beyond r_max clips to r_max
+    return pmf[1:].tolist()
+
+
+def noise_state(shape, gen: torch.Generator, init_scale: float) -> torch.Tensor:
+    """Huginn's like-init, drawn fresh: the law of refdec.layers.seeded_state (normal clipped at
+    3 std, std sqrt(2/5) * init_scale) but from the training RNG, so inference's seeded state is
+    one draw of the law the core was trained on."""
+    return torch.randn(shape, generator=gen).clamp(-3.0, 3.0) * (math.sqrt(2.0 / 5.0) * init_scale)
+
+
+def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, aux_weight: float,
+                  h0: torch.Tensor | None = None):
+    """Loss in nats at depth r (grad through the last k iterations) plus the shallow aux at s.
+    h0 (B, T, d): the initial state (like-init noise); None = the model's own initial_state."""
     x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
     pos = torch.arange(x.shape[1])
     cos, sin = rope_tables(model.cfg, pos)
     net = model.net()
     e = net.embed(x, cos, sin, _sdpa_for)  # (B, T, d)
-    h = net.initial_state(e, pos)
+    h = net.initial_state(e, pos) if h0 is None else h0.to(e.dtype)
     shallow = None
     for i in range(1, r + 1):
         with torch.set_grad_enabled(i > r - k or i <= s):
@@ -381,11 +479,13 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         if {k: v for k, v in meta["train_config"].items() if k not in loose} != {
                 k: v for k, v in dataclasses.asdict(tc).items() if k not in loose}:
             log("warning: resuming with a different TrainConfig than the checkpoint's")
-        state = {k: meta[k] for k in ("step", "elapsed_s", "history")}
+        state = {k: meta[k] for k in ("step", "elapsed_s", "history") if k in meta} | (
+            {"tokens": meta["tokens"]} if "tokens" in meta else {})
         log(f"resumed at step {state['step']} after {state['elapsed_s'] / 60:.1f} min")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model {cfg.name}: {n_params:,} parameters; R={cfg.recurrence}, mean depth {tc.mean_depth}, "
-        f"k={tc.backprop_k}, aux depth 1..{tc.aux_max_depth} x{tc.aux_weight}")
+        f"k={tc.backprop_k}, aux depth 1..{tc.aux_max_depth} x{tc.aux_weight}, noise init {tc.noise_init}, "
+        f"windows {tc.seq_schedule or tc.seq_len}")
 
     budget = tc.max_minutes * 60 if tc.max_minutes else None
     t0, base = time.monotonic(), state["elapsed_s"]
@@ -400,10 +500,13 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         lr = lr_at(tc, step, progress)
         for group in opt.param_groups:
             group["lr"] = lr
-        r = sample_depth(gen, tc.mean_depth, tc.depth_sigma, 2 * cfg.recurrence)
+        r = sample_depth(gen, tc.mean_depth, tc.depth_sigma, tc.depth_cap, tc.depth_offset)
         s = int(torch.randint(1, tc.aux_max_depth + 1, (), generator=gen)) if tc.aux_max_depth else 0
-        batch = sample_batch(data, tc.batch_size, tc.seq_len, gen)
-        loss, main, aux = training_loss(model, batch, r, tc.backprop_k, s, tc.aux_weight)
+        window, bsz = tc.window_at(progress)
+        batch = sample_batch(data, bsz, window, gen)
+        h0 = noise_state((bsz, window, cfg.d_model), gen, cfg.init_scale) if tc.noise_init else None
+        loss, main, aux = training_loss(model, batch, r, tc.backprop_k, s, tc.aux_weight, h0)
+        state["tokens"] = state.get("tokens", 0) + bsz * window
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -416,12 +519,14 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
             elapsed = base + time.monotonic() - t0
             rec = {"step": state["step"], "min": round(elapsed / 60, 2),
                    "bpb": round(run_nll / run_n / LN2, 4), "lr": round(lr, 6)}
+            if tc.seq_schedule:
+                rec["window"] = window
             if tc.aux_max_depth:
                 rec["aux_bpb"] = round(run_aux / run_n / LN2, 4)
             state["history"].append(rec)
             shallow = f"  shallow {rec['aux_bpb']:.3f}" if tc.aux_max_depth else ""
             log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
-                f"{shallow}  lr {lr:.2e}  {elapsed / state['step']:.2f} s/step", flush=True)
+                f"{shallow}  lr {lr:.2e}  T={window}  {elapsed / state['step']:.2f} s/step", flush=True)
             run_nll, run_aux, run_n = 0.0, 0.0, 0
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
             state["elapsed_s"] = base + time.monotonic() - t0
@@ -439,7 +544,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         "command": command or command_line(sys.argv[1:]),
         "train_config": dataclasses.asdict(tc), "steps": state["step"],
         "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
-        "tokens_seen": state["step"] * tc.batch_size * tc.seq_len,
+        "tokens_seen": state.get("tokens", state["step"] * tc.batch_size * tc.seq_len),
         "torch_version": torch.__version__, "threads": tc.threads, "history": state["history"],
     }
     if out_dir is not None:
@@ -497,41 +602,54 @@ def default_prompts(folder: Path | str | None = None) -> list[Prompt]:
 
 
 # -- command line -------------------------------------------------------------------------
+def parse_schedule(text: str) -> tuple:
+    """'0:256,0.35:1024,0.85:2048' -> ((0.0, 256), (0.35, 1024), (0.85, 2048))."""
+    try:
+        return tuple((float(f), int(t)) for f, t in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise LoopcertError(f"--seq-schedule {text!r}: expected PROGRESS:WINDOW,... "
+                            "e.g. 0:256,0.35:1024") from None
+
+
+# flag -> TrainConfig field (every flag defaults to None: unset flags take the recipe's value)
+FLAGS = {"model": str, "steps": int, "max_minutes": float, "seed": int, "batch_size": int,
+         "seq_len": int, "lr": float, "warmup": int, "mean_depth": float, "depth_sigma": float,
+         "depth_offset": int, "max_depth": int, "backprop_k": int, "aux_max_depth": int,
+         "aux_weight": float, "threads": int, "log_every": int, "ckpt_minutes": float}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = TrainConfig()
-    p.add_argument("--model", default=d.model, choices=sorted(CONFIGS), help="model shape")
-    p.add_argument("--steps", type=int, default=d.steps, help="stop after this many steps")
-    p.add_argument("--max-minutes", type=float, default=None, help="stop after this much training time")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--mean-depth", type=float, default=d.mean_depth)
-    p.add_argument("--depth-sigma", type=float, default=d.depth_sigma, help="log-normal sigma of the depth")
-    p.add_argument("--backprop-k", type=int, default=d.backprop_k)
-    p.add_argument("--aux-max-depth", type=int, default=d.aux_max_depth, help="0 disables the aux loss")
-    p.add_argument("--aux-weight", type=float, default=d.aux_weight)
-    p.add_argument("--threads", type=int, default=d.threads)
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--ckpt-minutes", type=float, default=d.ckpt_minutes)
+    p.add_argument("--recipe", default="v1", choices=sorted(RECIPES),
+                   help="named training recipe (defaults below); v1 = the first shipped model")
+    for name, typ in FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "model":
+            p.add_argument(flag, default=None, choices=sorted(CONFIGS), help="model shape")
+        else:
+            p.add_argument(flag, type=typ, default=None, help=f"TrainConfig.{name}")
+    p.add_argument("--noise-init", default=None, action=argparse.BooleanOptionalAction,
+                   help="fresh-noise initial state each step (Huginn's like-init)")
+    p.add_argument("--seq-schedule", default=None, type=parse_schedule,
+                   help="window by training progress, e.g. 0:256,0.35:1024,0.85:2048")
     p.add_argument("--data-root", default=None, help="folder of .py files (default: this Python's stdlib)")
     p.add_argument("--ckpt-dir", default=str(DEFAULT_CKPT), help="resumable checkpoint folder")
-    p.add_argument("--out", default=str(DEFAULT_DIR), help="where the shipped model is written")
-    p.add_argument("--no-export", action="store_true", help="train and checkpoint only")
+    p.add_argument("--out", default=None,
+                   help="where the trained model is written (nothing is exported without it; "
+                        f"the shipped model lives in {DEFAULT_DIR})")
     p.add_argument("--resume", action="store_true", help="continue from --ckpt-dir")
 
 
 def config_from_args(args) -> TrainConfig:
-    return TrainConfig(model=args.model, steps=args.steps, max_minutes=args.max_minutes, seed=args.seed,
-                       batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                       mean_depth=args.mean_depth, depth_sigma=args.depth_sigma, backprop_k=args.backprop_k,
-                       aux_max_depth=args.aux_max_depth, aux_weight=args.aux_weight,
-                       threads=args.threads, log_every=args.log_every, ckpt_minutes=args.ckpt_minutes,
-                       data_root=args.data_root)
+    kw = dict(RECIPES[args.recipe])
+    for name in (*FLAGS, "noise_init", "seq_schedule", "data_root"):
+        v = getattr(args, name, None)
+        if v is not None:
+            kw[name] = v
+    return TrainConfig(**kw)
 
 
 def run_args(args, command: str | None = None) -> int:
-    train(config_from_args(args), Path(args.ckpt_dir), None if args.no_export else Path(args.out),
+    train(config_from_args(args), Path(args.ckpt_dir), Path(args.out) if args.out else None,
           resume=args.resume, command=command)
     return 0
 
