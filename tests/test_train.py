@@ -63,7 +63,7 @@ def test_a_few_steps_reduce_the_loss(corpus, tmp_path):
     hist = out["record"]["history"]
     assert hist[-1]["bpb"] < hist[0]["bpb"] - 1.0, hist
     assert hist[-1]["aux_bpb"] < hist[0]["aux_bpb"] - 1.0, hist
-    assert all(math.isfinite(out["quick_eval"][r]["bpb"]) for r in (1, 2, 4))
+    assert all(math.isfinite(out["quick_eval"].bpb[r]) for r in (1, 2, 4))
     shipped = load_model(tmp_path / "out")
     assert shipped.cfg.name == "tiny-trained"
     prompts = default_prompts(tmp_path / "out")

@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from proofs.depth_profile import window_profile
 from proofs.stamp import stamp as make_stamp
-from proofs.theorem2 import fit_depth_curve
+from proofs.state_dynamics import init_sensitivity, iteration_gain, step_sizes, summarize_steps
+from proofs.theorem2 import PUBLISHED, fit_depth_curve
 from refdec.decode import generate
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
@@ -30,8 +32,6 @@ from trainer.train import (
     build_manifest,
     collect_documents,
     concat,
-    depth_readouts,
-    evaluate,
     heldout_windows,
     split_documents,
     stdlib_root,
@@ -40,7 +40,12 @@ from trainer.train import (
 BPB_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 SAMPLE_PROMPTS = ("def ", "import ", "class ")
 LONG_BUCKETS = ((0, 256), (256, 1024), (1024, 2048))
+SHORT_BUCKETS = ((0, 16), (16, 64), (64, 256))
+EXIT_KL = 5e-4  # Huginn's exit rule: stop at the first r with KL(p_r || p_{r-1}) < 5e-4
 FLOAT32_TV_FLOOR = 1e-5  # below it a float32 mean TV is rounding noise
+# Issue 14's targets on the held-out split
+TARGETS = {"bpb_R_max": 1.80, "monotone_depths": (1, 2, 3, 4, 6, 8), "gap1_min": 0.25, "gap2_min": 0.10,
+           "alpha": (0.8, 2.5), "agree2": (0.75, 0.93), "long_ratio_max": 1.15}
 
 
 def param_counts(model) -> dict[str, int]:
@@ -52,55 +57,100 @@ def param_counts(model) -> dict[str, int]:
     return out
 
 
-@torch.no_grad()
-def long_context(model, held: torch.Tensor, depth: int, n: int, length: int) -> dict:
-    """bits/byte at `depth` by position bucket over n windows of `length` bytes (beyond the
-    training window: checks that long contexts decode without blowing up)."""
-    w = heldout_windows(held, n, length + 1)
-    lp = depth_readouts(model, w[:, :-1], [depth])[depth]
-    nll = -lp.gather(-1, w[:, 1:, None])[..., 0] / math.log(2)  # (N, T)
-    return {f"{a}-{b}": float(nll[:, a:b].mean()) for a, b in LONG_BUCKETS if b <= length}
+def targets(m: dict) -> list[dict]:
+    """Issue 14's target lines: name, measured value, rule, pass."""
+    R = m["config"]["recurrence"]
+    bpb = {int(r): v for r, v in m["eval"]["bpb"].items()}
+    agree = {int(r): v for r, v in m["eval"]["agree"].items()}
+    mono = TARGETS["monotone_depths"]
+    seq = [bpb[r] for r in mono]
+    alpha = m["envelope"]["alpha"]
+    long = m["long_context"]
+    ratio = (long["bpb"]["1024-2048"] / long["bpb"]["0-256"]) if long and "1024-2048" in long["bpb"] else None
+    lo, hi = TARGETS["alpha"]
+    alo, ahi = TARGETS["agree2"]
+    return [
+        {"target": f"bits/byte at depth R = {R}", "value": f"{bpb[R]:.3f}",
+         "rule": f"<= {TARGETS['bpb_R_max']}",
+         "pass": bpb[R] <= TARGETS["bpb_R_max"]},
+        {"target": f"bits/byte strictly decreasing over r = {', '.join(map(str, mono))}",
+         "value": " > ".join(f"{v:.3f}" for v in seq), "rule": "strictly decreasing",
+         "pass": all(a > b for a, b in zip(seq, seq[1:]))},
+        {"target": "bpb(1) - bpb(R)", "value": f"{bpb[1] - bpb[R]:.3f}", "rule": f">= {TARGETS['gap1_min']}",
+         "pass": bpb[1] - bpb[R] >= TARGETS["gap1_min"]},
+        {"target": "bpb(2) - bpb(R)", "value": f"{bpb[2] - bpb[R]:.3f}", "rule": f">= {TARGETS['gap2_min']}",
+         "pass": bpb[2] - bpb[R] >= TARGETS["gap2_min"]},
+        {"target": "TV(p_r, p_R) envelope exponent alpha", "value": f"{alpha:.3f}",
+         "rule": f"in [{lo}, {hi}]",
+         "pass": math.isfinite(alpha) and lo <= alpha <= hi},
+        {"target": "greedy agreement, depth 2 vs R", "value": f"{agree[2]:.3f}", "rule": f"in [{alo}, {ahi}]",
+         "pass": alo <= agree[2] <= ahi},
+        {"target": "bits/byte at positions 1024-2048 / positions 0-256 (depth R)",
+         "value": "n/a" if ratio is None else f"{ratio:.3f}", "rule": f"<= {TARGETS['long_ratio_max']}",
+         "pass": ratio is not None and ratio <= TARGETS["long_ratio_max"]},
+    ]
 
 
-def measure(model_dir: Path, n_windows: int, window: int, sample_tokens: int, log=print) -> dict:
+def measure(model_dir: Path, n_windows: int, window: int, sample_tokens: int, log=print,
+            long_windows: int = 2, samples: bool = True) -> dict:
     t0 = time.monotonic()
     model = load_model(model_dir, dtype=torch.float32)
     cfg = model.cfg
     R = cfg.recurrence
     manifest = json.loads((model_dir / "data_manifest.json").read_text())
     record = json.loads((model_dir / "train_record.json").read_text())
-    docs = collect_documents(stdlib_root())
-    here = build_manifest(docs, stdlib_root())
+    root = Path(record["train_config"].get("data_root") or stdlib_root())
+    docs = collect_documents(root)
+    here = build_manifest(docs, root)
     held = concat(split_documents(docs)["heldout"])
     log(f"held-out: {held.numel():,} bytes; manifest match: {here['sha256'] == manifest['sha256']}")
     depths = sorted(set(range(1, R + 1)) | set(BPB_DEPTHS) | {2 * R})
-    ev = evaluate(model, heldout_windows(held, n_windows, window + 1), depths, R)
+    windows = heldout_windows(held, n_windows, window + 1)
+    prof = window_profile(model, windows, depths, R, buckets=[b for b in SHORT_BUCKETS if b[0] < window],
+                          exit_kl=EXIT_KL, batch=4)
     log(f"depth sweep done ({time.monotonic() - t0:.0f} s)")
-    long = long_context(model, held, R, 2, 2048) if cfg.max_seq_len >= 2048 else {}
     try:  # the certificate's and the speedup report's fit; float32 curve, float32 floor
-        env = fit_depth_curve([ev[r]["tv"] for r in range(1, R + 1)], floor=FLOAT32_TV_FLOOR)
+        env = fit_depth_curve([prof.tv[r] for r in range(1, R + 1)], floor=FLOAT32_TV_FLOOR)
         alpha, beta, fit_rs = env.alpha, env.beta, list(env.depths)
     except LoopcertError:
         alpha, beta, fit_rs = float("nan"), float("nan"), []
-    samples = []
-    for prompt in SAMPLE_PROMPTS:
+    long = {}
+    long_len = min(2048, cfg.max_seq_len - 1, held.numel() - 2)
+    if long_windows and long_len > LONG_BUCKETS[0][1]:
+        lp = window_profile(model, heldout_windows(held, long_windows, long_len + 1),
+                            sorted({1, 2, 4, 8, R}), R, buckets=[b for b in LONG_BUCKETS if b[1] <= long_len],
+                            batch=1)
+        long = {"n_windows": long_windows, "length": long_len,
+                "bpb": {f"{a}-{b}": d["bpb"][R] for (a, b), d in lp.by_bucket.items()},
+                "by_bucket": lp.to_dict()["by_bucket"]}
+        log(f"long context done ({time.monotonic() - t0:.0f} s)")
+    dyn_ids = windows[:4, :-1]
+    steps = step_sizes(model, dyn_ids, 2 * R)
+    dynamics = {"step_sizes": steps, **summarize_steps(steps),
+                "gain_at_R": iteration_gain(model, windows[:1, : min(window, 128)], R),
+                "init_sensitivity": {k: {str(r): v for r, v in d.items()} for k, d in init_sensitivity(
+                    model, dyn_ids, sorted({1, 2, 4, 8, 16, R, 2 * R})).items()}}
+    log(f"state dynamics done ({time.monotonic() - t0:.0f} s)")
+    sample_rows = []
+    for prompt in SAMPLE_PROMPTS if samples else ():
         for depth in sorted({R, min(4, R)}, reverse=True):
             ids = generate(model, list(prompt.encode()), sample_tokens, depth=depth)
-            samples.append({"prompt": prompt, "depth": depth,
-                            "text": bytes(ids).decode("utf-8", errors="replace")})
+            sample_rows.append({"prompt": prompt, "depth": depth,
+                                "text": bytes(ids).decode("utf-8", errors="replace")})
     log(f"samples done ({time.monotonic() - t0:.0f} s)")
-    return {
+    m = {
         "config": cfg.to_dict(), "params": param_counts(model),
         "weights_bytes": (model_dir / "model.safetensors").stat().st_size,
         "weights_dtype": str(next(iter(_stored_dtypes(model_dir)))),
         "manifest": {k: v for k, v in manifest.items() if k != "documents"},
         "manifest_matches_this_python": here["sha256"] == manifest["sha256"],
         "train": {k: v for k, v in record.items() if k != "history"}, "history": record.get("history", []),
-        "eval": {"n_windows": n_windows, "window": window, "n_predictions": ev["n_tokens"],
-                 "dtype": "float32", "per_depth": {str(r): ev[r] for r in depths}},
-        "long_context_bpb": long, "envelope": {"alpha": alpha, "beta": beta, "fit_depths": fit_rs},
-        "samples": samples, "card_seconds": round(time.monotonic() - t0, 1),
+        "eval": {"n_windows": n_windows, "window": window, "dtype": "float32", **prof.to_dict()},
+        "long_context": long, "envelope": {"alpha": alpha, "beta": beta, "fit_depths": fit_rs},
+        "dynamics": dynamics, "samples": sample_rows, "card_seconds": round(time.monotonic() - t0, 1),
     }
+    m["targets"] = targets(m)
+    return m
 
 
 def _stored_dtypes(model_dir: Path):
@@ -112,7 +162,8 @@ def _stored_dtypes(model_dir: Path):
 
 def render(m: dict, stamp: dict) -> str:
     cfg, R = m["config"], m["config"]["recurrence"]
-    per = {int(r): v for r, v in m["eval"]["per_depth"].items()}
+    ev = m["eval"]
+    per = {int(r): {"bpb": ev["bpb"][r], "tv": ev["tv"][r], "agree": ev["agree"][r]} for r in ev["tv"]}
     tr, man = m["train"], m["manifest"]
     tc = tr["train_config"]
     L = [f"# Model card: `{cfg['name']}` (loopcert's embedded default model)", "",
@@ -120,6 +171,10 @@ def render(m: dict, stamp: dict) -> str:
          f"torch {stamp['torch']}; Python {stamp['python']}. Do not edit by hand.", "",
          "Load it with `refdec.load_model(\"default\")`; held-out prompts with "
          "`trainer.train.default_prompts()`.", "",
+         "## Targets (issue 14)", "",
+         tabulate([[t["target"], t["value"], t["rule"], "PASS" if t["pass"] else "FAIL"]
+                   for t in m["targets"]],
+                  ["target", "measured", "rule", "result"], tablefmt="github"), "",
          "## Architecture", "",
          f"Raven-style looped LM (DESIGN.md section 2): prelude {cfg['n_prelude']} block, shared core of "
          f"{cfg['n_core']} blocks looped R = {R} times with adapter injection of the prelude output, coda "
@@ -147,11 +202,19 @@ def render(m: dict, stamp: dict) -> str:
           "## Training", "",
           f"Command: `{tr['command']}`, {tr['threads']} thread(s), torch {tr['torch_version']}, CPU. "
           f"Training time {tr['train_minutes']:.1f} min; {tr['steps']:,} steps of {tc['batch_size']} x "
-          f"{tc['seq_len']} bytes ({tr['tokens_seen']:,} bytes seen, "
-          f"{tr['tokens_seen'] / max(man['n_bytes']['train'], 1):.2f} epochs).", "",
+          f"{tc['seq_len']} bytes"
+          + (" (windows by training progress: " + ", ".join(
+              f"from {f:g}: {t} bytes x {max(1, tc['batch_size'] * tc['seq_len'] // t)}"
+              for f, t in tc["seq_schedule"]) + ")" if tc.get("seq_schedule") else "")
+          + f"; {tr['tokens_seen']:,} bytes seen, "
+          f"{tr['tokens_seen'] / max(man['n_bytes']['train'], 1):.2f} epochs.", "",
           f"Depth per step (Huginn): r ~ Poisson(LogNormal(log {tc['mean_depth']} - sigma^2/2, "
-          f"sigma={tc['depth_sigma']})), clipped to [1, {2 * R}]; gradient through the last "
-          f"{tc['backprop_k']} iterations only. "
+          f"sigma={tc['depth_sigma']})) + {tc.get('depth_offset', 0)}, clipped to "
+          f"[1, {tc.get('max_depth') or 2 * R}]; gradient through the last min({tc['backprop_k']}, r) "
+          "iterations only. "
+          + ("Initial state drawn fresh from noise every step (Huginn's like-init: normal, std "
+             "sqrt(2/5), clipped at 3 std); the shipped model uses one draw of that law per "
+             "(state_seed, position). " if tc.get("noise_init") else "")
           + (f"Auxiliary shallow readout at s ~ U{{1..{tc['aux_max_depth']}}} "
              f"with gradient through its s iterations, weight {tc['aux_weight']}: CE(data) + "
              "KL(stopgrad p_r || p_s). " if tc["aux_max_depth"] else
@@ -170,39 +233,88 @@ def render(m: dict, stamp: dict) -> str:
                         + ([hist[i]["aux_bpb"]] if aux else []) for i in pick],
                        ["step", "minutes", "deep bpb"] + (["shallow bpb"] if aux else []),
                        tablefmt="github"), ""]
-    ev = m["eval"]
+    bpbR = per[R]["bpb"]
     L += ["## Held-out evaluation", "",
           f"{ev['n_windows']} evenly spaced windows of {ev['window']} + 1 bytes of the held-out split, "
-          f"{ev['n_predictions']:,} next-byte predictions (contexts of 0..{ev['window'] - 1} bytes), "
-          f"{ev['dtype']}.", "",
-          "### Bits per byte by depth", "",
-          tabulate([[r, f"{per[r]['bpb']:.3f}"] for r in BPB_DEPTHS if r in per] +
-                   ([[2 * R, f"{per[2 * R]['bpb']:.3f}"]] if 2 * R not in BPB_DEPTHS else []),
-                   ["depth r", "bits/byte"], tablefmt="github"), ""]
-    if m["long_context_bpb"]:
-        L += [f"Beyond the {tc['seq_len']}-byte training window, at depth R, two held-out windows of "
-              "2048 bytes "
-              "(bits/byte by position bucket): "
-              + ", ".join(f"positions {k}: {v:.3f}" for k, v in m["long_context_bpb"].items()) + ".", ""]
-    L += [f"### Agreement with depth R = {R}", "",
+          f"{ev['n_positions']:,} next-byte predictions (contexts of 1..{ev['window']} bytes), "
+          f"{ev['dtype']}; all figures from `proofs.depth_profile` (the one depth-profile "
+          "implementation, shared with the bench and Theorem 2's traces).", "",
+          f"### Depth profile against depth R = {R}", "",
           "TV = mean total-variation distance TV(p_r, p_R) over predictions (temperature 1, full "
           "vocabulary); agree = share of predictions whose greedy top-1 at depth r equals that at R.", "",
-          tabulate([[f"{r} (R)" if r == R else r, f"{per[r]['bpb']:.3f}", f"{per[r]['tv']:.2e}",
-                     f"{100 * per[r]['agree']:.1f}%"] for r in sorted(per)],
-                   ["depth r", "bits/byte", f"TV(p_r, p_{R})", "greedy agree"], tablefmt="github"), "",
+          tabulate([[f"{r} (R)" if r == R else r, f"{per[r]['bpb']:.3f}", f"{per[r]['bpb'] - bpbR:+.3f}",
+                     f"{per[r]['tv']:.2e}", f"{100 * per[r]['agree']:.1f}%"] for r in sorted(per)],
+                   ["depth r", "bits/byte", "bpb(r) - bpb(R)", f"TV(p_r, p_{R})", "greedy agree"],
+                   tablefmt="github"), "",
           "Power-law envelope TV <= beta r^-alpha (DESIGN.md Theorem 2; `proofs.theorem2.fit_depth_curve`, "
           f"the certificate's fit) over depths {m['envelope']['fit_depths']} (r < R with TV >= "
           f"{FLOAT32_TV_FLOOR:g}; smaller TV is float32 noise): "
           f"alpha = {m['envelope']['alpha']:.3f}, beta = {m['envelope']['beta']:.3f}.", "",
+          "Reference: the real retrofitted Raven (Huginn-0125) fit, TV ~ "
+          f"{PUBLISHED['beta']} r^-{PUBLISHED['alpha']} (R = {PUBLISHED['R']}):", "",
+          tabulate([[r, f"{PUBLISHED['beta'] * r ** -PUBLISHED['alpha']:.3f}", f"{per[r]['tv']:.3f}"]
+                    for r in (1, 2, 4, 8, 16) if r in per],
+                   ["depth r", "Raven fit TV", "this model's TV"], tablefmt="github"), ""]
+    if ev.get("by_bucket"):
+        bk = ev["by_bucket"]
+        show = [r for r in (1, 2, 4, 8, R) if str(r) in ev["tv"]]
+        L += ["### Depth profile by context position", "",
+              "Position t predicts byte t + 1 from t + 1 bytes of context.", "",
+              tabulate([[k, d["n"]] + [f"{d['bpb'][str(r)]:.3f} / {100 * d['agree'][str(r)]:.0f}%"
+                                        for r in show] for k, d in bk.items()],
+                       ["positions", "n"] + [f"r={r}: bpb / agree" for r in show], tablefmt="github"), ""]
+    if ev.get("exit_hist"):
+        hist = {int(k): v for k, v in ev["exit_hist"].items()}
+        n = sum(hist.values())
+        never = hist.pop(0, 0)
+        L += ["### Huginn's exit rule", "",
+              f"Depth at which KL(p_r || p_(r-1)) first falls below {ev['exit_kl']:g} (Geiping et al. 2025, "
+              f"section 6), over the same predictions; 'never' = not within {max(per)} iterations:", "",
+              tabulate([[r, c, f"{100 * c / n:.1f}%"] for r, c in sorted(hist.items())] +
+                       [["never", never, f"{100 * never / n:.1f}%"]],
+                       ["exit depth", "predictions", "share"], tablefmt="github"), ""]
+        if n - never:
+            mean_exit = sum(r * c for r, c in hist.items()) / (n - never)
+            L += [f"Mean exit depth (where it exits): {mean_exit:.1f}.", ""]
+    lc = m.get("long_context")
+    if lc:
+        trained = (", ".join(str(t) for _, t in tc["seq_schedule"]) if tc.get("seq_schedule")
+                   else str(tc["seq_len"]))
+        L += ["### Long context", "",
+              f"{lc['n_windows']} held-out windows of {lc['length']} bytes (training windows: {trained} "
+              "bytes), bits/byte by position bucket and depth:", "",
+              tabulate([[k, d["n"]] + [f"{v:.3f}" for v in d["bpb"].values()]
+                        for k, d in lc["by_bucket"].items()],
+                       ["positions", "n"] + [f"r={r}" for r in next(iter(lc["by_bucket"].values()))["bpb"]],
+                       tablefmt="github"), ""]
+    dyn = m.get("dynamics")
+    if dyn:
+        st = dyn["step_sizes"]
+        pick = [r for r in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if r - 2 < len(st)]
+        L += ["### State dynamics", "",
+              "Relative state change per iteration, ||h(r) - h(r-1)|| / ||h(r-1)|| (4 held-out windows):", "",
+              tabulate([[r, f"{st[r - 2]:.2e}"] for r in pick], ["iteration r", "state change"],
+                       tablefmt="github"), "",
+              f"Successive step-size ratio (geometric mean): {dyn['ratio_first_8']:.3f} over the first "
+              f"iterations, {dyn['ratio_tail']:.3f} over the tail. Jacobian gain of the iteration map at "
+              f"depth R (dominant |eigenvalue| of d h(R+1) / d h(R), power iteration): "
+              f"{dyn['gain_at_R']:.3f}.", "",
+              "Sensitivity of the readouts to the initial state: mean TV(p_r from the shipped seeded "
+              "state, p_r from another h(0)):", "",
+              tabulate([[k] + [f"{v:.2e}" for v in d.values()] for k, d in dyn["init_sensitivity"].items()],
+                       ["other h(0)"] + [f"r={r}" for r in next(iter(dyn["init_sensitivity"].values()))],
+                       tablefmt="github"), ""]
+    L += [
           "## Greedy samples", "",
           "Reference decoder (`refdec.generate`, no cache), greedy, from the bare prompt:", ""]
     for s in m["samples"]:
         L += [f"Prompt `{s['prompt']!r}`, depth {s['depth']}:", "", "```", s["prompt"] + s["text"], "```", ""]
     L += ["## Limits", "",
           f"A {m['params']['total'] / 1e6:.2f}M-parameter byte-level model trained for minutes on CPU: it "
-          "writes Python-looking text, not working programs. Trained on windows of "
-          f"{tc['seq_len']} bytes; longer contexts run (RoPE table {cfg['max_seq_len']}) but are out of "
-          "distribution. It exists to make the decoders' acceptance rates, speedups and certificates "
+          "writes Python-looking text, not working programs. Trained on windows of at most "
+          f"{max([t for _, t in tc.get('seq_schedule') or ()] + [tc['seq_len']])} bytes; longer contexts "
+          f"run (RoPE table {cfg['max_seq_len']}) but are out of distribution. It exists "
+          "to make the decoders' acceptance rates, speedups and certificates "
           "meaningful on any machine, not to be used as a language model.", "",
           f"Card generated in {m['card_seconds']:.0f} s.", ""]
     return "\n".join(L)
@@ -215,12 +327,13 @@ def main(argv=None) -> int:
     p.add_argument("--windows", type=int, default=32, help="held-out windows")
     p.add_argument("--window", type=int, default=256, help="bytes per window")
     p.add_argument("--sample-tokens", type=int, default=120)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--long-windows", type=int, default=2, help="held-out windows of 2048 bytes")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
         model_dir = Path(args.model_dir)
-        m = measure(model_dir, args.windows, args.window, args.sample_tokens)
+        m = measure(model_dir, args.windows, args.window, args.sample_tokens, long_windows=args.long_windows)
     except LoopcertError as e:
         print(f"trainer.card: error: {e}", file=sys.stderr)
         return 2

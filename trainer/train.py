@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from proofs.depth_profile import window_profile
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
@@ -339,47 +340,6 @@ def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, 
     return main + aux_weight * (ce_s + kl), main.detach(), ce_s.detach()
 
 
-@torch.no_grad()
-def depth_readouts(model: LoopedLM, ids: torch.Tensor, depths) -> dict[int, torch.Tensor]:
-    """ids (B, T) -> {r: float32 log-probs (B, T, V)} for each requested depth r."""
-    pos = torch.arange(ids.shape[1])
-    cos, sin = rope_tables(model.cfg, pos)
-    net = model.net()
-    e = net.embed(ids, cos, sin, _sdpa_for)
-    h = net.initial_state(e, pos)
-    want, out = set(depths), {}
-    for r in range(1, max(want) + 1):
-        h = net.recur(h, e, cos, sin, _sdpa_for)
-        if r in want:
-            out[r] = F.log_softmax(net.readout(h, cos, sin, _sdpa_for).float(), -1)
-    return out
-
-
-@torch.no_grad()
-def evaluate(model: LoopedLM, windows: torch.Tensor, depths, ref_depth: int, batch: int = 8) -> dict:
-    """Held-out figures per depth r: bits/byte, mean TV(p_r, p_ref), greedy agreement with ref.
-
-    windows (N, T+1); predictions at every position of every window (contexts of 0..T-1 bytes).
-    """
-    depths = sorted(set(depths) | {ref_depth})
-    sums = {r: {"nll": 0.0, "tv": 0.0, "agree": 0.0} for r in depths}
-    n = 0
-    for i in range(0, windows.shape[0], batch):
-        w = windows[i: i + batch]
-        x, y = w[:, :-1], w[:, 1:]
-        lps = depth_readouts(model, x, depths)
-        ref = lps[ref_depth]
-        p_ref, g_ref = ref.exp(), ref.argmax(-1)
-        for r in depths:
-            lp = lps[r]
-            sums[r]["nll"] += float(-lp.gather(-1, y[..., None]).sum())
-            sums[r]["tv"] += float(0.5 * (lp.exp() - p_ref).abs().sum(-1).sum())
-            sums[r]["agree"] += float((lp.argmax(-1) == g_ref).sum())
-        n += y.numel()
-    return {r: {"bpb": v["nll"] / n / LN2, "tv": v["tv"] / n, "agree": v["agree"] / n}
-            for r, v in sums.items()} | {"n_tokens": n}
-
-
 # -- setup, checkpoints -------------------------------------------------------------------
 @torch.no_grad()
 def init_for_training(model: LoopedLM, seed: int) -> LoopedLM:
@@ -535,11 +495,10 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     state["elapsed_s"] = base + time.monotonic() - t0
     save_training_state(ckpt_dir, model, opt, gen, state, tc)
     model.eval()
-    quick = evaluate(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
-                     [1, 2, 4, cfg.recurrence], cfg.recurrence)
+    quick = window_profile(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
+                           sorted({1, 2, 4, cfg.recurrence}))
     log("held-out (quick): " + "  ".join(
-        f"r={r}: {quick[r]['bpb']:.3f} bpb, agree {quick[r]['agree']:.3f}"
-        for r in sorted({1, 2, 4, cfg.recurrence})))
+        f"r={r}: {quick.bpb[r]:.3f} bpb, agree {quick.agree[r]:.3f}" for r in quick.depths))
     record = {
         "command": command or command_line(sys.argv[1:]),
         "train_config": dataclasses.asdict(tc), "steps": state["step"],
