@@ -33,7 +33,7 @@ MAX_SINGLE = 6  # token bins holding one token
 SINGLE_MIN = 0.01  # ... each of probability at least this
 REMAINDER_GROUPS = 3  # the other tokens, pooled by probability rank into this many bins
 GROUP_MIN = 0.01  # a remainder group lighter than this joins its neighbour
-COND_MIN = 0.2  # conditional views only when the prefix has at least this probability (N <= 5x)
+COND_MIN = 0.3  # conditional views only when the prefix has at least this probability (N <~ 3.5x)
 JOINT_HEAD = 6  # joint view: this many most likely sequences, each p >= SINGLE_MIN
 MAX_EXPANSIONS = 64  # best-first search budget (oracle calls) of the joint view
 

@@ -126,7 +126,17 @@ BUG_IDS = ["always-accept", "resample-target", "target-no-top-k", "target-no-tem
            "scored-other-depth", "second-wrong-base", "unnormalised-residual", "stale-kv"]
 
 
-@pytest.mark.parametrize("kw,bugs,s", BUGGY, ids=BUG_IDS)
+FIELD = [  # issue 12: bugs of serving stacks' speculative samplers
+    (dict(d1=1), Bugs(draft_rounding="int8"), SamplingParams(temperature=0.5)),
+    (dict(d1=1), Bugs(scored_unfiltered=True), TOPK),
+    (dict(d1=1), Bugs(accept_if_equal=True), T1),
+    (dict(d1=3), Bugs(first_unverified=4), T1),
+    (dict(d1=1, d2=3, gate="off"), Bugs(stale_second=True), T1),
+]
+FIELD_IDS = ["draft-int8", "scored-unfiltered", "accept-if-equal", "first-unverified", "stale-second"]
+
+
+@pytest.mark.parametrize("kw,bugs,s", BUGGY + FIELD, ids=BUG_IDS + FIELD_IDS)
 def test_step_law_of_each_bug_matches_its_sampler(oracle, kw, bugs, s):
     """Differential: the closed-form joint law vs 4000 draws of `step` (chi-square, fixed seeds)."""
     from proofs.stats import chisquare_gof
@@ -150,6 +160,24 @@ def test_each_bug_changes_the_law_of_three_tokens(oracle, kw, bugs, s):
     tv = 0.5 * (sum(abs(p - (law.probs[law.index[c]] if c in law.index else 0.0)) for c, p in got.items())
                 + sum(float(q) for c, q in zip(law.cells, law.probs) if c not in got))
     assert tv > 0.05
+
+
+@pytest.mark.parametrize("kw,bugs,s", FIELD, ids=FIELD_IDS)
+def test_each_field_bug_changes_the_law_and_position_matters(oracle, kw, bugs, s):
+    dec = SpecRef(oracle, bugs=bugs, **kw)
+    ref = SpecRef(oracle, d1=oracle.R).sequence_law(PROMPT, 3, s)
+    got = dec.sequence_law(PROMPT, 3, s)
+    assert 0.5 * sum(abs(got.get(c, 0.0) - ref.get(c, 0.0)) for c in set(got) | set(ref)) > 0.005
+    if bugs.first_unverified:  # the round's first token is the draft, the others are verified
+        assert torch.allclose(dec.step_law(PROMPT, s, 0).diagonal(), oracle.law(PROMPT, kw["d1"], s))
+        assert torch.allclose(dec.step_law(PROMPT, s, 1).diagonal(), oracle.law(PROMPT, oracle.R, s),
+                              atol=1e-12)
+
+
+def test_target_top_k_default_only_acts_when_the_user_set_no_top_k(oracle):
+    dec = SpecRef(oracle, d1=1, bugs=Bugs(target_top_k_default=2))
+    assert int((dec.laws(PROMPT, T1)["target"] > 0).sum()) == 2
+    assert torch.equal(dec.laws(PROMPT, TOPK)["target"], oracle.law(PROMPT, oracle.R, TOPK))
 
 
 def test_greedy_bugs_diverge_from_refdec(oracle):
