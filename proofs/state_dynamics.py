@@ -107,9 +107,10 @@ def init_sensitivity(model, ids: torch.Tensor, depths: Sequence[int], other_seed
     return out
 
 
-def summarize_steps(steps: list[float]) -> dict:
-    """Geometric-mean ratio of successive step sizes over the first iterations and the tail."""
-    def ratio(a, b):
-        xs = [steps[i + 1] / steps[i] for i in range(a, min(b, len(steps) - 1)) if steps[i] > 0]
-        return math.exp(sum(math.log(max(x, 1e-300)) for x in xs) / len(xs)) if xs else float("nan")
-    return {"ratio_first_8": ratio(0, 8), "ratio_tail": ratio(len(steps) // 2, len(steps))}
+def summarize_steps(steps: list[float], floor: float = 1e-5) -> dict:
+    """Geometric-mean ratio of successive step sizes over the first 8 iterations and over the
+    later ones whose step is still above `floor` (below it, float32 rounding: ~1e-7 relative)."""
+    def ratio(idx):
+        xs = [steps[i + 1] / steps[i] for i in idx if i + 1 < len(steps) and steps[i + 1] > floor]
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    return {"ratio_first_8": ratio(range(8)), "ratio_tail": ratio(range(8, len(steps)))}

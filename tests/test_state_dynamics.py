@@ -52,6 +52,8 @@ def test_a_trained_like_model_sits_between_and_bad_input():
     st = step_sizes(m, IDS, 6)
     assert len(st) == 5 and all(s > 0 for s in st)
     assert set(summarize_steps(st)) == {"ratio_first_8", "ratio_tail"}
+    geo = summarize_steps([1.0, 0.5, 0.25, 0.125] + [0.5**k for k in range(4, 12)] + [1e-7, 1e-7])
+    assert geo["ratio_first_8"] == pytest.approx(0.5) and geo["ratio_tail"] == pytest.approx(0.5)
     with pytest.raises(LoopcertError, match="ids"):
         step_sizes(m, IDS[0], 3)
     with pytest.raises(LoopcertError, match="Raven"):

@@ -295,8 +295,9 @@ def render(m: dict, stamp: dict) -> str:
               "Relative state change per iteration, ||h(r) - h(r-1)|| / ||h(r-1)|| (4 held-out windows):", "",
               tabulate([[r, f"{st[r - 2]:.2e}"] for r in pick], ["iteration r", "state change"],
                        tablefmt="github"), "",
-              f"Successive step-size ratio (geometric mean): {dyn['ratio_first_8']:.3f} over the first "
-              f"iterations, {dyn['ratio_tail']:.3f} over the tail. Jacobian gain of the iteration map at "
+              f"Successive step-size ratio (geometric mean): {dyn['ratio_first_8']:.3f} over the first 8 "
+              f"iterations, {dyn['ratio_tail']:.3f} after them (while the change is above 1e-5). "
+              "Jacobian gain of the iteration map at "
               f"depth R (dominant |eigenvalue| of d h(R+1) / d h(R), power iteration): "
               f"{dyn['gain_at_R']:.3f}.", "",
               "Sensitivity of the readouts to the initial state: mean TV(p_r from the shipped seeded "
