@@ -216,17 +216,17 @@ class Engine:
         new = [ln for ln in chunk if ln.depth == 0]
         if new:
             order, (e, h0) = self._timed("prelude", new, calls, timed)
-            for i, ln in enumerate(order):
-                ln.e, ln.h = e[i], h0[i]
+            for ln, ei, hi in zip(order, e.unbind(0), h0.unbind(0)):  # views, one call for all rows
+                ln.e, ln.h = ei, hi
         order, (h,) = self._timed("recur", chunk, calls, timed)
-        for i, ln in enumerate(order):
-            ln.h = h[i]
+        for ln, hi in zip(order, h.unbind(0)):
+            ln.h = hi
             ln.depth += 1
         outs = [ln for ln in chunk if ln.depth in self.readout_slot]
         if outs:
             order, (logits,) = self._timed("readout", outs, calls, timed)
-            for i, ln in enumerate(order):
-                ln.logits[ln.depth] = logits[i]
+            for ln, lg in zip(order, logits.unbind(0)):
+                ln.logits[ln.depth] = lg
 
     def _timed(self, kind: str, lanes: list[Lane], calls: list[CallRecord], timed: bool):
         if not timed:
