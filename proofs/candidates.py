@@ -50,6 +50,11 @@ def fastdec_candidate(config: DecodeConfig, lossless: bool = True) -> Candidate:
 
 def fastdec_grid(R: int, full: bool) -> list[Candidate]:
     """Each lossless strategy at the default depths; --full adds the unusual lossless settings."""
+    return [fastdec_candidate(c) for c in fastdec_configs(R, full)]
+
+
+def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
+    """The settings of fastdec_grid (the bench's certification-throughput figure uses them too)."""
     d1, d2 = default_depths(R)
     configs = [
         DecodeConfig("autoregressive"),
@@ -66,7 +71,7 @@ def fastdec_grid(R: int, full: bool) -> list[Candidate]:
         if d2 is not None:
             configs += [DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
                         for gate in (False, "inverted")]
-    return [fastdec_candidate(c) for c in configs]
+    return configs
 
 
 def user_candidate(spec: str) -> Candidate:

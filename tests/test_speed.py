@@ -16,6 +16,7 @@ from fastdec import DecodeConfig, Decoder
 from proofs.candidates import Candidate, fastdec_candidate, fastdec_grid
 from proofs.speed import bench as bench_mod
 from proofs.speed import context, costs, rows, settings, targets, theorem2_vs_measured, timing
+from proofs.speed.batch import BatchPlan
 from proofs.speed.check import check_speed
 from proofs.speed.report import BenchPlan
 from proofs.speed.timing import Workload
@@ -205,7 +206,9 @@ def test_fill_steps_are_exact_for_a_pipeline_that_never_rejects(d1):
 
 
 TINY_PLAN = BenchPlan("quick", Workload(prompts=2, prompt_len=6, tokens=8, repeats=2), sampling_repeats=1,
-                      lengths=(8, 24), sweep_tokens=6, sweep_repeats=1)
+                      lengths=(8, 24), sweep_tokens=6, sweep_repeats=1,
+                      batch=BatchPlan(batches=(1, 2), prompt_len=6, tokens=4, repeats=1, sample_batch=4,
+                                      sample_calls=1, sample_alone=2))
 
 
 def test_bench_end_to_end_renders(model):
@@ -226,6 +229,7 @@ def test_bench_end_to_end_renders(model):
         "## Theorem 2",
         "## Depth spectrum",
         "## Speedup against context",
+        "## Batches (issue 11)",
     ):
         assert section in md
     assert res.naive.same_tokens
@@ -235,6 +239,10 @@ def test_bench_end_to_end_renders(model):
     assert res.context.main_loss in context.factors(res.context.rows[-1])
     assert "### Where the difference from the model goes" in md
     assert all(r.label in md for r in res.rows)
+    assert [(r.label, r.batch) for r in res.batch.rows][:2] == [("autoregressive", 1), ("autoregressive", 2)]
+    judged = {t.name.split(" (")[0] for t in res.targets}
+    assert "best pipelined at B=2" in judged
+    assert "samples/s through generate_batch >= 20x generate() one at a time" in judged
     assert render(res) == md  # rendering computes nothing
 
 

@@ -6,7 +6,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from fastdec import DecodeConfig, Decoder
+from proofs.candidates import fastdec_configs
 from proofs.progress import Progress, quiet
+from proofs.speed.batch import SAMPLE_MODEL, batch_table, judge_batch
 from proofs.speed.context import context_sweep
 from proofs.speed.costs import call_costs, pooled_costs
 from proofs.speed.report import BenchPlan, SpeedReport
@@ -16,6 +18,7 @@ from proofs.speed.targets import judge
 from proofs.speed.theorem2_vs_measured import depth_spectrum, theorem2_compare
 from proofs.speed.timing import GREEDY, SAMPLING, default_clock, loadavg, time_runs
 from proofs.stamp import stamp
+from refdec.io import load_model
 
 
 def bench_stamp(model_name: str, model, device, plan: BenchPlan, load: dict) -> dict:
@@ -73,6 +76,11 @@ def bench(
                                  second_depth=best.d2 if best else None)
     sweep = context_sweep(model, sweep_setting, plan.lengths, every_prompt, plan.sweep_tokens,
                           plan.sweep_repeats, device, work.seed, say)
+    say("batch table")
+    sample_model = load_model(SAMPLE_MODEL).to(device=device, dtype=next(model.parameters()).dtype)
+    sample_settings = fastdec_configs(sample_model.cfg.recurrence, full=False)  # what certify samples
+    batch = batch_table(model, gate_settings(R), every_prompt, sample_model, SAMPLE_MODEL, sample_settings,
+                        plan.batch, clock, device, say)
     load["end"] = loadavg()
     return SpeedReport(
         stamp=bench_stamp(model_name, model, device, plan, load),
@@ -81,7 +89,7 @@ def bench(
         R=R,
         prompts=[len(p) for p in prompts],
         rewind_depths=rewind_depths(R),
-        targets=judge(rows, naive_row),
+        targets=judge(rows, naive_row) + judge_batch(batch),
         rows=rows,
         naive=naive_row,
         sampling_rows=sampling_rows,
@@ -89,6 +97,7 @@ def bench(
         theorem2=theorem2,
         spectrum=spectrum,
         context=sweep,
+        batch=batch,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from proofs.result import _plain
+from proofs.speed.batch import BatchPlan, BatchTable
 from proofs.speed.context import ContextSweep
 from proofs.speed.costs import CallCost
 from proofs.speed.rows import GridRow, NaiveComparison
@@ -22,13 +23,17 @@ class BenchPlan:
     lengths: tuple[int, ...]  # the context sweep's cached positions
     sweep_tokens: int  # new tokens per context: enough that the pipeline's fill (R - d1 steps) amortises
     sweep_repeats: int
+    batch: BatchPlan  # the batch table (proofs.speed.batch)
 
 
 PLANS = {
     "quick": BenchPlan("quick", Workload(prompts=2, prompt_len=48, tokens=32, repeats=3), sampling_repeats=3,
-                       lengths=(64, 512, 2048), sweep_tokens=128, sweep_repeats=2),
+                       lengths=(64, 512, 2048), sweep_tokens=128, sweep_repeats=2,
+                       batch=BatchPlan(tokens=24, repeats=2, sample_calls=4, sample_alone=32)),
     "full": BenchPlan("full", Workload(prompts=4, prompt_len=64, tokens=64, repeats=5), sampling_repeats=3,
-                      lengths=(64, 128, 256, 512, 1024, 2048), sweep_tokens=256, sweep_repeats=3),
+                      lengths=(64, 128, 256, 512, 1024, 2048), sweep_tokens=256, sweep_repeats=3,
+                      batch=BatchPlan(tokens=48, repeats=3, sample_batch=256, sample_calls=4,
+                                      sample_alone=64)),
 }
 
 
@@ -51,6 +56,7 @@ class SpeedReport:
     theorem2: Theorem2Comparison
     spectrum: DepthSpectrum
     context: ContextSweep
+    batch: BatchTable  # issue 11: many sequences through one engine
 
     def to_json(self) -> dict:
         """Plain JSON-able data (speedup.json)."""

@@ -1,0 +1,204 @@
+"""The batch table (issue 11): many sequences through one engine (Decoder.generate_batch).
+
+1. Aggregate decode tokens/s of each setting at B = 1, 4, 16 sequences, against the
+   autoregressive baseline at the same B, in one run: the timing protocol of this package
+   (interleaved rounds, the order rotating; decode time, the prefill excluded; a setting's
+   speedup is the median over rounds of baseline time / its time at that B).
+2. Certification throughput: n-token samples per second (temperature 1) on a small model
+   through generate_batch, against the same decoder's generate() one sample at a time, in the
+   same run (whole calls: certification pays the prefill too; sequences sharing the prompt
+   share one prefill). Each of certify's lossless settings.
+
+Targets (issue 11, CPU): samples/s >= 20x the one-at-a-time rate, and the best pipelined
+setting at B = 16 >= 1.5x the autoregressive baseline at B = 16 (EAGLE-3 reports 1.38x at
+batch 64 on GPUs). Measured here, never asserted by a timed test.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from fastdec import DecodeConfig, Decoder
+from proofs.progress import Progress, quiet
+from proofs.result import _plain
+from proofs.speed.targets import Target
+from proofs.speed.timing import GREEDY, SAMPLING, sync
+from refdec.errors import LoopcertError
+from refdec.validate import check_int
+
+BATCHES = (1, 4, 16)
+SAMPLE_MODEL = "tiny-raven"  # the certification-throughput figure's model (a preset, random weights)
+SAMPLE_TOKENS = 3  # certification's sampled cases are laws of the first three tokens
+SAMPLE_PROMPT = (1, 2, 3, 4, 5)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batches: tuple[int, ...] = BATCHES
+    prompt_len: int = 48  # each sequence's prompt: the last tokens of a held-out prompt
+    tokens: int = 24  # new tokens per sequence
+    repeats: int = 3  # interleaved rounds
+    sample_batch: int = 64  # sequences per generate_batch call for the samples/s figure
+    sample_calls: int = 4  # generate_batch calls timed per setting
+    sample_alone: int = 48  # generate() calls timed per setting
+
+    def __post_init__(self):
+        if not self.batches or any(check_int("batches", b, 1) != b for b in self.batches):
+            raise LoopcertError(f"batches must be a non-empty tuple of integers >= 1, got {self.batches!r}")
+        for name in ("prompt_len", "tokens", "repeats", "sample_batch", "sample_calls", "sample_alone"):
+            check_int(name, getattr(self, name), 1)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    label: str
+    strategy: str
+    batch: int  # B, sequences decoded together
+    tokens_per_s: float  # aggregate decode tokens/s over the B sequences (median over rounds)
+    speedup: float  # over the autoregressive baseline at the same B (median of per-round ratios)
+    over_b1: float  # this setting's aggregate tokens/s over its own B = 1 figure
+    acceptance: float  # first proposals accepted / verified, over every round
+
+
+@dataclass(frozen=True)
+class SampleRate:
+    label: str
+    batch: int
+    samples_per_s: float  # SAMPLE_TOKENS-token samples per second through generate_batch
+    alone_per_s: float  # the same decoder's generate(), one sample at a time
+    ratio: float  # samples_per_s / alone_per_s
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    plan: BatchPlan
+    clock: str
+    sample_model: str
+    rows: list[BatchRow]
+    samples: list[SampleRate]
+
+    def row(self, label: str, batch: int) -> BatchRow | None:
+        return next((r for r in self.rows if r.label == label and r.batch == batch), None)
+
+    def to_json(self) -> dict:
+        return _plain(asdict(self))
+
+
+def _seconds(results, clock: str, decode_only: bool) -> float:
+    """One generate_batch call's time: every sequence started together, so the call's time is
+    the longest sequence's (minus the prefill, which all sequences run in the same steps)."""
+    if clock == "cpu":
+        total = max(r.stats.cpu_seconds for r in results)
+        pre = max(r.stats.prefill_cpu_seconds for r in results)
+    else:
+        total = max(r.stats.seconds for r in results)
+        pre = max(r.stats.prefill_seconds for r in results)
+    return total - pre if decode_only else total
+
+
+def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequence[int]], plan: BatchPlan,
+               clock: str, device="cpu", progress: Progress | None = None) -> list[BatchRow]:
+    """settings[0] is the baseline. Sequence i of a batch decodes prompt i (mod len(prompts))."""
+    say = progress or quiet
+    decs = {st.label: Decoder(model, st, device=device, max_batch=max(plan.batches)) for st in settings}
+    labels = list(decs)
+    base = labels[0]
+    runs = {}
+    for b in plan.batches:
+        batch = [list(prompts[i % len(prompts)])[-plan.prompt_len:] for i in range(b)]
+        seeds = list(range(b))
+        for dec in decs.values():  # warm-up: allocation of this B's engine, first-call dispatch
+            dec.generate_batch(batch, 2, GREEDY, seeds)
+        secs = {lb: [] for lb in labels}
+        tokens = dict.fromkeys(labels, 0)
+        accepted = dict.fromkeys(labels, 0)
+        proposals = dict.fromkeys(labels, 0)
+        for r in range(plan.repeats):
+            k = r % len(labels)
+            for lb in labels[k:] + labels[:k]:
+                sync(device)
+                res = decs[lb].generate_batch(batch, plan.tokens, GREEDY, seeds)
+                secs[lb].append(_seconds(res, clock, decode_only=True))
+                tokens[lb] = sum(x.stats.decode_tokens for x in res)
+                accepted[lb] += sum(x.stats.accepted for x in res)
+                proposals[lb] += sum(x.stats.proposals for x in res)
+        for lb in labels:
+            runs[(lb, b)] = (secs[lb], tokens[lb], accepted[lb] / proposals[lb] if proposals[lb] else 0.0)
+        say(f"  B={b}: " + ", ".join(f"{lb} {tokens[lb] / statistics.median(secs[lb]):.4g} tok/s"
+                                     for lb in labels))
+    rows = []
+    for st in settings:
+        for b in plan.batches:
+            secs, toks, acc = runs[(st.label, b)]
+            base_secs = runs[(base, b)][0]
+            b1 = runs[(st.label, plan.batches[0])]
+            rows.append(BatchRow(
+                st.label, st.strategy, b, toks / statistics.median(secs),
+                statistics.median(x / y for x, y in zip(base_secs, secs)),
+                (toks / statistics.median(secs)) / (b1[1] / statistics.median(b1[0])), acc))
+    return rows
+
+
+def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock: str, device="cpu",
+                 progress: Progress | None = None) -> list[SampleRate]:
+    """Certification throughput: SAMPLE_TOKENS-token samples at temperature 1 of one prompt."""
+    say = progress or quiet
+    prompt = list(SAMPLE_PROMPT)
+    out = []
+    for st in settings:
+        dec = Decoder(model, st, device=device, max_batch=plan.sample_batch)
+        n = plan.sample_batch
+        dec.generate_batch([prompt] * n, SAMPLE_TOKENS, SAMPLING, list(range(n)))  # warm-up
+        dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, 0)
+        t = _clock(clock)
+        for c in range(plan.sample_calls):
+            dec.generate_batch([prompt] * n, SAMPLE_TOKENS, SAMPLING, list(range(c * n, (c + 1) * n)))
+        sync(device)
+        batched = plan.sample_calls * n / (_clock(clock) - t)
+        t = _clock(clock)
+        for s in range(plan.sample_alone):
+            dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, s)
+        sync(device)
+        alone = plan.sample_alone / (_clock(clock) - t)
+        out.append(SampleRate(st.label, n, batched, alone, batched / alone))
+        say(f"  samples/s {st.label}: {batched:.4g} batched (B={n}) vs {alone:.4g} alone")
+    return out
+
+
+def _clock(clock: str) -> float:
+    return time.process_time() if clock == "cpu" else time.perf_counter()
+
+
+def batch_table(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequence[int]], sample_model,
+                sample_name: str, sample_settings: Sequence[DecodeConfig], plan: BatchPlan, clock: str,
+                device="cpu", progress: Progress | None = None) -> BatchTable:
+    rows = batch_rows(model, settings, prompts, plan, clock, device, progress)
+    samples = sample_rates(sample_model, sample_settings, plan, clock, device, progress)
+    return BatchTable(plan, clock, sample_name, rows, samples)
+
+
+BATCH_TARGETS = {"pipelined_b16": 1.5, "samples": 20.0}  # issue 11, CPU
+
+
+def judge_batch(table: BatchTable) -> list[Target]:
+    """Issue 11's targets on the batch table: the best pipelined setting at the largest B over
+    the baseline at that B, and the lowest certification throughput gain of any setting."""
+    out = []
+    b = max(table.plan.batches)
+    pipes = [r for r in table.rows if r.strategy == "pipelined" and r.batch == b]
+    if pipes:
+        best = max(pipes, key=lambda r: r.speedup)
+        bound = BATCH_TARGETS["pipelined_b16"]
+        out.append(Target(f"best pipelined at B={b} ({best.label}) >= {bound}x autoregressive at B={b}",
+                          best.speedup, bound, best.speedup >= bound,
+                          note=f"{best.tokens_per_s:.4g} tok/s aggregate"))
+    if table.samples:
+        worst = min(table.samples, key=lambda s: s.ratio)
+        bound = BATCH_TARGETS["samples"]
+        out.append(Target(f"samples/s through generate_batch >= {bound:g}x generate() one at a time "
+                          f"(lowest: {worst.label})", worst.ratio, bound, worst.ratio >= bound,
+                          note=f"{worst.samples_per_s:.4g} vs {worst.alone_per_s:.4g} samples/s"))
+    return out

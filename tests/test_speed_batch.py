@@ -1,0 +1,49 @@
+"""proofs.speed.batch: the batch table's structure (never its timings: speed is a ratio measured
+by `loopcert bench`, not asserted by a test)."""
+
+import pytest
+
+from fastdec import DecodeConfig
+from proofs.speed.batch import BatchPlan, BatchRow, BatchTable, SampleRate, batch_table, judge_batch
+from refdec import LoopcertError, LoopedLM
+from refdec.config import get_preset
+
+PLAN = BatchPlan(batches=(1, 2), prompt_len=6, tokens=4, repeats=2, sample_batch=4, sample_calls=1,
+                 sample_alone=2)
+
+
+def test_batch_table_has_every_setting_at_every_batch_against_the_baseline_at_that_batch():
+    model = LoopedLM(get_preset("tiny-raven").replace(recurrence=4)).init_weights(0)
+    settings = [DecodeConfig("autoregressive"), DecodeConfig("pipelined", draft_depth=1)]
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [3, 2, 1]]
+    t = batch_table(model, settings, prompts, model, "tiny-raven", settings[1:], PLAN, "cpu")
+    assert [(r.label, r.batch) for r in t.rows] == [(s.label, b) for s in settings for b in (1, 2)]
+    for r in t.rows:
+        assert r.tokens_per_s > 0 and r.speedup > 0 and 0 <= r.acceptance <= 1
+        if r.label == "autoregressive":
+            assert r.speedup == 1.0 and r.acceptance == 0.0  # the baseline against itself, each round
+    assert t.row("pipelined d1=1", 1).over_b1 == 1.0
+    assert [(s.label, s.batch) for s in t.samples] == [("pipelined d1=1", 4)]
+    s = t.samples[0]
+    assert s.samples_per_s > 0 and s.ratio == pytest.approx(s.samples_per_s / s.alone_per_s)
+    assert t.to_json()["rows"][0]["label"] == "autoregressive"
+
+
+def test_a_bad_plan_names_the_field():
+    with pytest.raises(LoopcertError, match="batches"):
+        BatchPlan(batches=())
+    with pytest.raises(LoopcertError, match="sample_batch"):
+        BatchPlan(sample_batch=0)
+
+
+def test_batch_targets_are_judged_in_proofs():
+    def table(speedup, ratio):
+        rows = [BatchRow("autoregressive", "autoregressive", 16, 100.0, 1.0, 5.0, 0.0),
+                BatchRow("pipelined d1=2", "pipelined", 16, 100.0 * speedup, speedup, 2.0, 0.99),
+                BatchRow("pipelined d1=2", "pipelined", 1, 50.0, 3.0, 1.0, 0.99)]
+        samples = [SampleRate("pipelined d1=1", 64, ratio, 1.0, ratio)]
+        return BatchTable(BatchPlan(), "cpu", "tiny-raven", rows, samples)
+    met = {t.name.split(" (")[0]: t.met for t in judge_batch(table(1.6, 21.0))}
+    assert met == {"best pipelined at B=16": True,
+                   "samples/s through generate_batch >= 20x generate() one at a time": True}
+    assert not any(t.met for t in judge_batch(table(1.4, 19.0)))
