@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tolerances import approx, assert_close
 
 import refdec
 from fastdec.accept import loopspec_law, loopspec_step
@@ -42,12 +43,12 @@ def test_oracle_matches_refdec_depth_logits(oracle):
 
 def test_exact_law_is_the_product_of_refdec_laws(oracle, law_t1):
     assert law_t1.full and law_t1.remainder == 0.0
-    assert law_t1.probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert law_t1.probs.sum() == approx(1.0)
     seq = law_t1.cells[17]
     p = 1.0
     for i in range(3):
         p *= float(oracle.law(PROMPT + seq[:i], oracle.R, T1)[seq[i]])
-    assert law_t1.probs[17] == pytest.approx(p, rel=1e-12)
+    assert law_t1.probs[17] == approx(p)
 
 
 def test_classify_names_impossible_and_malformed_samples(oracle):
@@ -95,8 +96,8 @@ def test_lossless_step_law_is_loopspec_law_and_the_target(oracle, gate):
     joint = dec.step_law(PROMPT, T1)
     laws = [oracle.law(PROMPT, d, T1) for d in (oracle.R, 1, 3)]
     emitted = loopspec_law(*laws, gate).emitted
-    assert torch.allclose(joint.diagonal(), emitted, atol=1e-15)
-    assert torch.allclose(joint.diagonal(), laws[0], atol=1e-12)
+    assert_close(joint.diagonal(), emitted)
+    assert_close(joint.diagonal(), laws[0])
     off = joint.clone().fill_diagonal_(0.0)
     assert not off.any()  # the context is what was emitted: no mass off the diagonal, exactly
 
@@ -143,7 +144,7 @@ def test_step_law_of_each_bug_matches_its_sampler(oracle, kw, bugs, s):
 
     dec = SpecRef(oracle, bugs=bugs, **kw)
     joint = dec.step_law(PROMPT, s)
-    assert float(joint.sum()) == pytest.approx(1.0, abs=1e-12)
+    assert float(joint.sum()) == approx(1.0)
     V = oracle.V
     counts = np.zeros(V * V, dtype=np.int64)
     g = torch.Generator().manual_seed(123)
