@@ -401,7 +401,10 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
     plan = PLANS[mode]
     dtype = parse_dtype(dtype)
-    check_int("seed", seed, 0)
+    # every sampled check seeds a torch.Generator with seed + i: keep the last one below 2**64
+    if check_int("seed", seed, 0) >= 2**63:
+        raise LoopcertError(f"seed must be < 2**63 (sampled checks seed generators with seed + i), "
+                            f"got {seed!r}")
     if not (device == "cpu" or device.startswith("cuda")):
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
     if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))

@@ -508,6 +508,40 @@ def check_stored(entries: list[Entry], stored: Stored, cfg: ModelConfig, layout:
                                 f"{list(stored.shape[emb])}")
 
 
+def check_finite(key: str, t: torch.Tensor, source) -> None:
+    """A NaN or infinite weight would decode garbage without a word: refuse it, naming it."""
+    if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        raise LoopcertError(f"{source}: tensor {key!r} holds a non-finite value "
+                            f"({float(t[tuple(bad)])} at index {bad})")
+
+
+def check_representable(key: str, cast: torch.Tensor, dtype: torch.dtype, source) -> None:
+    """A finite weight too large for the requested dtype (1e6 in float16) becomes inf."""
+    if not bool(torch.isfinite(cast).all()):
+        raise LoopcertError(f"{source}: tensor {key!r} overflows {str(dtype).replace('torch.', '')} "
+                            "(a finite weight beyond its range); load it in a wider dtype")
+
+
+def check_header(model_shapes: dict[str, tuple[int, ...]], header: dict[str, tuple[str, tuple]],
+                 source) -> None:
+    """Missing, unexpected, mis-shaped or non-float tensors, named from the safetensors header,
+    before anything the size of the config is allocated (config.json may claim absurd sizes)."""
+    missing = sorted(set(model_shapes) - set(header))
+    unexpected = sorted(set(header) - set(model_shapes))
+    if missing:
+        raise LoopcertError(f"{source}: missing tensor(s) {missing}")
+    if unexpected:
+        raise LoopcertError(f"{source}: unexpected tensor(s) {unexpected}")
+    for k, (dt, shape) in sorted(header.items()):
+        if tuple(shape) != tuple(model_shapes[k]):
+            raise LoopcertError(
+                f"{source}: tensor {k!r} has shape {tuple(shape)}, expected {tuple(model_shapes[k])}"
+            )
+        if dt not in FLOAT_DTYPES:
+            raise LoopcertError(f"{source}: tensor {k!r} has non-float dtype {dt}")
+
+
 class Reader:
     """Tensors by key from the folder's files, each file opened once (no pickle anywhere)."""
 
@@ -553,8 +587,12 @@ def load_published(folder, raw: dict, dtype: torch.dtype, *, recurrence: int | N
     with Reader(stored) as read:
         for e in entries:
             # copy=True: pieces of a fused tensor must not share storage with each other.
-            pieces = split(e, read(e.published), shapes)
-            state.update({k: v.to(dtype=dtype, copy=True) for k, v in pieces.items()})
+            stored_t = read(e.published)
+            check_finite(e.published, stored_t, folder)
+            pieces = {k: v.to(dtype=dtype, copy=True) for k, v in split(e, stored_t, shapes).items()}
+            for v in pieces.values():
+                check_representable(e.published, v, dtype, folder)
+            state.update(pieces)
         if cfg.tie_embeddings and "lm_head.weight" in stored.file_of:
             if not torch.equal(read("lm_head.weight"), read(entries[0].published)):
                 raise LoopcertError(f"{folder}: lm_head.weight differs from {entries[0].published!r} "

@@ -34,6 +34,13 @@ class RopeScaling:
     original_max_position_embeddings: int = 8192
 
 
+# Far above any published looped model (Huginn: d 5280, vocab 65536, R ~ 32; Ouro: 24 layers), far
+# below sizes that would hang building the modules or overflow torch's size arithmetic.
+MAX_SIZES = {"vocab_size": 2**22, "d_model": 2**17, "n_heads": 2**12, "n_kv_heads": 2**12,
+             "head_dim": 2**12, "intermediate_size": 2**19, "n_core": 2**10, "n_prelude": 2**10,
+             "n_coda": 2**10, "recurrence": 2**14}
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     family: str  # "ouro" | "raven"
@@ -85,6 +92,9 @@ class ModelConfig:
             v = getattr(self, name)
             if not is_int(v, 0):
                 bad(name, "must be an integer >= 0")
+        for name, most in MAX_SIZES.items():
+            if getattr(self, name) > most:  # a corrupt config.json, not a model: refuse before allocating
+                bad(name, f"must be <= {most}")
         if self.state_seed >= 2**12:
             bad("state_seed", "must be < 4096 (it is packed with the position into 32 bits)")
         if self.max_seq_len > 2**20:

@@ -7,7 +7,7 @@ import torch
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM, check_depth
 from refdec.sampling import SamplingParams, greedy_token, sample, transform
-from refdec.validate import check_int
+from refdec.validate import check_int, check_seed
 
 
 def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
@@ -22,8 +22,7 @@ def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
         )
     if not isinstance(sampling, SamplingParams):
         raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
-    if check_int("seed", seed, 0) >= 2**64:
-        raise LoopcertError(f"seed must be < 2**64 (a torch.Generator seed), got {seed!r}")
+    check_seed(seed)
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
 
 

@@ -52,9 +52,12 @@ def read_config(folder: Path) -> dict:
     if not path.is_file():
         raise LoopcertError(f"{folder}: no config.json")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LoopcertError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise LoopcertError(f"{path}: must hold a JSON object, got {type(raw).__name__} {raw!r:.80}")
+    return raw
 
 
 def refuse_pickles(folder: Path) -> None:

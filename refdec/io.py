@@ -16,10 +16,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from refdec import checkpoints
+from refdec.checkpoints import check_finite, check_header, check_representable, meta_model, read_header
 from refdec.config import PRESETS, ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
+from refdec.validate import check_seed
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"
 
@@ -44,7 +46,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> LoopedLM:
-    """Copy `tensors` into `model`, naming any missing, unexpected or mis-shaped key."""
+    """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped or non-finite key."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
@@ -59,9 +61,11 @@ def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> Loo
             )
         if not v.dtype.is_floating_point:
             raise LoopcertError(f"{source}: tensor {k!r} has non-float dtype {v.dtype}")
+        check_finite(k, v, source)
     with torch.no_grad():
         for k, p in expected.items():
             p.copy_(tensors[k].to(p.dtype))
+            check_representable(k, p, p.dtype, source)
     return model
 
 
@@ -74,6 +78,8 @@ def load_folder(folder: Path, dtype: torch.dtype) -> LoopedLM:
     path = folder / "model.safetensors"
     if not path.is_file():
         raise LoopcertError(f"{folder}: no model.safetensors")
+    shapes = {k: tuple(v.shape) for k, v in meta_model(cfg).state_dict().items()}
+    check_header(shapes, read_header(path), path)
     model = LoopedLM(cfg).to(dtype)
     return load_state(model, read_safetensors(path), path).eval()
 
@@ -84,6 +90,7 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     dtype = parse_dtype(dtype)
     name = str(name_or_path)
     if name in PRESETS:
+        check_seed(seed, "weights seed")
         return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
     if name == "default":  # the trained model shipped in the package (trainer.train, issue 5)
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from refdec.config import ModelConfig
+from refdec.config import MAX_SIZES, ModelConfig
 from refdec.errors import LoopcertError
 from refdec.layers import (
     Attend,
@@ -125,7 +125,11 @@ class LoopedLM(nn.Module):
 
     # -- the oracle ----------------------------------------------------------------------
     def check_ids(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        t = torch.as_tensor(ids)
+        try:
+            t = torch.as_tensor(ids)
+        except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # strings, None, ints > int64
+            raise LoopcertError(f"token ids must be a 1-D sequence of integers, got {ids!r:.80} "
+                                f"({e})") from None
         if t.dim() != 1 or t.numel() == 0:
             raise LoopcertError(f"token ids must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
         if t.dtype.is_floating_point or t.dtype == torch.bool:
@@ -190,4 +194,9 @@ class LoopedLM(nn.Module):
 
 
 def check_depth(r) -> int:
-    return check_int("depth", r, 1)
+    """Depths past R loop more (Huginn's num_steps); past MAX_SIZES' recurrence a depth is a typo
+    that would run for hours, not an experiment."""
+    most = MAX_SIZES["recurrence"]
+    if check_int("depth", r, 1) > most:
+        raise LoopcertError(f"depth must be <= {most}, got {r!r}")
+    return int(r)

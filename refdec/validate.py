@@ -23,3 +23,10 @@ def check_int(name: str, value, minimum: int | None = None) -> int:
         bound = f" >= {minimum}" if minimum is not None else ""
         raise LoopcertError(f"{name} must be an integer{bound}, got {value!r}")
     return int(value)
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A torch.Generator seed: an integer in [0, 2**64) (manual_seed raises a bare ValueError past it)."""
+    if check_int(name, seed, 0) >= 2**64:
+        raise LoopcertError(f"{name} must be < 2**64 (a torch.Generator seed), got {seed!r}")
+    return int(seed)

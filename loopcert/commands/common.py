@@ -33,9 +33,20 @@ def add_sampling_arguments(p, several: bool = False) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
 
 
+def check_device(device: str) -> str:
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
+    return device
+
+
 def load_from_args(args):
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise LoopcertError(f"--device {args.device!r} requested but CUDA is not available")
+    check_device(args.device)
     model = load_model(args.model, seed=args.seed_weights, dtype=parse_dtype(args.dtype))
     return model.to(args.device)
 
