@@ -1,13 +1,18 @@
 """The `loopcert` console script. Each subcommand lives in loopcert/commands/<name>.py and
 defines `HELP`, `add_arguments(parser)` and `run(args) -> int` (0 ok, 1 a check failed).
-Errors a user can cause (LoopcertError) print one line and exit 2."""
+Errors a user can cause (LoopcertError) print one line and exit 2. Every command takes
+`--threads N` (loopcert/commands/common.py), added here unless the command defines
+`OWN_THREADS` (train: part of the recipe; serve: adds the shared flag itself). SIGINT / SIGTERM
+print one line (the command's `ON_INTERRUPT` says what was kept) and exit 130 / 143."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
+from loopcert.commands import common
 from refdec.errors import LoopcertError
 
 COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve")
@@ -20,18 +25,30 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(f"loopcert.commands.{name}")
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        if not getattr(mod, "OWN_THREADS", False):
+            common.add_threads_argument(p)
+        p.set_defaults(_run=mod.run, _mod=mod)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # the console script owns the process; a caller of main([...]) keeps its handlers
+        common.install_signal_handlers()
     try:
+        if not getattr(args._mod, "OWN_THREADS", False):
+            common.apply_threads(args)
         return int(args._run(args) or 0)
     except LoopcertError as e:
         print(f"loopcert {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, common.Interrupted) as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        kept = getattr(args._mod, "ON_INTERRUPT", "")
+        print(f"loopcert {args.command}: interrupted by {signal.Signals(signum).name}"
+              + (f"; {kept}" if kept else ""), file=sys.stderr, flush=True)
+        return 128 + signum
 
 
 if __name__ == "__main__":

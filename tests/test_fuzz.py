@@ -280,6 +280,20 @@ def test_fastdec_generate_arguments(strategy, prompt, n, sampling, seed, eos):
         assert (got.tokens == base.tokens) or not sampling.greedy
 
 
+@FUZZ
+@given(prompts=st.one_of(st.lists(PROMPT, max_size=3), st.none(), st.integers(), st.text(max_size=2)),
+       n=st.one_of(COUNT, st.lists(COUNT, max_size=3)),
+       sampling=st.one_of(SAMPLING, st.lists(SAMPLING, max_size=3)),
+       seeds=st.one_of(st.lists(SEED, max_size=3), st.none(), st.integers()))
+@example(prompts=[[1, 2], [3]], n=2, sampling=SamplingParams(), seeds=[0, 2**64])
+@example(prompts=[[1, 2], ["x"]], n=[2, 1], sampling=SamplingParams(), seeds=[0, 1])
+def test_fastdec_generate_batch_arguments(prompts, n, sampling, seeds):
+    dec = Decoder(tiny_model(), "pipelined", max_batch=4)
+    got = works_or_loopcert_error(dec.generate_batch, prompts, n, sampling, seeds)
+    if not isinstance(got, LoopcertError):
+        assert len(got) == len(prompts)
+
+
 # -- the CLI -------------------------------------------------------------------------------------
 CLI_VALUE = st.sampled_from(["0", "1", "2", "-1", "3.5", "", "x", "1e400", "nan", str(2**70), "99999999",
                              "cuda", "cuda:7", "cpu", "float64", "bfloat16", "int8", "tiny-raven", "default",
@@ -288,9 +302,8 @@ FLAGS = {
     "generate": ["--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
                  "--seed", "--seed-weights", "--device", "--dtype", "--depth", "--eos", "--threads"],
     "speculate": ["--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                  "--seed", "--device", "--dtype", "--strategy", "--draft-loops", "--verify-loops",
-                  "--second-loops", "--gate", "--draft-ahead", "--rewind-L", "--fixed-width", "--eos",
-                  "--threads"],
+                  "--seed", "--device", "--dtype", "--strategy", "--draft-depth", "--depth", "--second-depth",
+                  "--gate", "--draft-ahead", "--rewind-depth", "--fixed-width", "--eos", "--threads"],
     "inspect": ["--threads"],
     "certify": ["--device", "--dtype", "--seed", "--decoder", "--out", "--threads", "--quick", "--full"],
     "bench": ["--device", "--dtype", "--seed-weights", "--tokens", "--repeats", "--tolerance", "--threads",
@@ -311,7 +324,7 @@ def test_cli_argument_combinations(monkeypatch, tmp_path, command, model, data):
     import proofs.certify as certify_mod
 
     monkeypatch.chdir(tmp_path)  # nothing lands in the repository
-    monkeypatch.setattr(certify_mod, "Run", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(certify_mod, "CertifyRun", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     monkeypatch.setattr(bench_cmd, "NaiveKVDecoder", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     argv = [command, model]
     for flag in data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=5, unique=True)):

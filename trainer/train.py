@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -413,6 +414,20 @@ def load_training_state(folder: Path, model, opt, gen) -> dict:
 
 
 # -- the loop -----------------------------------------------------------------------------
+def keeps_callers_threads(fn):
+    """The recipe's thread count is set for the run and the caller's restored after it: the Python
+    API never changes torch's global thread count behind the caller's back (issue 15)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        threads = torch.get_num_threads()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return wrapper
+
+
+@keeps_callers_threads
 def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = False,
           log=print, command: str | None = None, until_step: int | None = None) -> dict:
     """Train (or resume) per `tc`; checkpoint to ckpt_dir; export the shipped files to out_dir.

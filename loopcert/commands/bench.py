@@ -18,9 +18,7 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
-from loopcert.commands.common import load_from_args
+from loopcert.commands.common import load_from_args, uninterrupted
 from proofs.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.result import _plain
@@ -35,6 +33,7 @@ from refdec.validate import check_int
 from reports.speedup import render
 
 HELP = "speedup report of every strategy over the autoregressive baseline; regression gates"
+ON_INTERRUPT = "no report written, the previous one is left in place"
 DEFAULT_OUT = Path("reports") / "out"
 DEFAULT_BASELINE = Path("benchmarks") / "baseline.json"
 
@@ -48,9 +47,6 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
     p.add_argument("--quick", action="store_true", help="the CI plan: under 5 minutes on a CPU")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
-    p.add_argument(
-        "--threads", type=int, default=1, help="torch threads (default 1: tiny models gain nothing)"
-    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--gate", action="store_true", help="run the regression gates against --baseline")
     what.add_argument("--write-baseline", action="store_true", help="measure and write --baseline")
@@ -108,14 +104,12 @@ def say(msg: str) -> None:
 
 
 def run(args) -> int:
-    check_int("--threads", args.threads, 1)
     if args.tolerance is not None and not 0 <= args.tolerance < 1:
         raise LoopcertError(f"--tolerance must be in [0, 1), got {args.tolerance}")
     for name in ("tokens", "repeats"):
         if getattr(args, name) is not None:
             check_int(f"--{name}", getattr(args, name), 1)
     overrides = {k: getattr(args, k) for k in ("tokens", "repeats") if getattr(args, k) is not None}
-    torch.set_num_threads(args.threads)
     if args.serve_load:
         return run_serve_load(args)
     base = gates.read_baseline(args.baseline) if args.gate else None  # a missing baseline fails first
@@ -149,8 +143,9 @@ def run(args) -> int:
     res.stamp["seconds"] = time.perf_counter() - t0
     md = render(res)  # render before writing: a render error leaves both old files
     out = Path(args.out)
-    write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res.to_json())))
-    write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
+    with uninterrupted():  # both files or neither
+        write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res.to_json())))
+        write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0
 

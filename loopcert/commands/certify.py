@@ -11,11 +11,13 @@ import json
 import time
 from pathlib import Path
 
+from loopcert.commands.common import uninterrupted
 from proofs.certify import certify
 from refdec.io import write_atomic
 from reports.render import render_certificate
 
 HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"
+ON_INTERRUPT = "no certificate written, the previous one is left in place"
 DEFAULT_OUT = Path("reports") / "out"
 
 
@@ -70,7 +72,8 @@ def run(args) -> int:
     cert = certify(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
                    time_budget=args.time_budget)
     cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
-    md_path, json_path = write_reports(cert, args.out)
+    with uninterrupted():  # both files or neither
+        md_path, json_path = write_reports(cert, args.out)
     print(f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
           f"passed in {cert['stamp']['seconds']:.0f}s" + (f"; failed: {', '.join(cert['failed'])}"
                                                             if cert["failed"] else ""))

@@ -1,6 +1,10 @@
-"""Arguments shared by subcommands: model, device, dtype, prompt, sampling."""
+"""Arguments shared by subcommands: model, device, dtype, prompt, sampling, threads; and what
+every command does when it is interrupted."""
 
 from __future__ import annotations
+
+import contextlib
+import signal
 
 import torch
 
@@ -141,3 +145,59 @@ def decoder_from_args(args, model, max_batch: int = 1):
     config = config_from_args(args)
     return Decoder(model, config, device=args.device, fixed_width=args.fixed_width,
                    cuda_graphs=False if args.no_cuda_graphs else None, max_batch=max(max_batch, 1))
+
+
+# -- threads ----------------------------------------------------------------------------------------
+MAX_THREADS = 1024
+DEFAULT_THREADS = 1
+
+
+def add_threads_argument(p) -> None:
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch CPU threads for this run (default {DEFAULT_THREADS}: decoding steps on "
+                        "these models are too small to split, and on a busy 2-core machine more "
+                        "threads are ~40x slower; README 'Threads')")
+
+
+def apply_threads(args) -> None:
+    """The CLI owns its process, so it sets torch's thread count; the Python API never does."""
+    n = args.threads
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
+        raise LoopcertError(f"--threads must be an integer in [1, {MAX_THREADS}], got {n!r}")
+    torch.set_num_threads(n)
+
+
+# -- interruption -----------------------------------------------------------------------------------
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: a BaseException, so no `except Exception` (a check's guard) swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM raise Interrupted in the main thread: reports are written atomically
+    and only at the end, so unwinding leaves the previous report and no temporary file."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupted)
+
+
+@contextlib.contextmanager
+def uninterrupted():
+    """Hold SIGINT / SIGTERM while a report's files are replaced, so a signal never leaves a new
+    certificate.json beside an old certificate.md; the signal is acted on right after."""
+    pending: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _f: pending.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if pending:
+            raise Interrupted(pending[0])

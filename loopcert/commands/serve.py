@@ -12,11 +12,11 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import torch
-
 from loopcert.commands.common import (
     add_decoder_arguments,
     add_model_arguments,
+    add_threads_argument,
+    apply_threads,
     decode_text,
     decoder_from_args,
     encode_text,
@@ -26,6 +26,7 @@ from refdec.errors import LoopcertError
 from refdec.io import write_atomic
 
 HELP = "serve fastdec over an OpenAI-compatible /v1/completions API (pip install 'loopcert[serve]')"
+OWN_THREADS = True  # adds and applies the shared --threads itself (bench --serve-load reuses its parser)
 
 
 def add_arguments(p) -> None:
@@ -42,7 +43,7 @@ def add_arguments(p) -> None:
         action="store_true",
         help="decode each sequence alone even when the decoder has generate_batch",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads of the decode thread")
+    add_threads_argument(p)
     p.add_argument(
         "--ignore-request-seed",
         action="store_true",
@@ -58,15 +59,13 @@ def build_served(args):
     from loopcert.serve.scheduler import Scheduler
     from proofs.http_decoder import model_fingerprint
 
-    if args.threads < 1:
-        raise LoopcertError(f"--threads must be >= 1, got {args.threads}")
     if args.max_batch < 1 or args.max_waiting < 1:
         raise LoopcertError(
             f"--max-batch and --max-waiting must be >= 1, got {args.max_batch}, {args.max_waiting}"
         )
     if not 0 <= args.port < 65536:
         raise LoopcertError(f"--port must be in [0, 65535], got {args.port}")
-    torch.set_num_threads(args.threads)
+    apply_threads(args)
     model = load_from_args(args)
     decoder = decoder_from_args(args, model, max_batch=args.max_batch)
     fingerprint = model_fingerprint(model)

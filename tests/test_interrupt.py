@@ -1,0 +1,76 @@
+"""Interrupted runs (issue 15): SIGINT / SIGTERM during `certify` or `bench` leaves the previous
+report as it was (no partial file, no temporary file), prints one line saying what was
+interrupted, and exits 128 + the signal (130 / 143). A real `python -m loopcert` subprocess on a
+tiny model, signalled once its run has started."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from loopcert.commands.common import Interrupted, uninterrupted
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = {"certify": ("certificate.json", "certificate.md"), "bench": ("speedup.json", "speedup.md")}
+KEPT = {"certify": "no certificate written, the previous one is left in place",
+        "bench": "no report written, the previous one is left in place"}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def lines_of(stream, q: queue.Queue) -> None:
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+# Each command and each signal once in the default run (~9 s each, mostly imports); all four nightly.
+CASES = [("certify", signal.SIGINT), ("bench", signal.SIGTERM),
+         pytest.param("certify", signal.SIGTERM, marks=pytest.mark.slow),
+         pytest.param("bench", signal.SIGINT, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("command, sig", CASES)
+def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in REPORTS[command]:
+        (out / name).write_text(f"the previous {name}\n")
+    before = snapshot(out)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "loopcert", command, "tiny-raven", "--quick", "--out", str(out)]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=lines_of, args=(proc.stdout, q), daemon=True).start()
+    try:
+        first = q.get(timeout=120)  # the first progress line: models loaded, checks running
+        assert first is not None, proc.stderr.read()
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"loopcert {command}: interrupted by {signal.Signals(sig).name}; {KEPT[command]}"]
+    assert snapshot(out) == before  # the old report, byte for byte; no partial or temporary file
+
+
+def test_a_signal_while_a_report_is_written_waits_for_both_files():
+    done = []
+    with pytest.raises(Interrupted) as e, uninterrupted():
+        os.kill(os.getpid(), signal.SIGTERM)
+        done.append("json")  # the handler only noted the signal
+        done.append("md")
+    assert done == ["json", "md"] and e.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the caller's handler is back
