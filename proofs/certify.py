@@ -389,6 +389,17 @@ class CertifyRun:
         return check_speed("speed", self.candidates, baseline, model, prompts, work, self.say)
 
 
+def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
+    """Check name -> why it (or part of it) did not run: a skip is never silent (issue 15); the
+    verdict line, the certificate and the CLI's summary all name it."""
+    out = {}
+    for c in checks:
+        why = c.details.get("skipped")
+        if why:
+            out[c.name] = why if isinstance(why, str) else "; ".join(map(str, why))
+    return out
+
+
 def certify(model_name: str | None = None, decoder: str | None = None, device: str = "cpu",
             dtype="float32", mode: str = "quick", seed: int = 0,
             progress: Progress | None = None, time_budget: float | None = None) -> dict:
@@ -442,6 +453,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         "verdict": verdict_of(failed),
         "passed": not failed,
         "failed": failed,
+        "skipped": skipped_of(checks),
         "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
                   "R": run.R, "vocab_size": run.oracle.V, "settings": [c.label for c in run.candidates],
                   "default_depths": [d1, d2], "alpha": plan.alpha, "target_tv": plan.tv, "power": plan.power,

@@ -3,7 +3,7 @@
 `proofs.theorem1.check_theorem1_random` samples fixed random and adversarial families; here
 hypothesis' `target()` climbs P(both rejected)/eps2 (gated and ungated) and the Lemma's ratio,
 so the certificate reports the largest ratios a search aimed at breaking the bounds found.
-Hypothesis is a test dependency: without it the check is skipped, with that reason.
+Hypothesis is a runtime dependency (pyproject.toml): without it the check fails, saying why.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
         from hypothesis import HealthCheck, Phase, given, settings, target
         from hypothesis import seed as hyp_seed
         from hypothesis import strategies as st
-    except ImportError:
-        return CheckResult("theorem1_search", math.nan, 2.0, True,
-                           {"skipped": "hypothesis is not installed (pip install loopcert[test])"})
+    except ImportError as e:  # a runtime dependency (pyproject.toml): a broken install fails the check
+        return CheckResult("theorem1_search", math.nan, 2.0, False,
+                           {"error": f"hypothesis, a runtime dependency of loopcert, cannot be imported "
+                                     f"({e}); reinstall loopcert"})
     best = {k: -math.inf for k in KEYS}
     worst_rows: dict[str, dict] = {}
     failures: list[dict] = []

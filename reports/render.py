@@ -412,7 +412,8 @@ def render_certificate(cert: dict) -> str:
             f"**{cert['verdict']}**: {n_ok}/{len(checks)} checks passed for {s.get('decoder')} on "
             f"{s.get('model')} ({s.get('mode')} plan, {s.get('device')}, {s.get('dtype')}, "
             f"seed {s.get('seed')})"
-            + (f"; failed: {', '.join(cert['failed'])}." if cert["failed"] else "."))
+            + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
+            + "".join(f"; skipped: {name} ({why})" for name, why in cert.get("skipped", {}).items()) + ".")
     parts = [head, stamp_section(cert), summary_section(cert)]
     greedy = by(lambda n: n.startswith("greedy_"))
     if greedy:

@@ -77,5 +77,7 @@ def run(args) -> int:
     print(f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
           f"passed in {cert['stamp']['seconds']:.0f}s" + (f"; failed: {', '.join(cert['failed'])}"
                                                             if cert["failed"] else ""))
+    for name, why in cert.get("skipped", {}).items():
+        print(f"skipped: {name}: {why}")
     print(f"wrote {md_path} and {json_path}")
     return 0 if cert["passed"] else 1
