@@ -114,7 +114,7 @@ FULL_CASES = (
 )
 QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2, greedy_tokens=12,
              bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, tv=0.05,
-             sampling_budget_s=180.0, sampling_presets=False,
+             sampling_budget_s=270.0, sampling_presets=False,
              blackbox_mutant_samples=200, false_alarm=None, theorem1_random_cases=1000,
              theorem1_search_examples=200, trace_prompts=4, trace_positions=48,
              speed=BENCH_PLANS["quick"].grid)
