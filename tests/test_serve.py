@@ -7,9 +7,9 @@ import json
 import threading
 import time
 
-import httpx
 import pytest
 
+httpx = pytest.importorskip("httpx")  # the serve extra; tox's py env installs it
 openai = pytest.importorskip("openai")  # the test extra; tox's py env installs it
 pytest.importorskip("fastapi")  # the serve extra; tox's py env installs it too
 pytest.importorskip("uvicorn")
