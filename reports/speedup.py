@@ -252,7 +252,7 @@ def context_section(res: SpeedReport) -> str:
             fmt(r.gamma, 3),
             f"{fmt(r.step_cost_ratio, 3)}x",
             _x(r.predicted),
-            f"{r.kv_bytes_per_lane / r.weight_bytes:.3f}",
+            fmt(r.kv_over_weight_bytes, 3),
         ]
         for r in c.rows
     ]
@@ -318,8 +318,8 @@ def context_cause(res: SpeedReport) -> str:
             fmt(r.rest_factor, 3),
             f"{1e3 * r.fixed_1:.3f} / {1e3 * r.fixed_w:.3f} ms",
             f"{1e3 * r.recur_1:.3f} / {1e3 * r.recur_w:.3f} ms",
-            _pct((r.recur_w - r.fixed_w) / r.recur_w),
-            f"{fmt(r.recur_w_gather / r.recur_w, 3)}x",
+            _pct(r.cache_share),
+            f"{fmt(r.gather_over_view, 3)}x",
         ]
         for r in c.rows
     ]

@@ -95,6 +95,7 @@ class ContextRow:
     step_cost_ratio: float  # s: one recur call at W / one at width 1, at this context
     weight_bytes: int
     kv_bytes_per_lane: int
+    kv_over_weight_bytes: float  # A / Wb
     predicted: float  # the performance model, k / m
     of_model: float  # speedup / predicted = step_cost_factor * fill_factor * rejection_factor * rest_factor
     model_step_ratio: float  # m
@@ -108,6 +109,8 @@ class ContextRow:
     fixed_1: float  # one recur call at width 1 at a context of W positions: weights and overhead
     fixed_w: float  # ... at width W
     recur_w_gather: float  # the W-lane call at this context, keys/values gathered (copies), not viewed
+    cache_share: float  # (recur_w - fixed_w) / recur_w: the share of a W-lane step spent on the cache
+    gather_over_view: float  # recur_w_gather / recur_w
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ def context_sweep(
                 step_cost_ratio=s_ratio,
                 weight_bytes=pm.weight_bytes,
                 kv_bytes_per_lane=pm.kv_bytes_per_lane,
+                kv_over_weight_bytes=pm.kv_bytes_per_lane / pm.weight_bytes,
                 predicted=pm.predicted,
                 of_model=speedup / pm.predicted,
                 model_step_ratio=m_ratio,
@@ -208,6 +212,8 @@ def context_sweep(
                 fixed_1=fixed[("recur", 1)][c],
                 fixed_w=fixed[("recur", w)][c],
                 recur_w_gather=gather[("recur", w)][c],
+                cache_share=(cost[("recur", w)][c] - fixed[("recur", w)][c]) / cost[("recur", w)][c],
+                gather_over_view=gather[("recur", w)][c] / cost[("recur", w)][c],
             )
         )
         if progress:
