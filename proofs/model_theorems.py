@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from fastdec.accept import loopspec_law, total_variation
+from proofs.depth_profile import depth_profile
 from proofs.result import CheckResult
 from proofs.theorem1 import check_theorem1_cases
 from proofs.theorem2 import TV_FLOOR, best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
-from refdec.sampling import SamplingParams, transform
 
 BOUND_SLACK = 1e-9  # float64 rounding of averages
 
@@ -38,8 +38,8 @@ def traces(model64, prompts: Sequence[Sequence[int]], max_positions: int | None 
     """(R, P, V) float64 laws at temperature 1: depth r-1, every position of every prompt
     (at most max_positions of them, evenly spaced)."""
     R = model64.cfg.recurrence
-    laws = torch.cat([transform(model64.depth_logits(list(p), list(range(1, R + 1))), SamplingParams(1.0))
-                      for p in prompts], dim=1)  # (R, P, V)
+    _, laws = depth_profile(model64, [list(p) for p in prompts], list(range(1, R + 1)), R,
+                            keep_laws=True)  # (R, P, V): the one depth profile's laws
     P = laws.shape[1]
     if max_positions is not None and P > max_positions:
         laws = laws[:, torch.linspace(0, P - 1, max_positions).round().long()]

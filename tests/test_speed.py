@@ -153,7 +153,7 @@ def test_depth_spectrum_against_refdec(model):
     laws = transform(model.depth_logits(ids, [2, R])[:, -1], SamplingParams(temperature=1.0))
     tv = 0.5 * float((laws[0] - laws[1]).abs().sum())
     s1 = theorem2_vs_measured.depth_spectrum(model, PROMPTS[:1], [[7]])
-    assert s1.mean_tv[1] == pytest.approx(tv, rel=1e-12)
+    assert s1.mean_tv[1] == pytest.approx(tv, rel=1e-5, abs=1e-7)  # float32 model, SDPA vs refdec attention
 
 
 def _spectrum(mean_tv):

@@ -7,13 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import torch
-
+from proofs.depth_profile import depth_profile
 from proofs.speed.rows import GridRow
-from proofs.speed.timing import SAMPLING
 from proofs.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from refdec.errors import LoopcertError
-from refdec.sampling import transform
 
 
 @dataclass(frozen=True)
@@ -31,26 +28,17 @@ def depth_spectrum(
     model, prompts: Sequence[Sequence[int]], generated: Sequence[Sequence[int]]
 ) -> DepthSpectrum:
     """Per depth r = 1..R, over the decoded positions (the baseline's greedy tokens): mean
-    TV(p_r, p_R) at temperature 1 and the greedy agreement argmax p_r == argmax p_R.
-
-    Laws from refdec's uncached `depth_logits` (the oracle; float64 transform of its logits).
-    """
+    TV(p_r, p_R) at temperature 1 and the greedy agreement argmax p_r == argmax p_R, from the
+    one depth profile (proofs.depth_profile, refdec's block maths, float64 laws)."""
     R = model.cfg.recurrence
-    tvs, agree = [], []
-    for p, g in zip(prompts, generated):
-        if not g:
-            continue
-        ids = list(p) + list(g[:-1])  # position t's law predicts token t+1
-        lg = model.depth_logits(ids, list(range(1, R + 1)))[:, len(p) - 1 :]  # (R, n, V)
-        laws = transform(lg.cpu(), SAMPLING)
-        tvs.append(0.5 * (laws - laws[-1:]).abs().sum(-1))  # (R, n)
-        top = lg.argmax(-1)
-        agree.append((top == top[-1:]).double())
-    if not tvs:
+    pairs = [(p, g) for p, g in zip(prompts, generated) if g]
+    if not pairs:
         raise LoopcertError("depth spectrum: no decoded positions")
-    tv, ag = torch.cat(tvs, 1), torch.cat(agree, 1)
-    return DepthSpectrum(R, int(tv.shape[1]), 1.0, list(range(1, R + 1)), tv.mean(1).tolist(),
-                         tv.max(1).values.tolist(), ag.mean(1).tolist())
+    seqs = [list(p) + list(g[:-1]) for p, g in pairs]  # position t's law predicts token t+1
+    prof = depth_profile(model, seqs, list(range(1, R + 1)), R, starts=[len(p) - 1 for p, _ in pairs])
+    depths = list(prof.depths)
+    return DepthSpectrum(R, prof.n_positions, 1.0, depths, [prof.tv[r] for r in depths],
+                         [prof.max_tv[r] for r in depths], [prof.agree[r] for r in depths])
 
 
 @dataclass(frozen=True)
