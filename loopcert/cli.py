@@ -15,7 +15,7 @@ import sys
 from loopcert.commands import common
 from refdec.errors import LoopcertError
 
-COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve")
+COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve", "merge")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -74,12 +74,13 @@ def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
     return configs
 
 
-def user_candidate(spec: str) -> Candidate:
-    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/http_decoder.py)."""
+def user_candidate(spec: str, connect: bool = True) -> Candidate:
+    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/http_decoder.py; with
+    connect=False the server is reached only when a decoder is built)."""
     from proofs.http_decoder import http_factory, is_http_spec
 
     if is_http_spec(spec):
-        return Candidate(spec, http_factory(spec), {"decoder": spec}, own_model=True)
+        return Candidate(spec, http_factory(spec, connect), {"decoder": spec}, own_model=True)
     factory = load_factory(spec)
 
     def build(model):

@@ -45,6 +45,7 @@ from proofs.distribution import (
 )
 from proofs.false_alarm import check_false_alarm
 from proofs.greedy import check_greedy
+from proofs.http_decoder import model_fingerprint
 from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, depth_pairs, traces
 from proofs.oracle import Oracle
 from proofs.progress import Progress
@@ -52,10 +53,11 @@ from proofs.prompts import model_prompts
 from proofs.protocol import NotApplicable
 from proofs.reproducible import check_reproducible
 from proofs.result import CheckResult
+from proofs.shards import Shard, plan_hash
 from proofs.speed.check import check_speed
 from proofs.speed.report import PLANS as BENCH_PLANS
 from proofs.speed.timing import Workload
-from proofs.stamp import stamp
+from proofs.stamp import git_commit, stamp
 from proofs.theorem1 import check_theorem1_random
 from proofs.theorem1_search import check_theorem1_search
 from proofs.theorem2 import check_theorem2_published
@@ -142,6 +144,17 @@ class WorkUnit:
     budget_s: float  # its share of the sampling time budget
 
 
+@dataclass(frozen=True)
+class SamplingCheck:
+    label: str  # "sampling[<model>: <setting>]"
+    model: str
+    candidate: Candidate
+    why: str
+    budget_s: float
+    units: list[WorkUnit]
+    not_applicable: str | None = None
+
+
 def default_model_name() -> str:
     """"default" when the trained model is installed, else the tiny preset of its family."""
     try:
@@ -172,7 +185,7 @@ def pick_prompt(oracle: Oracle, prompts) -> tuple[int, ...]:
     return max(prompts, key=entropy)
 
 
-def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress) -> CheckResult:
+def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress, seconds: float = 0.0) -> CheckResult:
     """Run one check; any exception becomes a failed result naming it (never a crash that would
     leave no report: a check that cannot run has failed). Usage errors are all raised by
     `certify` before the first check starts, so none is swallowed here."""
@@ -182,7 +195,7 @@ def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress) -> Chec
         result = fn()
     except Exception as e:  # noqa: BLE001 - reported as a failed check (usage errors were raised before)
         result = CheckResult(name, math.nan, math.nan, False, {"error": f"{type(e).__name__}: {e}"})
-    seconds = time.perf_counter() - t0
+    seconds += time.perf_counter() - t0
     result = replace(result, details={**result.details, "seconds": seconds})
     progress(f"[{name}] {'pass' if result.passed else 'FAIL'} ({seconds:.1f}s)")
     return result
@@ -302,42 +315,65 @@ class CertifyRun:
                  f"({tally['samples_per_s']:.1f}/s, {how})")
         return {**tally, "unit": unit.id}
 
-    def sampling_checks(self) -> list[tuple[str, Callable[[], CheckResult]]]:
-        """One check per (model, setting): Holm across every view of its cases."""
+    def sampling_checks(self) -> list[SamplingCheck]:
+        """One check per (model, setting), each a list of work units (one per case) and an
+        assembly step: Holm across every view of its cases."""
         plan = self.sampling_plan()
         per_check = self.sampling_budget_s / max(1, sum(len(grid) for _, grid, _ in plan))
         out = []
         for name, grid, why in plan:
             for c in grid:
                 label = f"sampling[{name}: {c.label}]"
-
-                def check(c=c, label=label, name=name, why=why) -> CheckResult:
-                    s = self.sampling_setup(name)
-                    extra = {"model": name, "why_this_model": why, "budget_s": per_check}
-                    if c.own_model and name != self.model_name:
-                        why = f"{c.label} serves only its own model"
-                        return CheckResult(label, math.nan, math.nan, True, {**extra, "not_applicable": why})
-                    try:
-                        decoder = c.build(s["model"])
-                    except NotApplicable as e:
-                        if name == self.model_name:
-                            raise
-                        return CheckResult(label, math.nan, math.nan, True,
-                                           {**extra, "not_applicable": str(e) or "declined by the factory"})
-                    tallies, left = [], 0.0
-                    for unit in self.sampling_units(name, c.label, per_check):
-                        t0 = time.perf_counter()
-                        tallies.append(self.run_unit(unit, decoder, left))
-                        left = max(0.0, unit.budget_s + left - (time.perf_counter() - t0))
-                    r = evaluate(label, s["laws"], tallies, self.plan.target)
-                    extra["units"] = [t["unit"] for t in tallies]
-                    if s["model"].cfg.vocab_size >= 256:  # byte-level: show the prompt as text too
-                        extra["prompt_text"] = bytes(t for t in s["laws"][0].case.prompt if t < 256).decode(
-                            "utf-8", errors="replace")
-                    return replace(r, details={**r.details, **extra})
-
-                out.append((label, check))
+                na = None
+                if c.own_model and name != self.model_name:
+                    na = f"{c.label} serves only its own model"
+                units = [] if na else self.sampling_units(name, c.label, per_check)
+                out.append(SamplingCheck(label, name, c, why, per_check, units, na))
         return out
+
+    def sampling_decoder(self, check: SamplingCheck):
+        """The check's decoder, built once per process (a shard builds only those it samples)."""
+        key = ("decoder", check.label)
+        if key not in self._setups:
+            try:
+                self._setups[key] = check.candidate.build(self.sampling_setup(check.model)["model"])
+            except NotApplicable as e:
+                if check.model == self.model_name:
+                    raise
+                self._setups[key] = NotApplicable(str(e) or "declined by the factory")
+        return self._setups[key]
+
+    def sampling_unit_result(self, check: SamplingCheck, unit: WorkUnit) -> dict:
+        """A unit's raw result: its tally, or why it has none (declined, or an error)."""
+        try:
+            decoder = self.sampling_decoder(check)
+            if isinstance(decoder, NotApplicable):
+                return {"unit": unit.id, "not_applicable": str(decoder)}
+            t0 = time.perf_counter()
+            carry = self._setups.get(("carry", check.label), 0.0)
+            tally = self.run_unit(unit, decoder, carry)
+            spent = time.perf_counter() - t0
+            self._setups[("carry", check.label)] = max(0.0, unit.budget_s + carry - spent)
+            return tally
+        except Exception as e:  # noqa: BLE001 - the check fails naming it (usage errors were raised before)
+            return {"unit": unit.id, "unit_error": f"{type(e).__name__}: {e}"}
+
+    def sampling_result(self, check: SamplingCheck, raws: list[dict]) -> CheckResult:
+        """Assemble one sampling check from its units' raw results (any shard's)."""
+        extra = {"model": check.model, "why_this_model": check.why, "budget_s": check.budget_s}
+        na = check.not_applicable or next((r["not_applicable"] for r in raws if "not_applicable" in r), None)
+        if na:
+            return CheckResult(check.label, math.nan, math.nan, True, {**extra, "not_applicable": na})
+        err = next((r["unit_error"] for r in raws if "unit_error" in r), None)
+        if err:
+            return CheckResult(check.label, math.nan, math.nan, False, {**extra, "error": err})
+        s = self.sampling_setup(check.model)
+        r = evaluate(check.label, s["laws"], raws, self.plan.target)
+        extra["units"] = [t["unit"] for t in raws]
+        if s["model"].cfg.vocab_size >= 256:  # byte-level: show the prompt as text too
+            extra["prompt_text"] = bytes(t for t in s["laws"][0].case.prompt if t < 256).decode(
+                "utf-8", errors="replace")
+        return replace(r, details={**r.details, **extra})
 
     # -- 3b. reproducibility ---------------------------------------------------------------------
     def reproducible(self) -> CheckResult:
@@ -402,8 +438,14 @@ def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
 
 def certify(model_name: str | None = None, decoder: str | None = None, device: str = "cpu",
             dtype="float32", mode: str = "quick", seed: int = 0,
-            progress: Progress | None = None, time_budget: float | None = None) -> dict:
+            progress: Progress | None = None, time_budget: float | None = None,
+            shard: Shard | None = None, results: dict | None = None) -> dict:
     """Run every check of `mode` on the candidate; returns the certificate (JSON-able dict).
+
+    The run is a list of work units in plan order (`plan_units`). With `shard` it runs only the
+    shard's units and returns their raw results with the run's identity (proofs/shards.py);
+    with `results` (merged shards) it runs nothing and assembles the certificate from them,
+    through the same code as a single run.
 
     Usage errors (bad mode, dtype, seed, device, --decoder spec, model) raise LoopcertError
     before any check runs."""
@@ -424,28 +466,24 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
     model_name = model_name or default_model_name()
-    user = user_candidate(decoder) if decoder else None
+    user = user_candidate(decoder, connect=results is None) if decoder else None
     t_start = time.perf_counter()
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = str(dtype).replace("torch.", "")
+    what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
-        f"{device}, {dname}, seed {seed}")
+        f"{device}, {dname}, seed {seed}{what}")
     say("settings: " + "; ".join(c.label for c in run.candidates))
 
-    todo: list[tuple[str, Callable[[], CheckResult]]] = [("greedy_float64", run.greedy_float64)]
-    if run.model_dt is not None:
-        todo.append((f"greedy_{dname}", lambda: run.greedy_low(f"greedy_{dname}")))
-    todo.append(("bitwise_fixed_width", run.bitwise))
-    todo += run.sampling_checks()
-    todo.append(("reproducibility", run.reproducible))
-    todo.append(("mutation", run.mutation))
-    if plan.false_alarm:
-        todo.append(("false_alarm", run.false_alarm))
-    todo += [("theorem1_random", run.theorem1_random), ("theorem1_search", run.theorem1_search),
-             ("theorem1_traces", run.theorem1_traces),
-             ("theorem2_traces", run.theorem2_traces), ("theorem2_published", check_theorem2_published),
-             ("speed", run.speed)]
-    checks = [_guard(name, fn, say) for name, fn in todo]
+    units, assemble = plan_units(run, dname)
+    ident = identity(run, decoder, time_budget)
+    if results is None:
+        todo = [(uid, fn) for k, (uid, fn) in enumerate(units) if shard is None or shard.takes(k)]
+        results = {uid: fn() for uid, fn in todo}
+        if shard is not None:
+            return {"shard": [shard.index, shard.count], "identity": ident, "units": [u for u, _ in units],
+                    "results": results, "seconds": time.perf_counter() - t_start}
+    checks = [fn(results) for fn in assemble]
 
     failed = [c.name for c in checks if not c.passed]
     d1, d2 = default_depths(run.R)
@@ -457,10 +495,60 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
                   "R": run.R, "vocab_size": run.oracle.V, "settings": [c.label for c in run.candidates],
                   "default_depths": [d1, d2], "alpha": plan.alpha, "target_tv": plan.tv, "power": plan.power,
-                  "sampling_budget_s": run.sampling_budget_s,
+                  "sampling_budget_s": run.sampling_budget_s, "work_units": len(units),
                   "seconds": time.perf_counter() - t_start},
         "checks": [c.to_dict() for c in checks],
     }
+
+
+Unit = tuple[str, Callable[[], dict]]  # (stable id, run it -> raw JSON-able result)
+Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check
+
+
+def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]:
+    """The run's work units in plan order, and one assembly step per check (certificate order).
+
+    A sampling check is one unit per case (`sampling/<model>/<setting>/<case>`); every other
+    check is one unit (`check/<name>`) whose raw result is its CheckResult."""
+    units: list[Unit] = []
+    assemble: list[Assemble] = []
+
+    def whole(name: str, fn: Callable[[], CheckResult]) -> None:
+        uid = f"check/{name}"
+        units.append((uid, lambda: _guard(name, fn, run.say).to_dict()))
+        assemble.append(lambda res: CheckResult(**res[uid]))
+
+    whole("greedy_float64", run.greedy_float64)
+    if run.model_dt is not None:
+        whole(f"greedy_{dname}", lambda: run.greedy_low(f"greedy_{dname}"))
+    whole("bitwise_fixed_width", run.bitwise)
+    for chk in run.sampling_checks():
+        for u in chk.units:
+            units.append((u.id, lambda chk=chk, u=u: run.sampling_unit_result(chk, u)))
+
+        def sampled(res, chk=chk) -> CheckResult:
+            raws = [res[u.id] for u in chk.units]
+            t = sum(r.get("seconds", 0.0) for r in raws)
+            return _guard(chk.label, lambda: run.sampling_result(chk, raws), run.say, seconds=t)
+
+        assemble.append(sampled)
+    whole("reproducibility", run.reproducible)
+    whole("mutation", run.mutation)
+    if run.plan.false_alarm:
+        whole("false_alarm", run.false_alarm)
+    for name, fn in (("theorem1_random", run.theorem1_random), ("theorem1_search", run.theorem1_search),
+                     ("theorem1_traces", run.theorem1_traces), ("theorem2_traces", run.theorem2_traces),
+                     ("theorem2_published", check_theorem2_published), ("speed", run.speed)):
+        whole(name, fn)
+    return units, assemble
+
+
+def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) -> dict:
+    """What every shard of one run must share (proofs/shards.py IDENTITY)."""
+    return {"commit": git_commit(), "plan": run.plan.mode, "plan_hash": plan_hash(run.plan),
+            "model": run.model_name, "model_fingerprint": model_fingerprint(run.model64),
+            "seed": run.seed, "decoder": decoder or "fastdec", "device": run.device,
+            "dtype": str(run.dtype).replace("torch.", ""), "time_budget": time_budget}
 
 
 def verdict_of(failed: list[str]) -> str:

@@ -163,13 +163,17 @@ def is_http_spec(spec: str | None) -> bool:
     return isinstance(spec, str) and spec.startswith(("http://", "https://"))
 
 
-def http_factory(spec: str):
-    """--decoder http://HOST:PORT/v1 -> factory(model) that checks the server serves `model`."""
-    dec = HTTPDecoder(spec)
+def http_factory(spec: str, connect: bool = True):
+    """--decoder http://HOST:PORT/v1 -> factory(model) that checks the server serves `model`.
+
+    connect=True reaches the server now (an unreachable one is a usage error before any check);
+    False waits for the first build (`loopcert merge` assembles shards without a server)."""
+    decs: list[HTTPDecoder] = [HTTPDecoder(spec)] if connect else []
 
     def factory(model):
-        dec.check_model(model)
-        return dec
+        if not decs:
+            decs.append(HTTPDecoder(spec))
+        decs[0].check_model(model)
+        return decs[0]
 
-    factory.decoder = dec
     return factory

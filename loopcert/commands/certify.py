@@ -1,6 +1,8 @@
 """`loopcert certify`: run every check, write certificate.md and certificate.json.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error (loopcert/cli.py).
+With --shard i/n it runs the i-th of n deterministic parts of the plan's work units and writes
+their raw results to OUT/shard.json (exit 0); `loopcert merge` assembles the certificate.
 Both files are written atomically (refdec.io.write_atomic), and only once the whole run has
 finished: a run that crashes or is interrupted leaves the last report in place.
 """
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
 from proofs.certify import certify
+from proofs.shards import Shard, write_shard
 from refdec.io import write_atomic
 from reports.render import render_certificate
 
@@ -39,6 +42,11 @@ def add_arguments(p) -> None:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="cap on the sampling time (default: the plan's, quick 180 s, full 2400 s); a case "
                         "that cannot reach the plan's detectable TV in it fails as 'no power'")
+
+
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only the I-th of N parts of the plan's work units; write OUT/shard.json for "
+                        "`loopcert merge`")
 
 
 def command_line(args, model: str) -> str:
@@ -69,8 +77,15 @@ def run(args) -> int:
     def progress(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
+    shard = Shard.parse(args.shard) if args.shard is not None else None
     cert = certify(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
-                   time_budget=args.time_budget)
+                   time_budget=args.time_budget, shard=shard)
+    if shard is not None:
+        cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
+        path = write_shard(args.out, cert)
+        print(f"shard {shard}: {len(cert['results'])} of {len(cert['units'])} work units in "
+              f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)")
+        return 0
     cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
     with uninterrupted():  # both files or neither
         md_path, json_path = write_reports(cert, args.out)

@@ -1,0 +1,60 @@
+"""`loopcert merge`: assemble the certificate of a run split with `loopcert certify --shard i/n`.
+
+    loopcert merge DIR_1 ... DIR_n --out DIR
+
+Reads DIR_k/shard.json, refuses shards of different runs (commit, plan, model, seed, decoder,
+device, dtype, time budget: the shard and the field are named) and incomplete sets (missing
+shards named), then assembles the certificate from the shards' raw results with the same code
+as a single run (Holm across all cases of a check, one verdict) and writes certificate.md and
+certificate.json to --out, atomically. Exit status as certify's: 0 pass, 1 a check failed,
+2 a usage error (bad or incompatible shards).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from loopcert.commands.certify import DEFAULT_OUT, write_reports
+from proofs.certify import certify
+from proofs.shards import combine, read_shard
+
+HELP = "merge the shard folders of `loopcert certify --shard i/n` into one certificate"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("shards", nargs="+", metavar="DIR", help="the --out folders of the shard runs")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
+
+
+def run(args) -> int:
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    shards = [read_shard(Path(d)) for d in args.shards]
+    ident, results = combine(shards)
+    decoder = None if ident["decoder"] == "fastdec" else ident["decoder"]
+    cert = certify(
+        ident["model"],
+        decoder,
+        ident["device"],
+        ident["dtype"],
+        ident["plan"],
+        ident["seed"],
+        progress,
+        time_budget=ident["time_budget"],
+        results=results,
+    )
+    cert["stamp"]["command"] = shards[0].get("command")
+    cert["stamp"]["merged_from"] = [s["_folder"] for s in sorted(shards, key=lambda s: s["shard"][0])]
+    cert["stamp"]["seconds"] = sum(s.get("seconds", 0.0) for s in shards) + cert["stamp"]["seconds"]
+    md_path, json_path = write_reports(cert, args.out)
+    print(
+        f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
+        f"passed, merged from {len(shards)} shards"
+        + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
+    )
+    print(f"wrote {md_path} and {json_path}")
+    return 0 if cert["passed"] else 1
