@@ -258,6 +258,20 @@ def test_scheduler_batches_what_waits_whatever_its_sampling():
     assert [j.batch_size for j in jobs] == [4, 4, 4, 4, 3, 3, 3, 2, 2]
 
 
+@pytest.mark.parametrize("window_s,rounds", [(2.0, [[0, 1]]), (0.0, [[0], [1]])])
+def test_batch_window_fills_a_round(window_s, rounds):
+    """A job that arrives within the window joins the round; without a window the first job is
+    decoded alone (the second arrives 0.2 s later, long after the instant fake decode)."""
+    dec = FakeBatchDecoder()
+    sch = Scheduler(dec, max_batch=4, window_s=window_s)
+    sch.start()
+    sch.submit([Job([1], 2, SamplingParams(), seed=0)])
+    time.sleep(0.2)
+    sch.submit([Job([1], 2, SamplingParams(), seed=1)])
+    _drain(sch, 2)
+    assert dec.calls == rounds
+
+
 def test_scheduler_drops_cancelled_waiting_jobs_and_isolates_errors():
     class Flaky(FakeBatchDecoder):
         def generate_batch(self, *a, **k):

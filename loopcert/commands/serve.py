@@ -38,6 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: MODEL)")
     p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together in one round")
     p.add_argument("--max-waiting", type=int, default=4096, help="sequences queued before HTTP 503")
+    p.add_argument("--batch-window-ms", type=float, default=10.0,
+                   help="wait up to this long for more requests before starting a round (0: never)")
     p.add_argument(
         "--no-batch",
         action="store_true",
@@ -103,6 +105,7 @@ def build_served(args):
         max_waiting=args.max_waiting,
         ignore_seed=args.ignore_request_seed,
         use_batch=False if args.no_batch else None,
+        window_s=args.batch_window_ms / 1000,
     )
     return Served(
         args.served_model_name or args.model,

@@ -6,6 +6,9 @@ share its `Decoder.generate_batch` call, up to `max_batch`, and decodes them tog
 generate_batch takes a prompt, max_new_tokens, SamplingParams and seed per sequence but one
 EOS and one keep_logits, so a round groups jobs by (EOS, logprobs wanted) only.
 
+A round starts when `max_batch` jobs wait or `window_s` after the decode thread found the
+first one (default 10 ms in `loopcert serve --batch-window-ms`), whichever comes first.
+
 Granularity, precisely: a request joins the running batch at the next ROUND, not the next
 engine step. `Decoder.generate_batch` decodes a whole batch to completion in one call, so a
 request that arrives while a round runs waits for that round to end (at most the round's
@@ -73,10 +76,14 @@ class Scheduler:
         max_waiting: int = 4096,
         ignore_seed: bool = False,
         use_batch: bool | None = None,
+        window_s: float = 0.0,
     ):
         if max_batch < 1 or max_waiting < 1:
             raise LoopcertError(f"max_batch and max_waiting must be >= 1, got {max_batch}, {max_waiting}")
+        if not 0 <= window_s < 10:
+            raise LoopcertError(f"the batch window must be in [0, 10) seconds, got {window_s}")
         self.decoder, self.max_batch, self.max_waiting = decoder, max_batch, max_waiting
+        self.window_s = window_s
         self.ignore_seed = ignore_seed
         batch_fn = getattr(decoder, "generate_batch", None)
         self.has_batch = callable(batch_fn) if use_batch is None else bool(use_batch and callable(batch_fn))
@@ -154,6 +161,14 @@ class Scheduler:
             with self._cond:
                 while not self._waiting and not self._stop:
                     self._cond.wait()
+                # the batch window: clients answered by the last round send their next requests
+                # within milliseconds; waiting for them fills the round instead of decoding 1
+                deadline = time.perf_counter() + self.window_s
+                while len(self._waiting) < self.max_batch and not self._stop:
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 if self._stop:
                     return
                 group = self._take_round()
