@@ -13,6 +13,7 @@ import proofs.certify as certify_mod
 from loopcert.cli import main
 from proofs.certify import CertifyPlan
 from proofs.shards import Shard
+from proofs.speed.timing import Workload
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
@@ -36,9 +37,7 @@ SHARD_PLAN = CertifyPlan(
     theorem1_search_examples=20,
     trace_prompts=2,
     trace_positions=16,
-    speed_prompts=1,
-    speed_tokens=4,
-    speed_repeats=1,
+    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_names=("always-accept",),
 )
 TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}
