@@ -40,7 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=0, help="base seed of every sampled check")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="cap on the sampling time (default: the plan's, quick 180 s, full 2400 s); a case "
+                   help="cap on the sampling time (default: the plan's, quick 270 s, full 2400 s); a case "
                         "that cannot reach the plan's detectable TV in it fails as 'no power'")
 
 

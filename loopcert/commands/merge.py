@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 from loopcert.commands.certify import DEFAULT_OUT, write_reports
+from loopcert.commands.common import uninterrupted
 from proofs.certify import certify
 from proofs.shards import combine, read_shard
 
 HELP = "merge the shard folders of `loopcert certify --shard i/n` into one certificate"
+ON_INTERRUPT = "no certificate written, the previous one is left in place"
 
 
 def add_arguments(p) -> None:
@@ -50,11 +52,14 @@ def run(args) -> int:
     cert["stamp"]["command"] = shards[0].get("command")
     cert["stamp"]["merged_from"] = [s["_folder"] for s in sorted(shards, key=lambda s: s["shard"][0])]
     cert["stamp"]["seconds"] = sum(s.get("seconds", 0.0) for s in shards) + cert["stamp"]["seconds"]
-    md_path, json_path = write_reports(cert, args.out)
+    with uninterrupted():  # both files or neither
+        md_path, json_path = write_reports(cert, args.out)
     print(
         f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
         f"passed, merged from {len(shards)} shards"
         + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
     )
+    for name, why in cert.get("skipped", {}).items():
+        print(f"skipped: {name}: {why}")
     print(f"wrote {md_path} and {json_path}")
     return 0 if cert["passed"] else 1
