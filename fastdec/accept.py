@@ -43,6 +43,7 @@ import torch
 
 from refdec.errors import LoopcertError
 from refdec.sampling import draw_uniform, sample, sample_from
+from refdec.validate import is_number
 
 RESIDUAL_TOL = 1e-15  # a residual of mass <= this is treated as empty (see module docstring)
 # Catches a gross error (logits, an unnormalised vector) only. The rules are exact for laws
@@ -113,7 +114,7 @@ def _uniforms(rng: torch.Generator | Sequence[float]) -> Iterator[float]:
             yield draw_uniform(rng)
     used = 0
     for u in rng:
-        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 <= u < 1.0:
+        if not is_number(u, 0, 1, high_open=True):
             raise LoopcertError(f"uniforms[{used}] must be a float in [0, 1), got {u!r}")
         used += 1
         yield float(u)

@@ -65,7 +65,7 @@ from refdec.config import TINY_PRESETS
 from refdec.errors import LoopcertError
 from refdec.io import parse_dtype
 from refdec.sampling import SamplingParams
-from refdec.validate import check_int
+from refdec.validate import check_int, check_number
 
 FALLBACK_MODEL = "tiny-raven"
 NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
@@ -460,9 +460,8 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
                             f"got {seed!r}")
     if not (device == "cpu" or device.startswith("cuda")):
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
-    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
-                                    or not 0 < time_budget < math.inf):
-        raise LoopcertError(f"--time-budget must be a number of seconds > 0, got {time_budget!r}")
+    if time_budget is not None:
+        check_number("--time-budget (seconds)", time_budget, 0, low_open=True)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
     model_name = model_name or default_model_name()

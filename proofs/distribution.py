@@ -29,6 +29,7 @@ from proofs.result import CheckResult
 from proofs.sampler import draw
 from proofs.stats import chisquare_gof, detectable_tv, holm, required_samples
 from proofs.views import Case, CaseLaw, View, case_law
+from refdec.validate import check_number
 
 __all__ = ["Case", "Target", "case_law", "check_distribution", "evaluate", "planned_samples"]
 
@@ -48,11 +49,7 @@ class Target:
 
     def __post_init__(self):
         for name in ("tv", "power", "alpha"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-                from refdec.errors import LoopcertError
-
-                raise LoopcertError(f"Target.{name} must be in (0, 1), got {v!r}")
+            check_number(f"Target.{name}", getattr(self, name), 0, 1, low_open=True, high_open=True)
 
 
 def alpha_per_test(laws: Sequence[CaseLaw], target: Target) -> float:

@@ -28,7 +28,7 @@ from proofs.oracle import Oracle
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
-from refdec.validate import is_int
+from refdec.validate import check_number, is_int
 
 TARGET_FILTERS = ("temperature", "top_k", "top_p")
 ROUNDINGS = ("bfloat16", "int8")
@@ -71,8 +71,7 @@ class Bugs:
                                 f"got {self.target_missing!r}")
         if self.score_depth is not None and not is_int(self.score_depth, 1):
             raise LoopcertError(f"Bugs.score_depth must be a depth >= 1, got {self.score_depth!r}")
-        if not math.isfinite(self.greedy_near_miss) or self.greedy_near_miss < 0:
-            raise LoopcertError(f"Bugs.greedy_near_miss must be >= 0, got {self.greedy_near_miss!r}")
+        check_number("Bugs.greedy_near_miss", self.greedy_near_miss, 0)
         if self.draft_rounding not in (None, *ROUNDINGS):
             raise LoopcertError(f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, "
                                 f"got {self.draft_rounding!r}")

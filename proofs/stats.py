@@ -15,7 +15,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from refdec.errors import LoopcertError
-from refdec.validate import check_int
+from refdec.validate import check_int, check_number
 
 PROB_SUM_TOL = 1e-6  # expected laws must sum to 1 within this; they are then renormalised
 EXACT_SPLIT_MAX_BINS = 20  # up to 2^20 subset sums for the exact kappa in `detectable_tv`
@@ -34,9 +34,7 @@ def _probs(name: str, p: Sequence[float]) -> np.ndarray:
 
 
 def _level(name: str, x: float) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 < x < 1.0:
-        raise LoopcertError(f"{name} must be in (0, 1), got {x!r}")
-    return float(x)
+    return check_number(name, x, 0, 1, low_open=True, high_open=True)
 
 
 def chisquare_gof(
@@ -185,8 +183,7 @@ def required_samples(
     tv: float, bin_probs: Sequence[float], alpha: float, power: float = 0.99
 ) -> int:
     """Smallest N with detectable_tv(N, bin_probs, alpha, power) <= tv (same model and bound)."""
-    if isinstance(tv, bool) or not isinstance(tv, (int, float)) or not 0.0 < tv <= 1.0:
-        raise LoopcertError(f"tv must be in (0, 1], got {tv!r}")
+    check_number("tv", tv, 0, 1, low_open=True)
     alpha, power = _level("alpha", alpha), _level("power", power)
     if power <= alpha:
         raise LoopcertError(f"power must exceed alpha, got power={power!r}, alpha={alpha!r}")

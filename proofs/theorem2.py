@@ -12,7 +12,6 @@ gives d1^(alpha^2+alpha+1) = (alpha beta)^(alpha+1) (2 alpha R), hence the close
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
-from refdec.validate import check_int
+from refdec.validate import check_int, check_number
 
 PUBLISHED = {"alpha": 1.03, "beta": 0.175, "R": 32, "d1": 1.26, "d2": 8.85, "measured_best": (2, 8)}
 PUBLISHED_TOL = 0.01  # the paper prints two decimals
@@ -31,11 +30,7 @@ TV_FLOOR = 1e-9
 
 
 def _positive(name: str, x: float) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)):
-        raise LoopcertError(f"{name} must be a number, got {x!r}")
-    if not (math.isfinite(x) and x > 0):
-        raise LoopcertError(f"{name} must be finite and > 0, got {x!r}")
-    return float(x)
+    return check_number(name, x, 0, low_open=True)
 
 
 def expected_cost(d1: float, d2: float, alpha: float, beta: float, R: float) -> float:

@@ -37,7 +37,7 @@ from refdec.config import PRESETS, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
-from refdec.validate import check_int, is_int
+from refdec.validate import check_int, is_int, is_number
 
 LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo")
 LAYOUT_OF_BLOCK = {"ouro": "ouro", "sandwich": "huginn", "prenorm": "retro-llama", "postnorm": "retro-olmo"}
@@ -86,7 +86,7 @@ class Fields:
 
     def num(self, *names: str) -> float:
         name, v = self.first(*names)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        if not is_number(v, 0, low_open=True):
             self.bad(name, f"must be a finite number > 0, got {v!r}")
         return float(v)
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from refdec.errors import LoopcertError
-from refdec.validate import is_int
+from refdec.validate import is_int, is_number
 
 FAMILIES = ("ouro", "raven")
 # Block layouts (MODELS.md):
@@ -104,11 +104,9 @@ class ModelConfig:
         if self.head_dim % 2:
             bad("head_dim", "must be even (RoPE rotates pairs)")
         for name in ("rope_theta", "norm_eps", "embed_scale"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            if not is_number(getattr(self, name), 0, low_open=True):
                 bad(name, "must be a finite number > 0")
-        scale = self.init_scale
-        if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale < 0:
+        if not is_number(self.init_scale, 0):
             bad("init_scale", "must be a finite number >= 0")
         if self.family == "ouro":
             if self.n_prelude or self.n_coda:

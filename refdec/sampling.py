@@ -11,13 +11,12 @@ nucleus, never "all tokens tied with the k-th".
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from refdec.errors import LoopcertError
-from refdec.validate import is_int
+from refdec.validate import check_number, is_int
 
 
 @dataclass(frozen=True)
@@ -27,17 +26,12 @@ class SamplingParams:
     top_p: float | None = None  # keep the smallest prefix with mass >= top_p
 
     def __post_init__(self):
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise LoopcertError(f"temperature must be a finite number >= 0, got {t!r}")
+        check_number("temperature", self.temperature, 0)
         k = self.top_k
         if k is not None and not is_int(k, 1):
             raise LoopcertError(f"top_k must be an integer >= 1 or None, got {k!r}")
-        p = self.top_p
-        if p is not None and (
-            isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0)
-        ):
-            raise LoopcertError(f"top_p must be in (0, 1] or None, got {p!r}")
+        if self.top_p is not None:
+            check_number("top_p", self.top_p, 0, 1, low_open=True)
 
     @property
     def greedy(self) -> bool:

@@ -57,7 +57,7 @@ from refdec.files import write_atomic
 from refdec.io import DEFAULT_MODEL_DIR, save_model
 from refdec.layers import rope_tables
 from refdec.model import LoopedLM
-from refdec.validate import is_int
+from refdec.validate import is_int, is_number
 
 DEFAULT_DIR = DEFAULT_MODEL_DIR
 DEFAULT_CKPT = Path("/tmp/loopcert-train")
@@ -146,12 +146,14 @@ class TrainConfig:
             if not is_int(v, 1):
                 raise LoopcertError(f"TrainConfig.{name}={v!r} (--{name.replace('_', '-')}): "
                                     "must be an integer >= 1")
-        if self.max_minutes is not None and not self.max_minutes > 0:
-            raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be > 0")
-        if not self.mean_depth >= 1:
-            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): must be >= 1")
-        if not self.depth_sigma >= 0:
-            raise LoopcertError(f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be >= 0")
+        if self.max_minutes is not None and not is_number(self.max_minutes, 0, low_open=True):
+            raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be a finite number > 0")
+        if not is_number(self.mean_depth, 1):
+            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): "
+                                "must be a finite number >= 1")
+        if not is_number(self.depth_sigma, 0):
+            raise LoopcertError(f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be a "
+                                "finite number >= 0")
         if not is_int(self.aux_max_depth, 0):
             raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
         cfg = CONFIGS[self.model]
@@ -176,7 +178,8 @@ class TrainConfig:
         object.__setattr__(self, "seq_schedule", sched)
         if sched:
             froms = [f for f, _ in sched]
-            if froms[0] != 0.0 or froms != sorted(froms) or not all(0 <= f < 1 for f in froms):
+            in_range = all(is_number(f, 0, 1, high_open=True) for f in froms)
+            if not in_range or froms[0] != 0.0 or froms != sorted(froms):
                 raise LoopcertError(f"TrainConfig.seq_schedule={sched!r} (--seq-schedule): progress points "
                                     "must start at 0 and increase within [0, 1)")
             for _, t in sched:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
+from refdec.validate import check_int, check_number
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,12 @@ class LoadPlan:
     base_seed: int = 1000
 
     def __post_init__(self):
-        if self.clients < 1 or self.seconds <= 0 or self.max_requests < 1 or self.max_tokens < 1:
-            raise LoopcertError(
-                f"bad load plan {self}: clients, seconds, max_requests, max_tokens must be > 0"
-            )
+        for name in ("clients", "max_requests", "max_tokens"):
+            check_int(f"LoadPlan.{name}", getattr(self, name), 1)
+        check_int("LoadPlan.base_seed", self.base_seed, 0)
+        check_number("LoadPlan.seconds", self.seconds, 0, low_open=True)
+        check_number("LoadPlan.temperature", self.temperature, 0)
+        check_number("LoadPlan.top_p", self.top_p, 0, 1, low_open=True)
 
     @property
     def sampling(self) -> SamplingParams:
