@@ -90,9 +90,13 @@ class Stats:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
     def as_dict(self) -> dict:
+        """The fields, then every derived figure (each property of the class)."""
         d = dataclasses.asdict(self)
-        for name in ("rejections", "acceptance_rate", "mean_accepted_length", "gamma", "gate_open_rate",
-                     "mean_live_lanes", "rewind_hit_rate", "tokens_per_s", "decode_tokens",
-                     "decode_seconds", "decode_tokens_per_s"):
+        for name in DERIVED:
             d[name] = getattr(self, name)
         return d
+
+
+# The derived figures, in definition order: every property of Stats (a new one is reported by
+# as_dict with no list to update).
+DERIVED = tuple(name for name, v in vars(Stats).items() if isinstance(v, property))

@@ -181,5 +181,9 @@ def test_stats_rates():
     assert (s.gate_open_rate, s.mean_live_lanes, s.rewind_hit_rate) == (0.4, 3.0, 2 / 3)
     d = s.as_dict()
     assert d["gamma"] == s.gamma and d["tokens"] == 10 and "steps_per_width" in d
+    # every public figure of a Stats is in as_dict, with its value (found here by dir(), not from
+    # the class's own list)
+    public = {n for n in dir(s) if not n.startswith("_") and not callable(getattr(s, n))}
+    assert set(d) == public and all(d[n] == getattr(s, n) for n in public)
     empty = Stats("autoregressive", depth=4)
     assert (empty.gamma, empty.acceptance_rate, empty.rewind_hit_rate) == (0.0, 0.0, 0.0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fastdec import Decoder, Stats
+from fastdec.stats import DERIVED
 from proofs.progress import Progress
 from proofs.protocol import tokens_of
 from refdec.errors import LoopcertError
@@ -35,9 +36,10 @@ SAMPLING = SamplingParams(temperature=1.0)
 # setting, and peak_lanes is a maximum, not a sum.
 COUNTS = tuple(f.name for f in dataclasses.fields(Stats) if f.type == "int" and f.name not in ("depth",
                                                                                                "peak_lanes"))
-# The decode-time figures of a Stats: timings live in the round lists, not in the counts.
-TIMINGS = ("seconds", "prefill_seconds", "cpu_seconds", "prefill_cpu_seconds", "decode_seconds",
-           "tokens_per_s", "decode_tokens_per_s")
+# The timings of a Stats (fields and derived figures, by suffix): they live in the round lists,
+# not in the counts.
+TIMINGS = tuple(name for name in (*(f.name for f in dataclasses.fields(Stats)), *DERIVED)
+                if name.endswith(("seconds", "_per_s")))
 
 
 @dataclass(frozen=True)
