@@ -68,17 +68,9 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
     """Token-id prompt, seed, n=2, top_k/top_p, logprobs: choice i is generate(seed + i)."""
     model, dec = local
     prompt = list(b"import ")
-    out = client.completions.create(
-        model="default",
-        prompt=prompt,
-        max_tokens=8,
-        temperature=0.9,
-        top_p=0.95,
-        seed=11,
-        n=2,
-        logprobs=2,
-        extra_body={"top_k": 20},
-    )
+    kw = dict(model="default", prompt=prompt, max_tokens=8, temperature=0.9, top_p=0.95, seed=11, n=2,
+              extra_body={"top_k": 20})
+    out = client.completions.create(**kw, logprobs=2)
     sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.95)
     for i, choice in enumerate(out.choices):
         ext = out.model_extra["loopcert"]["choices"][i]
@@ -87,16 +79,7 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
         lp = choice.logprobs
         assert len(lp.token_logprobs) == 8 and all(v <= 0 for v in lp.token_logprobs)
         assert all(len(top) <= 2 for top in lp.top_logprobs)
-    again = client.completions.create(
-        model="default",
-        prompt=prompt,
-        max_tokens=8,
-        temperature=0.9,
-        top_p=0.95,
-        seed=11,
-        n=2,
-        extra_body={"top_k": 20},
-    )
+    again = client.completions.create(**kw)  # the same request without logprobs: the same text
     assert [c.text for c in again.choices] == [c.text for c in out.choices]
 
 
