@@ -120,11 +120,21 @@ def error_lines(c: dict) -> str:
     return f"\n\nThe check could not run: `{c['details']['error']}`" if "error" in c["details"] else ""
 
 
+def heading(c: dict, title: str) -> str:
+    return f"{title}: {verdict(c['passed'])}"
+
+
+def stopped(c: dict, title: str, needs: str) -> str | None:
+    """The whole section of a check that stopped before it measured `needs` (a key its details
+    lack): the heading and the error it stopped on. None when the check ran."""
+    return None if needs in c["details"] else heading(c, title) + error_lines(c)
+
+
 def greedy_section(c: dict) -> str:
-    d = c["details"]
-    if "runs" not in d:
-        return f"### {c['name']}: {verdict(c['passed'])}" + error_lines(c)
-    out = [f"### {c['name']}: {verdict(c['passed'])}",
+    d, title = c["details"], f"### {c['name']}"
+    if short := stopped(c, title, "runs"):
+        return short
+    out = [heading(c, title),
            f"{d['real_bugs']} real bug(s), {d['numerical_ties']} numerical tie(s) over "
            f"{len(d['runs'])} model x setting runs of {d['tokens_per_prompt']} tokens per prompt. "
            "A divergence "
@@ -150,9 +160,9 @@ def bitwise_section(c: dict) -> str:
     d = c["details"]
     if d.get("skipped"):
         return f"### {c['name']}: skipped\n\n{d['skipped']}"
-    if "runs" not in d:
-        return f"### {c['name']}: {verdict(c['passed'])}" + error_lines(c)
-    out = [f"### {c['name']}: {verdict(c['passed'])}",
+    if short := stopped(c, f"### {c['name']}", "runs"):
+        return short
+    out = [heading(c, f"### {c['name']}"),
            f"Greedy tokens of each strategy vs fastdec's autoregressive baseline, every engine call at width "
            f"W={d['width']}, {d['dtype']}, {d['tokens_per_prompt']} tokens per prompt; bitwise equality "
            "required (no tie excuse).",
@@ -244,13 +254,13 @@ def sampling_section(checks: list[dict]) -> str:
 
 def mutation_section(c: dict) -> str:
     d = c["details"]
-    if "rows" not in d:
-        return f"## Mutation power: {verdict(c['passed'])}" + error_lines(c)
+    if short := stopped(c, "## Mutation power", "rows"):
+        return short
     rule = ("every mutant must be rejected" if d.get("require_all") else
             "every mutant whose binned TV shift reaches its view's detectable TV must be rejected; the "
             "others "
             "are reported as below this plan's power")
-    out = [f"## Mutation power: {verdict(c['passed'])}",
+    out = [heading(c, "## Mutation power"),
            f"{len(d['rows']) - sum(r['control'] for r in d['rows'])} wrong decoders and "
            f"{sum(r['control'] for r in d['rows'])} lossless controls, on {d['model']} "
            + (f"({d['why_this_model']}) " if d.get("why_this_model") else "") +
@@ -274,8 +284,8 @@ def mutation_section(c: dict) -> str:
 
 def false_alarm_section(c: dict) -> str:
     d = c["details"]
-    if "replicates" not in d:
-        return f"## False-alarm rate: {verdict(c['passed'])}" + error_lines(c)
+    if short := stopped(c, "## False-alarm rate", "replicates"):
+        return short
     second = d.get("second_level") or {}
     rows = [[fmt(d["alpha"]), d["rejections"], fmt(c["measured"]), fmt(d["rate_ci95"]),
              fmt(d["binomial_tail_p"])]]
@@ -284,7 +294,7 @@ def false_alarm_section(c: dict) -> str:
                      fmt(second["rate_ci95"]),
                      fmt(second["binomial_tail_p"])])
     return "\n\n".join([
-        f"## False-alarm rate: {verdict(c['passed'])}",
+        heading(c, "## False-alarm rate"),
         f"{d['decoder']} on {d['model']}, cases {d['case']}, N per case {fmt(d['n_samples'])} (the plan's): "
         f"{d['replicates']} independent sampling checks ({d.get('how', 'sampled')}).",
         table(rows, ["level", "rejections", "rate", "95% CI (Clopper-Pearson)",
@@ -361,8 +371,8 @@ def theorem2_section(traces: dict | None, published: dict | None) -> str:
 
 def speed_section(c: dict) -> str:
     d = c["details"]
-    if "rows" not in d:
-        return f"## Speed: {verdict(c['passed'])}" + error_lines(c)
+    if short := stopped(c, "## Speed", "rows"):
+        return short
     out = ["## Speed",
            f"Greedy, {d['prompts']} prompt(s) x {d['tokens_per_prompt']} tokens, "
            f"{d['repeats']} interleaved rounds after a warm-up, {d['device']} {d['dtype']}, "
@@ -378,9 +388,9 @@ def speed_section(c: dict) -> str:
 
 def reproducibility_section(c: dict) -> str:
     d = c["details"]
-    if "runs" not in d:
-        return f"## Reproducibility: {verdict(c['passed'])}" + error_lines(c)
-    out = [f"## Reproducibility: {verdict(c['passed'])}",
+    if short := stopped(c, "## Reproducibility", "runs"):
+        return short
+    out = [heading(c, "## Reproducibility"),
            f"Each setting decodes {d['tokens']} tokens at T={d['temperature']:g} twice with each of the "
            f"seeds {fmt(d['seeds'])}, one request after another; both runs must give the same tokens. "
            "A decoder that fails only this check samples from a law the other checks judged, but its "
@@ -396,7 +406,7 @@ def reproducibility_section(c: dict) -> str:
 
 
 def generic_section(c: dict) -> str:
-    return (f"## {c['name']}: {verdict(c['passed'])}\n\n"
+    return (heading(c, f"## {c['name']}") + "\n\n"
             f"measured {fmt(c['measured'])}, bound {fmt(c['bound'])}" + error_lines(c))
 
 
