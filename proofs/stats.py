@@ -141,6 +141,17 @@ def _kappa(bin_probs: np.ndarray) -> float:
     return float((1.0 / (sums * (1.0 - sums))).min())
 
 
+def _power_model(bin_probs: Sequence[float], alpha: float, power: float) -> tuple[np.ndarray, float | None]:
+    """detectable_tv's and required_samples' shared inputs: the bins with mass, and lambda*, the
+    noncentrality the test needs at this level and power (None with fewer than 2 bins)."""
+    alpha, power = _level("alpha", alpha), _level("power", power)
+    if power <= alpha:
+        raise LoopcertError(f"power must exceed alpha, got power={power!r}, alpha={alpha!r}")
+    p = _probs("bin_probs", bin_probs)
+    p = p[p > 0]
+    return p, (_noncentrality_needed(p.size - 1, alpha, power) if p.size >= 2 else None)
+
+
 def detectable_tv(
     n_samples: int, bin_probs: Sequence[float], alpha: float, power: float = 0.99
 ) -> float:
@@ -167,14 +178,9 @@ def detectable_tv(
     any law has from p (all mass on the least likely bin): then no deviation is guaranteed.
     """
     check_int("n_samples", n_samples, 1)
-    alpha, power = _level("alpha", alpha), _level("power", power)
-    if power <= alpha:
-        raise LoopcertError(f"power must exceed alpha, got power={power!r}, alpha={alpha!r}")
-    p = _probs("bin_probs", bin_probs)
-    p = p[p > 0]
-    if p.size < 2:
+    p, lam = _power_model(bin_probs, alpha, power)
+    if lam is None:
         return math.inf
-    lam = _noncentrality_needed(p.size - 1, alpha, power)
     delta = math.sqrt(lam / (int(n_samples) * _kappa(p)))
     return delta if delta <= 1.0 - float(p.min()) else math.inf
 
@@ -184,14 +190,9 @@ def required_samples(
 ) -> int:
     """Smallest N with detectable_tv(N, bin_probs, alpha, power) <= tv (same model and bound)."""
     check_number("tv", tv, 0, 1, low_open=True)
-    alpha, power = _level("alpha", alpha), _level("power", power)
-    if power <= alpha:
-        raise LoopcertError(f"power must exceed alpha, got power={power!r}, alpha={alpha!r}")
-    p = _probs("bin_probs", bin_probs)
-    p = p[p > 0]
-    if p.size < 2:
+    p, lam = _power_model(bin_probs, alpha, power)
+    if lam is None:
         raise LoopcertError("bin_probs has fewer than 2 bins with mass: no sample size has power")
-    lam = _noncentrality_needed(p.size - 1, alpha, power)
     return max(1, math.ceil(lam / (_kappa(p) * tv * tv)))
 
 
