@@ -16,7 +16,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from refdec import checkpoints
-from refdec.checkpoints import check_finite, check_header, check_representable, meta_model, read_header
+from refdec.checkpoints import (
+    DTYPE_NAMES,
+    check_finite,
+    check_header,
+    check_representable,
+    meta_model,
+    read_header,
+)
 from refdec.config import PRESETS, ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
@@ -46,21 +53,13 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> LoopedLM:
-    """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped or non-finite key."""
+    """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped, non-float
+    (checkpoints.check_header, as for a file's header) or non-finite key."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing:
-        raise LoopcertError(f"{source}: missing tensor(s) {missing}")
-    if unexpected:
-        raise LoopcertError(f"{source}: unexpected tensor(s) {unexpected}")
+    stored = {k: (DTYPE_NAMES.get(v.dtype, str(v.dtype).replace("torch.", "")), tuple(v.shape))
+              for k, v in tensors.items()}
+    check_header({k: tuple(p.shape) for k, p in expected.items()}, stored, source)
     for k, v in tensors.items():
-        if tuple(v.shape) != tuple(expected[k].shape):
-            raise LoopcertError(
-                f"{source}: tensor {k!r} has shape {tuple(v.shape)}, expected {tuple(expected[k].shape)}"
-            )
-        if not v.dtype.is_floating_point:
-            raise LoopcertError(f"{source}: tensor {k!r} has non-float dtype {v.dtype}")
         check_finite(k, v, source)
     with torch.no_grad():
         for k, p in expected.items():
