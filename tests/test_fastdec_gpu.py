@@ -36,6 +36,16 @@ def record(engine, log):
     engine.run_phase = run_phase
 
 
+def assert_same_result(a, b):
+    """Bit for bit the same tokens and target logits."""
+    assert a.tokens == b.tokens
+    assert all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+
+
+STRATEGIES = [("pipelined", {"draft_depth": 1, "second_depth": 3}),
+              ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}), ("autoregressive", {})]
+
+
 def cache_rows(engine):
     """Every non-trash cache row (padded rows may race on the trash row; it is never read)."""
     out = []
@@ -69,16 +79,11 @@ def test_graph_replay_equals_eager_at_every_width(name, width):
             assert a.shape[0] == width
             bad = (a != b).reshape(width, -1).any(-1)
             assert not bool(bad.any()), f"call {i} ({gk}): rows {bad.nonzero().flatten().tolist()} differ"
-    assert g_res.tokens == e_res.tokens
-    assert all(torch.equal(a, b) for a, b in zip(g_res.target_logits, e_res.target_logits))
+    assert_same_result(g_res, e_res)
     assert all(torch.equal(a, b) for a, b in zip(cache_rows(g_eng), cache_rows(e_eng)))
 
 
-@pytest.mark.parametrize("strategy, kw", [
-    ("pipelined", {"draft_depth": 1, "second_depth": 3}),
-    ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}),
-    ("autoregressive", {}),
-])
+@pytest.mark.parametrize("strategy, kw", STRATEGIES)
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0),
                                       SamplingParams(temperature=0.8, top_k=5, top_p=0.9)])
 def test_graphed_sampling_equals_eager_sampling(strategy, kw, sampling):
@@ -88,8 +93,7 @@ def test_graphed_sampling_equals_eager_sampling(strategy, kw, sampling):
             PROMPT, 16, sampling, seed=seed, keep_logits=True)
         b = Decoder(model, strategy, device="cuda", cuda_graphs=False, reads="gather", **kw).generate(
             PROMPT, 16, sampling, seed=seed, keep_logits=True)
-        assert a.tokens == b.tokens
-        assert all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+        assert_same_result(a, b)
 
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
@@ -131,16 +135,11 @@ def test_batched_graph_replay_equals_eager_at_every_batch_and_width(rows, width)
     for (_, _, g_outs), (_, _, e_outs) in zip(g_log, e_log):
         assert all(torch.equal(a, b) for a, b in zip(g_outs, e_outs))
     for a, b in zip(g_res, e_res):
-        assert a.tokens == b.tokens
-        assert all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+        assert_same_result(a, b)
     assert all(torch.equal(a, b) for a, b in zip(cache_rows(g_eng), cache_rows(e_eng)))
 
 
-@pytest.mark.parametrize("strategy, kw", [
-    ("pipelined", {"draft_depth": 1, "second_depth": 3}),
-    ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}),
-    ("autoregressive", {}),
-])
+@pytest.mark.parametrize("strategy, kw", STRATEGIES)
 def test_graphed_needle_in_a_batch_equals_the_sequence_alone(strategy, kw):
     """Under graphs every read spans the capacity: at one capacity, a sequence decoded in a batch
     is bit for bit the same sequence decoded alone (fixed width)."""
@@ -150,5 +149,4 @@ def test_graphed_needle_in_a_batch_equals_the_sequence_alone(strategy, kw):
     got = dec.generate_batch(BATCH_PROMPTS, 10, sampling, [5, 6, 7, 8], keep_logits=True)
     for p, s, res in zip(BATCH_PROMPTS, [5, 6, 7, 8], got):
         want = dec.generate(p, 10, sampling, seed=s, keep_logits=True)
-        assert res.tokens == want.tokens
-        assert all(torch.equal(x, y) for x, y in zip(res.target_logits, want.target_logits))
+        assert_same_result(res, want)
