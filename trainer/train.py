@@ -64,33 +64,28 @@ DEFAULT_CKPT = Path("/tmp/loopcert-train")
 HELDOUT_EVERY = 20  # one document in 20 is held out (split_of)
 LN2 = math.log(2.0)
 
+V1 = ModelConfig(
+    family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
+    n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
+    head_dim=32, intermediate_size=352, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
+    max_seq_len=4096, init_state="zeros", name="default")
+TINY = ModelConfig(
+    family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
+    n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
+    recurrence=4, max_seq_len=512, init_state="zeros", name="tiny-trained")
+# Issue 14's block, initial state and readout (Huginn-0125; see "huginn" below)
+HUGINN_CORE = dict(block="prenorm", ln_f_before_coda=True, init_state="seeded")
 CONFIGS = {
-    "default": ModelConfig(
-        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
-        n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
-        head_dim=32, intermediate_size=352, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
-        max_seq_len=4096, init_state="zeros", name="default"),
+    "default": V1,
     # the default with a 1-block core: each iteration does less (issue 5's depth profile)
-    "core1": ModelConfig(
-        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
-        n_kv_heads=1, head_dim=32, intermediate_size=352, n_prelude=1, n_core=1, n_coda=1,
-        recurrence=32, max_seq_len=4096, init_state="zeros", name="core1"),
+    "core1": V1.replace(n_core=1, name="core1"),
     # Issue 14's recipe (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
     # sandwich core contracted to a fixed point in 3-4 iterations), GQA with 2 KV heads, the
     # initial state a seeded truncated normal (trained on fresh noise each step: like-init).
-    "huginn": ModelConfig(
-        family="raven", block="prenorm", rope="half", vocab_size=256, d_model=192, n_heads=6,
-        n_kv_heads=2, head_dim=32, intermediate_size=512, n_prelude=1, n_core=1, n_coda=1,
-        recurrence=32, max_seq_len=4096, ln_f_before_coda=True, init_state="seeded", name="default"),
-    "tiny": ModelConfig(
-        family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
-        n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
-        recurrence=4, max_seq_len=512, init_state="zeros", name="tiny-trained"),
-    "tiny-huginn": ModelConfig(
-        family="raven", block="prenorm", rope="half", vocab_size=256, d_model=32, n_heads=4,
-        n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
-        recurrence=4, max_seq_len=512, ln_f_before_coda=True, init_state="seeded",
-        name="tiny-huginn"),
+    "huginn": V1.replace(**HUGINN_CORE, d_model=192, n_heads=6, n_kv_heads=2, intermediate_size=512,
+                         n_core=1),
+    "tiny": TINY,
+    "tiny-huginn": TINY.replace(**HUGINN_CORE, name="tiny-huginn"),
 }
 
 # Named recipes: TrainConfig defaults per recipe (explicit flags override). "v1" reproduces the
