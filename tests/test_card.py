@@ -5,6 +5,7 @@ import copy
 import json
 
 import pytest
+from corpus import write_corpus
 
 from trainer.card import TARGETS, main, measure, render, targets
 from trainer.train import RECIPES, TrainConfig, train
@@ -12,10 +13,7 @@ from trainer.train import RECIPES, TrainConfig, train
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    for i in range(60):
-        body = "".join(f"def f{j}(x):\n    return x + {j}\n\n" for j in range(i % 7, i % 7 + 30))
-        (root / f"mod{i:03d}.py").write_text(body)
+    root = write_corpus(tmp_path_factory.mktemp("corpus"), files=60, defs=30)
     out = tmp_path_factory.mktemp("model")
     tc = TrainConfig(**(dict(RECIPES["huginn"]) | dict(
         model="tiny-huginn", steps=20, seq_len=64, batch_size=4, lr=1e-2, warmup=3, mean_depth=2.0,

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from corpus import write_corpus
 
 from refdec import load_model
 from refdec.errors import LoopcertError
@@ -25,10 +26,7 @@ from trainer.train import (
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """100 small repetitive .py files: learnable in a few steps, with a non-empty held-out split."""
-    root = tmp_path_factory.mktemp("corpus")
-    for i in range(100):
-        body = "".join(f"def f{j}(x):\n    return x + {j}\n\n" for j in range(i % 7, i % 7 + 12))
-        (root / f"mod{i:03d}.py").write_text(body)
+    root = write_corpus(tmp_path_factory.mktemp("corpus"), files=100, defs=12)
     (root / "site-packages").mkdir()
     (root / "site-packages" / "ignored.py").write_text("not data\n")
     return root
