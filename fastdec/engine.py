@@ -48,6 +48,10 @@ WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_
 # overhead dominates, and the sequences of a batch are what fill the wider calls
 BATCH_WIDTHS = (128, 256)
 PHASES = ("prelude", "recur", "readout")
+# an eager call whose rows need more than this many views (runs of cells, side groups) reads
+# by one index gather per key length instead: on a CPU each view's attention is ~10 small ops
+# of fixed overhead, and a batch of sequences at scattered depths makes dozens of runs
+GATHER_PIECES = 2
 
 
 @dataclass(eq=False)
@@ -77,6 +81,7 @@ class Plan:
     n_real: int
     read_len: int  # the most keys any row reads (fixed width: a span, else the call's last position + 1)
     masked: bool  # some real row sits before position read_len - 1 (else the mask hides nothing)
+    gathers: list[tuple[int, int, int]] | None = None  # fragmented call: (first row, rows, keys read)
 
 
 @dataclass
@@ -323,6 +328,13 @@ class Engine:
                 side_groups.append((nm + a, sides[a:b], s))
             read_len = max([r[4] for r in runs] + [g[2] for g in side_groups] + [1])
         plan = Plan(runs, side_groups, n, read_len, any(p < read_len - 1 for p in pos))
+        if len(runs) + len(side_groups) > GATHER_PIECES:
+            if span is None:
+                plan.gathers = [(0, n, read_len)]
+            else:
+                plan.gathers = [(a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in main])]
+                plan.gathers += [(nm + a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in side])]
+            inp["is_side"] = inp["side_slot"] != trash_slot
         return inp, order, plan
 
     def _stack(self, rows: list[torch.Tensor], pad: int) -> torch.Tensor:
@@ -375,6 +387,8 @@ class Engine:
                                self.key_pos)
             return attention(q, kk, vv, c.hidden)
         plan, hidden = c.plan, c.hidden
+        if plan.gathers is not None:
+            return self._attend_gathered(tl, layer, q, plan, hidden)
         if len(plan.runs) == 1 and not plan.side_groups and plan.n_real == q.shape[0]:  # the common case
             _, n, cell0, delta, s = plan.runs[0]
             kk, vv = tl.run_view(layer, cell0, delta, n, s)
@@ -389,6 +403,20 @@ class Engine:
             kk, vv = tl.side_view(layer, group, s)
             pieces.append(attention(q[a:b], kk, vv, None if hidden is None else hidden[a:b, :s]))
         if plan.n_real < q.shape[0]:  # padded rows: their output is never used
+            pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+    def _attend_gathered(self, tl: Timeline, layer: int, q, plan: Plan, hidden):
+        """A fragmented call (many runs of cells, side lanes): one index gather per block of
+        rows with one key length, then one attention, instead of one per run (GATHER_PIECES)."""
+        inp = self._call.inp
+        pieces = []
+        for a, n, s in plan.gathers:
+            rows = slice(a, a + n)
+            kk, vv = tl.gather(layer, inp["row"][rows], inp["level"][rows], inp["pos"][rows],
+                               inp["side_slot"][rows], inp["is_side"][rows], self.key_pos[:s])
+            pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows, :s]))
+        if plan.n_real < q.shape[0]:
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
