@@ -3,43 +3,62 @@
 Each sequence (fastdec.strategies.Sequence) is a generator of Steps over its own cache row.
 One round: collect the pending Step of every sequence, advance all their lanes together
 (Engine.advance chunks them into calls of at most the widest width), then resume every
-sequence. A sequence that finishes (EOS, max_new_tokens) simply stops yielding: its row is
-unowned from then on and the others go on. The driver never looks inside a sequence, and a
-sequence never sees another's lanes, RNG or rows: that is why each sequence's law (and, in
-fixed-width mode, its bits) is the one it has decoded alone. `generate()` is a batch of one.
+sequence. A sequence that finishes (EOS, max_new_tokens) simply stops yielding, and its row
+goes to the next waiting sequence, which joins the next round: a batch of more sequences
+than rows keeps every row busy instead of waiting for its slowest sequence. The driver never
+looks inside a sequence, and a sequence never sees another's lanes, RNG or rows (a new
+occupant's row holds its predecessor's garbage, which the cache INVARIANT makes harmless):
+that is why each sequence's law (and, in fixed-width mode, its bits) is the one it has
+decoded alone. `generate()` is a batch of one.
 
 Per-sequence Stats count the steps and calls the sequence took part in (a call shared by
-several sequences counts once for each); the prefill's are kept apart (`prefill_steps`).
+several sequences counts once for each); the prefill's are kept apart (`prefill_steps`); its
+clocks run from the round it started in.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from fastdec.engine import Engine
-from fastdec.strategies import Sequence
+from fastdec.strategies import Prefills, Sequence
 
 
-def run_batch(engine: Engine, seqs: list[Sequence], timed: bool = False, hook=None) -> None:
-    """Decode every sequence to its end. timed: time each engine call into Stats.call_seconds.
-    hook (tests): hook(engine, live lanes, {row: committed length}) before every step."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    by_row = {s.row: s for s in seqs}
-    active = {}  # sequence -> (generator, pending Step)
-    for s in seqs:
-        s.t0, s.c0 = t0, c0
-        gen = s.decode()
-        try:
-            active[s] = (gen, next(gen))
-        except StopIteration:
-            pass
+def run_batch(engine: Engine, seqs: list[Sequence], prefills: Prefills, rows: int | None = None,
+              timed: bool = False, hook=None) -> None:
+    """Decode every sequence to its end, at most `rows` (default: all) at once, in order.
+    timed: time each engine call into Stats.call_seconds.
+    hook (tests): hook(engine, live lanes, {row: committed length}) before every step; a
+    row whose sequence ended counts its held prefill (Prefills) as committed."""
+    waiting = deque(seqs)
+    active = {}  # row -> (sequence, generator, pending Step)
+
+    def start(row: int) -> None:
+        """The next waiting sequence that has a step to take goes into `row`."""
+        while waiting:
+            s = waiting.popleft()
+            s.row = row
+            engine.span[row] = s.span
+            s.t0, s.c0 = time.perf_counter(), time.process_time()
+            gen = s.decode()
+            try:
+                active[row] = (s, gen, next(gen))
+                return
+            except StopIteration:
+                pass
+
+    for row in range(min(len(seqs), rows or len(seqs))):
+        start(row)
     while active:
-        lanes = [ln for _, step in active.values() for ln in step.lanes]
+        lanes = [ln for _, _, step in active.values() for ln in step.lanes]
         if hook is not None:
-            keep = [ln for _, step in active.values() for ln in step.keep]
-            hook(engine, lanes + keep, {s.row: s.length for s in active})
+            keep = [ln for _, _, step in active.values() for ln in step.keep]
+            lengths = {r: len(key[0]) for r, (key, _) in prefills.held.items()}
+            lengths.update({r: s.length for r, (s, _, _) in active.items()})
+            hook(engine, lanes + keep, lengths)
         calls = engine.advance(lanes, timed)
-        for s, (_, step) in active.items():
+        for s, _, step in active.values():
             st = s.stats
             if s.prefilling:
                 st.prefill_steps += 1
@@ -49,7 +68,7 @@ def run_batch(engine: Engine, seqs: list[Sequence], timed: bool = False, hook=No
                 st.peak_lanes = max(st.peak_lanes, len(step.lanes))
         for rec in calls:
             for row in {ln.row for ln in rec.lanes}:
-                s = by_row[row]
+                s = active[row][0]
                 if s.prefilling:
                     continue
                 st = s.stats
@@ -61,9 +80,10 @@ def run_batch(engine: Engine, seqs: list[Sequence], timed: bool = False, hook=No
                     acc = st.call_seconds.setdefault(rec.kind, {}).setdefault(rec.width, [0.0, 0.0])
                     acc[0] += rec.wall
                     acc[1] += rec.cpu
-        for s in list(active):
-            gen = active[s][0]
+        for row in list(active):
+            s, gen, _ = active[row]
             try:
-                active[s] = (gen, gen.send(None))
+                active[row] = (s, gen, gen.send(None))
             except StopIteration:
-                del active[s]
+                del active[row]
+                start(row)

@@ -11,7 +11,7 @@ from fastdec.batch import run_batch
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
 from fastdec.stats import Stats
-from fastdec.strategies import STRATEGY
+from fastdec.strategies import STRATEGY, Prefills
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.io import parse_dtype
@@ -58,14 +58,17 @@ class Decoder:
     fixed_width    run every engine call at this width (bitwise batch invariance mode)
     cuda_graphs    None: on for CUDA devices; True needs CUDA
     reads          "view" (strided views, eager) or "gather" (index gather, what graphs use)
-    max_batch      the most sequences generate_batch decodes at once (cache rows)
+    max_batch      the most sequences generate_batch decodes at once (cache rows); more wait
+                   in a queue and take the rows of sequences that finish
 
     `config` is the resolved setting (depth and draft depth filled from the model); `label`
     names the setting as given.
     Benchmark switches (never set by a correctness check): `time_calls` times every engine
-    call into Stats.call_seconds; `reuse_prefill` skips the prefill of a prompt the same cache
-    row holds from this decoder's previous run.
+    call into Stats.call_seconds; `reuse_prefill` skips the prefill of a prompt a cache row
+    holds from this decoder's previous run.
     """
+
+    batch_queue = True  # generate_batch takes any number of prompts (proofs.sampler sizes its calls)
 
     def __init__(self, model: LoopedLM, config: DecodeConfig | str | None = None, *, device="cpu", dtype=None,
                  fixed_width: int | None = None, cuda_graphs: bool | None = None, reads: str = "view",
@@ -109,7 +112,7 @@ class Decoder:
         self.device, self.dtype, self.cuda_graphs, self.reads = device, dtype, bool(cuda_graphs), reads
         self.fixed_width, self.max_batch = fixed_width, max_batch
         self._engines: dict[tuple[int, int], Engine] = {}
-        self._prefills: dict[tuple[int, int], dict] = {}  # engine key -> {row: (prompt, logits)}
+        self._prefills: dict[tuple[int, int], dict] = {}  # engine key -> Prefills.held
         self._step_hook = None  # tests: hook(engine, live lanes, {row: length}) before every step
         self.time_calls = False  # benchmarks (see the class docstring)
         self.reuse_prefill = False
@@ -158,6 +161,9 @@ class Decoder:
         seeds          B seeds in [0, 2**64): sequence i draws from torch.Generator(seeds[i])
         eos_token_id   ends a sequence when emitted (the others go on)
 
+        At most max_batch sequences decode at once; the others wait, in order, and each takes
+        the cache row of the next sequence to finish (a row is never idle while one waits).
+
         Each sequence's output has exactly the law of generate(prompt, max_new_tokens,
         sampling, seed) alone; in fixed-width mode it is that run bit for bit (tokens and
         logits). Everything is validated before any work: a LoopcertError names the bad value.
@@ -172,8 +178,6 @@ class Decoder:
             raise LoopcertError("generate_batch needs at least one prompt, got an empty batch")
         if len(seeds) != b:
             raise LoopcertError(f"{b} prompts but {len(seeds)} seeds: give one seed per prompt")
-        if b > self.max_batch:
-            raise LoopcertError(f"{b} sequences exceed this decoder's max_batch={self.max_batch}")
         news = _per_sequence("max_new_tokens", max_new_tokens, b, int)
         samplings = _per_sequence("sampling", sampling, b, SamplingParams)
         if eos_token_id is not None:
@@ -187,21 +191,17 @@ class Decoder:
                 ids.append(check_generate_args(self.model, prompt, n, sp, seed, self.depth)[0])
             except LoopcertError as e:
                 raise LoopcertError(f"sequence {i}: {e}" if b > 1 else str(e)) from None
-        engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), b)
-        memo = self._prefills[(engine.capacity, engine.rows)] if self.reuse_prefill else None
-        cls = STRATEGY[self.strategy]
-        seqs, leaders = [], {}
-        for row, (p, n, sp, seed) in enumerate(zip(ids, news, samplings, seeds)):
-            engine.span[row] = span = capacity_for(len(p) + n)
-            leader = leaders.get((tuple(p), span)) if n > 0 else None
-            seq = cls(self.config, engine.cache, row, p, n, sp, seed, eos_token_id, keep_logits,
-                      engine.readout_slot, memo, leader)
-            if n > 0:
-                leaders.setdefault((tuple(p), span), seq)
-            seqs.append(seq)
+        rows = min(b, self.max_batch)
+        engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), rows)
+        memo = self._prefills[(engine.capacity, engine.rows)]
         if not self.reuse_prefill:
-            self._prefills[(engine.capacity, engine.rows)].clear()
-        run_batch(engine, seqs, self.time_calls, self._step_hook)
+            memo.clear()  # this call overwrites rows: hold nothing across calls
+        prefills = Prefills(memo if self.reuse_prefill else None)
+        cls = STRATEGY[self.strategy]
+        seqs = [cls(self.config, engine.cache, p, n, sp, seed, eos_token_id, keep_logits, engine.readout_slot,
+                    prefills, capacity_for(len(p) + n))
+                for p, n, sp, seed in zip(ids, news, samplings, seeds)]
+        run_batch(engine, seqs, prefills, rows, self.time_calls, self._step_hook)
         return [GenerateResult(s.tokens, s.stats, s.target_logits) for s in seqs]
 
 

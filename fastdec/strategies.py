@@ -48,6 +48,31 @@ from fastdec.stats import Stats
 from refdec.sampling import SamplingParams, greedy_token, sample, transform
 
 
+class Prefills:
+    """Which cache rows hold which prompt's prefill: positions [0, P) at every level, and the
+    logits at P-1. key = (prompt, span): in fixed-width mode a prefill's bits depend on the
+    span it read. A row's entry stays valid after its sequence ends (decoding writes positions
+    >= P only) until the row's next sequence takes it over (`release`). The cache INVARIANT
+    counts held prefixes as owned (fastdec.batch passes them to the poisoning hook).
+
+    held: {row: (key, logits)}; across calls only for benchmarks (Decoder.reuse_prefill:
+    the model must not change in between). running: keys being prefilled now.
+    """
+
+    def __init__(self, held: dict | None = None):
+        self.held = {} if held is None else held
+        self.running: set = set()
+
+    def holder(self, key, row: int) -> int | None:
+        """A row holding `key` (`row` itself first), or None."""
+        if self.held.get(row, (None,))[0] == key:
+            return row
+        return next((r for r, (k, _) in self.held.items() if k == key), None)
+
+    def release(self, row: int) -> None:
+        self.held.pop(row, None)
+
+
 @dataclass
 class Step:
     """One request to the driver: advance `lanes` by one recurrence; `keep` are this
@@ -75,23 +100,21 @@ class Sequence:
     """One sequence being decoded: its prompt, tokens, RNG, stats and committed length.
 
     Subclasses are the strategies; `decode()` is the whole run as a generator of Steps.
-    row: the cache row (sequence slot) this sequence owns in the engine.
-    prefill_memo: benchmarks (Decoder.reuse_prefill): {row: (prompt, logits)} of prefills this
-    engine holds; None: always prefill.
-    leader: an earlier sequence of the batch with the same prompt (and span): instead of
-    prefilling, wait for its prefill and copy its prompt rows (certification samples one
-    prompt thousands of times). The rows and logits are the ones this sequence would compute.
+    row: the cache row (sequence slot) this sequence owns in the engine, given by the driver
+    when the sequence starts (fastdec.batch: a finished sequence's row goes to the next one).
+    span: the capacity this sequence would decode in alone (its reads in fixed-width mode).
+    prefills: which rows hold which prompt's prefill (Prefills): certification samples one
+    prompt thousands of times, and each sequence takes the prompt's rows instead of recomputing
+    them. The rows and logits are the ones this sequence would compute.
     """
 
-    def __init__(self, config: DecodeConfig, cache, row: int, prompt: list[int], max_new_tokens: int,
+    def __init__(self, config: DecodeConfig, cache, prompt: list[int], max_new_tokens: int,
                  sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool,
-                 readout_slot: dict[int, int], prefill_memo: dict | None = None,
-                 leader: Sequence | None = None):
-        self.cfg, self.cache, self.row = config, cache, row
+                 readout_slot: dict[int, int], prefills: Prefills, span: int):
+        self.cfg, self.cache, self.row = config, cache, -1
         self.prompt, self.max_new, self.eos = prompt, max_new_tokens, eos_token_id
         self.readout_slot = readout_slot
-        self.prefill_memo = prefill_memo
-        self.leader = leader
+        self.prefills, self.span = prefills, span
         self.prefill_logits: torch.Tensor | None = None  # (V,) at P-1, once prefilled
         self.sampling = sampling
         unfiltered = SamplingParams(temperature=sampling.temperature)
@@ -198,29 +221,29 @@ class Sequence:
     def prefill(self) -> Iterator[Step]:
         """Positions 0..P-1 to depth R; the first token from p_R at P-1. Returns True when done.
 
-        prefill_memo (benchmarks): decoding writes positions >= P only, so after a prefill of
-        this very prompt in this cache row, rows 0..P-1 still hold it: skip the work (the
-        model must not have changed in between).
+        Decoding writes positions >= P only, so a row that prefilled this prompt (at this span)
+        still holds it after its sequence ended: take it from there (this row: nothing to do;
+        another: copy its rows), or wait for a sequence that is prefilling it right now.
         """
-        key = tuple(self.prompt)
-        memo = self.prefill_memo
-        if memo is not None and memo.get(self.row, (None,))[0] == key:
-            lg = memo[self.row][1]
+        pre, key = self.prefills, (tuple(self.prompt), self.span)
+        src = pre.holder(key, self.row)
+        if src is None and key in pre.running:
+            while (src := pre.holder(key, self.row)) is None and key in pre.running:
+                yield Step([], [])
+        if src is not None:
+            lg = pre.held[src][1]
+            if src != self.row:
+                pre.release(self.row)
+                self.cache.copy_prefix(src, self.row, len(self.prompt))
         else:
-            if memo is not None:
-                memo.pop(self.row, None)
-            if self.leader is not None:
-                while self.leader.prefill_logits is None:
-                    yield Step([], [])
-                self.cache.copy_prefix(self.leader.row, self.row, len(self.prompt))
-                lg = self.leader.prefill_logits
-            else:
-                lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
-                for _ in range(self.R):
-                    yield Step(lanes, [])
-                lg = lanes[-1].logits[self.R]
-            if memo is not None:
-                memo[self.row] = (key, lg)
+            pre.release(self.row)
+            pre.running.add(key)
+            lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
+            for _ in range(self.R):
+                yield Step(lanes, [])
+            lg = lanes[-1].logits[self.R]
+            pre.running.discard(key)
+        pre.held[self.row] = (key, lg)
         self.prefill_logits = lg
         self.length = len(self.prompt)
         return self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg)

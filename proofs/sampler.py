@@ -40,7 +40,9 @@ def draw(decoder: Decoder, prompt: Sequence[int], n_tokens: int, sampling: Sampl
     t0 = time.perf_counter()
     batch = getattr(decoder, "generate_batch", None)
     out: list[list[int]] = []
-    cap = getattr(decoder, "max_batch", None)  # fastdec.Decoder: sequences one call may hold
+    cap = getattr(decoder, "max_batch", None)  # sequences one call may hold
+    if getattr(decoder, "batch_queue", False):  # fastdec.Decoder: any number, max_batch rows at a time
+        cap = None
     cap = MAX_CHUNK if not isinstance(cap, int) or cap < 1 else min(MAX_CHUNK, cap)
     chunk = min(FIRST_CHUNK, cap) if callable(batch) else 1
     stopped = False

@@ -220,6 +220,67 @@ def test_rows_are_reused_across_calls_and_a_batch_of_one_is_generate():
     assert same(one, got[1])
 
 
+# -- a queue: more sequences than rows ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_more_sequences_than_rows_queue_and_reuse_finished_rows(strategy):
+    """11 sequences through 4 rows: the waiting ones take the rows of those that finish (other
+    prompts, lengths, EOS, 0 new tokens, a shared prompt held in a reused row), and each is
+    bit for bit the sequence decoded alone."""
+    model = model_for("tiny-raven-olmo")
+    prompts = [[1, 2, 3], [4], [1, 2, 3], [5, 6, 7, 8, 9], [1, 2, 3], [2, 2], [1, 2, 3], [7] * 10,
+               [1, 2, 3], [3], [1, 2, 3]]
+    news = [6, 2, 9, 3, 0, 7, 1, 5, 8, 4, 6]
+    sps = [SAMPLINGS[i % 3] for i in range(11)]
+    seeds = list(range(100, 111))
+    dec = Decoder(model, CONFIGS[strategy], fixed_width=16, max_batch=4)
+    live = []
+    dec._step_hook = lambda engine, lanes, lengths: live.append(len({ln.row for ln in lanes}))
+    got = dec.generate_batch(prompts, news, sps, seeds, eos_token_id=5, keep_logits=True)
+    assert dec.engine(20, 4).rows == 4 and max(live) == 4
+    alone = Decoder(model, CONFIGS[strategy], fixed_width=16)
+    for i, (p, n, sp, seed) in enumerate(zip(prompts, news, sps, seeds)):
+        want = alone.generate(p, n, sp, seed, eos_token_id=5, keep_logits=True)
+        assert same(got[i], want), f"sequence {i}: {got[i].tokens} vs alone {want.tokens}"
+
+
+def test_queued_sequences_reuse_the_held_prefill_and_poisoning_finds_nothing():
+    """A queued sequence whose row (or another) holds its prompt's prefill starts without one:
+    one prefill for 9 samples of a prompt through 3 rows; garbage in every slot that neither a
+    live lane, a committed position nor a held prefill owns changes no bit."""
+    model = model_for("tiny-raven")
+    sp = SamplingParams(temperature=1.0)
+    prompts, seeds = [[1, 2, 3, 4]] * 9, list(range(9))
+    want = Decoder(model, CONFIGS["pipelined"], max_batch=3).generate_batch(prompts, 4, sp, seeds,
+                                                                            keep_logits=True)
+    dirty = Decoder(model, CONFIGS["pipelined"], max_batch=3)
+    dirty._step_hook = poisoner(seed=5)
+    got = dirty.generate_batch(prompts, 4, sp, seeds, keep_logits=True)
+    assert all(same(a, b) for a, b in zip(got, want))
+    assert sum(r.stats.prefill_steps > 0 for r in got) <= 3  # the first row prefills, the others wait on it
+    assert sum(r.stats.prefill_steps for r in got) == 5 * 3  # R = 5 steps, counted by the 3 first
+    alone = Decoder(model, CONFIGS["pipelined"])
+    assert [r.tokens for r in got] == [alone.generate(p, 4, sp, s).tokens for p, s in zip(prompts, seeds)]
+
+
+@pytest.mark.parametrize("pieces", [0, 10**6])
+def test_gathered_and_viewed_reads_are_the_same_bits(monkeypatch, pieces):
+    """A fragmented call reads by index gather (engine.GATHER_PIECES); forcing every call to
+    gather (0) or to views (10**6) in a batch changes no bit of any sequence against alone."""
+    import fastdec.engine
+
+    model = model_for("tiny-raven-olmo")
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 1], [2], [3, 3]]
+    news, sp = [9, 6, 8, 30], SAMPLINGS[2]
+    alone = [Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate(p, n, sp, 7 + i, keep_logits=True)
+             for i, (p, n) in enumerate(zip(prompts, news))]
+    monkeypatch.setattr(fastdec.engine, "GATHER_PIECES", pieces)
+    got = Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate_batch(prompts, news, sp, [7, 8, 9, 10],
+                                                                             keep_logits=True)
+    assert all(same(a, b) for a, b in zip(got, alone))
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
@@ -228,7 +289,6 @@ def test_rows_are_reused_across_calls_and_a_batch_of_one_is_generate():
     (([], 4, SamplingParams(), []), "empty batch"),
     (([[1, 2], [1] * 126], 4, SamplingParams(), [0, 1]), "sequence 1: prompt of 126 tokens"),
     (([[1, 2], [3, 13]], 4, SamplingParams(), [0, 1]), "token id 13"),
-    (([[1]] * 5, 4, SamplingParams(), list(range(5))), "5 sequences exceed this decoder's max_batch=4"),
     (([[1], [2]], 4, SamplingParams(), [0, 2**64]), f"got {2**64}"),
     (([[1], [2]], 4, SamplingParams(), [0, -1]), "got -1"),
     (([[1], [2]], [4, 5, 6], SamplingParams(), [0, 1]), "2 prompts but 3 max_new_tokens"),
