@@ -366,6 +366,21 @@ def batch_section(res: SpeedReport) -> str:
              _pct(r.acceptance) if r.strategy != "autoregressive" else DASH] for r in t.rows]
     samples = [[s.label, s.batch, fmt(s.samples_per_s, 4), fmt(s.alone_per_s, 4), _x(s.ratio)]
                for s in t.samples]
+    b = max(p.batches)
+    costs = [[c.width, c.lanes_per_sequence, fmt(c.ms_per_step, 3), fmt(c.us_per_lane_step, 3)]
+             for c in t.width_costs]
+    bounds = [[r.label, fmt(r.lane_steps_per_token, 3), _x(r.speedup),
+               _x(t.ceiling(r.label, b)) if t.ceiling(r.label, b) is not None else DASH]
+              for r in t.rows if r.batch == b]
+    cost_part = "" if not costs else (
+        f"\n\nWhy B={b} speedups are small on this device: step cost against width at B={b} (each of "
+        "the B sequences holding 1, 2, 4, ... lanes, all at one depth). Every token of every strategy is "
+        "one lane deepened to the full depth, so a setting's decode time is about its lane-steps per "
+        "token times the per-lane-step cost at its width; ceiling: the baseline's per-lane-step cost at "
+        f"width B={b} over the cheapest of any width, times the baseline's lane-steps per token over the "
+        "setting's: what the setting would reach if its steps cost nothing but their lanes.\n\n"
+        + table(costs, ["width", "lanes per sequence", "ms/step", "us/lane-step"]) + "\n\n"
+        + table(bounds, ["setting", "lane-steps/token", "speedup", "ceiling"]))
     return (
         "## Batches (issue 11)\n\n"
         "`Decoder.generate_batch`: B sequences through one engine, sequence i decoding held-out prompt i "
@@ -375,10 +390,12 @@ def batch_section(res: SpeedReport) -> str:
         "of per-round ratios); vs B=1: the setting's aggregate tokens/s over its own B=1 figure.\n\n"
         + table(rows, ["setting", "B", "tok/s", "speedup", "vs B=1", "acceptance"])
         + f"\n\nCertification throughput on {t.sample_model}: {SAMPLE_TOKENS}-token samples at "
-        f"temperature 1 of one prompt, {p.sample_calls} generate_batch calls of B sequences against "
-        f"{p.sample_alone} generate() calls one at a time, whole calls (prefill included; one shared "
-        "prefill per batch), same decoder, same run.\n\n"
+        f"temperature 1 of one prompt, one generate_batch call of {p.sample_calls} x B sequences "
+        "through B cache rows (a finished sequence's row takes the next; the prompt's prefill stays in "
+        f"its rows) against {p.sample_alone} generate() calls one at a time, whole calls (prefill "
+        "included), same decoder, same run.\n\n"
         + table(samples, ["setting", "B", "samples/s", "one at a time", "gain"])
+        + cost_part
     )
 
 

@@ -243,6 +243,7 @@ def test_bench_end_to_end_renders(model):
     judged = {t.name.split(" (")[0] for t in res.targets}
     assert "best pipelined at B=2" in judged
     assert "samples/s through generate_batch >= 20x generate() one at a time" in judged
+    assert "Why B=2 speedups are small" in md and "us/lane-step" in md  # the step cost against width
     assert render(res) == md  # rendering computes nothing
 
 

@@ -27,6 +27,10 @@ def test_batch_table_has_every_setting_at_every_batch_against_the_baseline_at_th
     s = t.samples[0]
     assert s.samples_per_s > 0 and s.ratio == pytest.approx(s.samples_per_s / s.alone_per_s)
     assert t.to_json()["rows"][0]["label"] == "autoregressive"
+    assert [c.width for c in t.width_costs] == [2, 4, 8, 16, 32, 64, 128]  # B = 2 rows, up to the widest call
+    assert all(c.us_per_lane_step > 0 for c in t.width_costs)
+    assert all(r.lane_steps_per_token >= 4 for r in t.rows)  # every token is one lane deepened to R = 4
+    assert t.ceiling("pipelined d1=1", 2) > 0 and t.ceiling("pipelined d1=1", 1) is None  # costs at B=2 only
 
 
 def test_a_bad_plan_names_the_field():

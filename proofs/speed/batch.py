@@ -7,7 +7,16 @@
 2. Certification throughput: n-token samples per second (temperature 1) on a small model
    through generate_batch, against the same decoder's generate() one sample at a time, in the
    same run (whole calls: certification pays the prefill too; sequences sharing the prompt
-   share one prefill). Each of certify's lossless settings.
+   share one prefill). One call of sample_calls * sample_batch sequences through sample_batch
+   rows (the queue: a finished sequence's row takes the next), as certify's sampler calls it.
+   Each of certify's lossless settings.
+3. Step cost against width at the largest B: the engine's time per step and per lane-step
+   when each of the B sequences holds 1, 2, 4, ... lanes. Every token of every strategy is
+   one lane deepened to R, so a setting's decode time at B is about its lane-steps per token
+   times the per-lane-step cost at its width: once the baseline's own width (B lanes) costs
+   about what wider calls cost per lane, no strategy can be much faster than it at that B
+   (`ceiling`: the best per-lane-step cost of any width against the baseline's, over the
+   setting's lane-steps per token against the baseline's).
 
 Targets (issue 11, CPU): samples/s >= 20x the one-at-a-time rate, and the best pipelined
 setting at B = 16 >= 1.5x the autoregressive baseline at B = 16 (EAGLE-3 reports 1.38x at
@@ -19,9 +28,12 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+import torch
 
 from fastdec import DecodeConfig, Decoder
+from fastdec.engine import Lane
 from proofs.progress import Progress, quiet
 from proofs.result import _plain
 from proofs.speed.targets import Target
@@ -61,6 +73,7 @@ class BatchRow:
     speedup: float  # over the autoregressive baseline at the same B (median of per-round ratios)
     over_b1: float  # this setting's aggregate tokens/s over its own B = 1 figure
     acceptance: float  # first proposals accepted / verified, over every round
+    lane_steps_per_token: float = 0.0  # lanes advanced by one recurrence per decoded token
 
 
 @dataclass(frozen=True)
@@ -73,12 +86,35 @@ class SampleRate:
 
 
 @dataclass(frozen=True)
+class WidthCost:
+    batch: int  # B sequences
+    lanes_per_sequence: int
+    width: int  # the call's width (B * lanes per sequence)
+    ms_per_step: float  # one engine step (every lane one recurrence, readouts included)
+    us_per_lane_step: float
+
+
+@dataclass(frozen=True)
 class BatchTable:
     plan: BatchPlan
     clock: str
     sample_model: str
     rows: list[BatchRow]
     samples: list[SampleRate]
+    width_costs: list[WidthCost] = field(default_factory=list)
+
+    def ceiling(self, label: str, batch: int) -> float | None:
+        """Upper estimate of a setting's speedup over the baseline at B from step costs: the
+        baseline's per-lane-step cost at width B over the cheapest of any width, times the
+        baseline's lane-steps per token over the setting's (None without the data)."""
+        costs = [c for c in self.width_costs if c.batch == batch]
+        base, row = self.rows[0] if self.rows else None, self.row(label, batch)
+        base = self.row(base.label, batch) if base else None
+        own = next((c for c in costs if c.width == batch), None)
+        if not costs or own is None or row is None or base is None or not row.lane_steps_per_token:
+            return None
+        best = min(c.us_per_lane_step for c in costs)
+        return own.us_per_lane_step / best * base.lane_steps_per_token / row.lane_steps_per_token
 
     def row(self, label: str, batch: int) -> BatchRow | None:
         return next((r for r in self.rows if r.label == label and r.batch == batch), None)
@@ -115,6 +151,7 @@ def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequen
         secs = {lb: [] for lb in labels}
         tokens = dict.fromkeys(labels, 0)
         accepted = dict.fromkeys(labels, 0)
+        lane_steps = dict.fromkeys(labels, 0)
         proposals = dict.fromkeys(labels, 0)
         for r in range(plan.repeats):
             k = r % len(labels)
@@ -123,22 +160,24 @@ def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequen
                 res = decs[lb].generate_batch(batch, plan.tokens, GREEDY, seeds)
                 secs[lb].append(_seconds(res, clock, decode_only=True))
                 tokens[lb] = sum(x.stats.decode_tokens for x in res)
+                lane_steps[lb] = sum(x.stats.lane_steps for x in res)
                 accepted[lb] += sum(x.stats.accepted for x in res)
                 proposals[lb] += sum(x.stats.proposals for x in res)
         for lb in labels:
-            runs[(lb, b)] = (secs[lb], tokens[lb], accepted[lb] / proposals[lb] if proposals[lb] else 0.0)
+            runs[(lb, b)] = (secs[lb], tokens[lb], accepted[lb] / proposals[lb] if proposals[lb] else 0.0,
+                             lane_steps[lb] / tokens[lb] if tokens[lb] else 0.0)
         say(f"  B={b}: " + ", ".join(f"{lb} {tokens[lb] / statistics.median(secs[lb]):.4g} tok/s"
                                      for lb in labels))
     rows = []
     for st in settings:
         for b in plan.batches:
-            secs, toks, acc = runs[(st.label, b)]
+            secs, toks, acc, per_token = runs[(st.label, b)]
             base_secs = runs[(base, b)][0]
             b1 = runs[(st.label, plan.batches[0])]
             rows.append(BatchRow(
                 st.label, st.strategy, b, toks / statistics.median(secs),
                 statistics.median(x / y for x, y in zip(base_secs, secs)),
-                (toks / statistics.median(secs)) / (b1[1] / statistics.median(b1[0])), acc))
+                (toks / statistics.median(secs)) / (b1[1] / statistics.median(b1[0])), acc, per_token))
     return rows
 
 
@@ -153,11 +192,12 @@ def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock
         n = plan.sample_batch
         dec.generate_batch([prompt] * n, SAMPLE_TOKENS, SAMPLING, list(range(n)))  # warm-up
         dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, 0)
-        t = _clock(clock)
-        for c in range(plan.sample_calls):
-            dec.generate_batch([prompt] * n, SAMPLE_TOKENS, SAMPLING, list(range(c * n, (c + 1) * n)))
+        total = plan.sample_calls * n
         sync(device)
-        batched = plan.sample_calls * n / (_clock(clock) - t)
+        t = _clock(clock)
+        dec.generate_batch([prompt] * total, SAMPLE_TOKENS, SAMPLING, list(range(total)))
+        sync(device)
+        batched = total / (_clock(clock) - t)
         t = _clock(clock)
         for s in range(plan.sample_alone):
             dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, s)
@@ -168,6 +208,36 @@ def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock
     return out
 
 
+def width_costs(model, setting: DecodeConfig, batch: int, prompt_len: int, clock: str, device="cpu",
+                steps: int = 8) -> list[WidthCost]:
+    """Engine step cost at `batch` sequences of 1, 2, 4, ... lanes each (up to the widest call):
+    lane j of a sequence at position prompt_len + j, all lanes at one depth, as deep as the
+    readouts of `setting` go, each step timed after a warm-up; greedy decodes set nothing up."""
+    dec = Decoder(model, setting, device=device, max_batch=batch)
+    engine = dec.engine(prompt_len + 64, batch)
+    out, per = [], 1
+    with torch.inference_mode():
+        while batch * per <= engine.widths[-1]:
+            def fresh(k=per):
+                return [Lane(prompt_len + j, 1, row=r) for r in range(batch) for j in range(k)]
+            lanes = fresh()
+            engine.advance(lanes)  # warm-up: this width's first call
+            sync(device)
+            took = 0.0
+            for _ in range(steps):
+                if lanes[0].depth >= engine.depth:
+                    lanes = fresh()
+                t = _clock(clock)
+                engine.advance(lanes)
+                sync(device)
+                took += _clock(clock) - t
+            w = batch * per
+            out.append(WidthCost(batch, per, w, took / steps * 1e3, took / steps / w * 1e6))
+            per *= 2
+    dec.forget_prefills()
+    return out
+
+
 def _clock(clock: str) -> float:
     return time.process_time() if clock == "cpu" else time.perf_counter()
 
@@ -175,9 +245,14 @@ def _clock(clock: str) -> float:
 def batch_table(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequence[int]], sample_model,
                 sample_name: str, sample_settings: Sequence[DecodeConfig], plan: BatchPlan, clock: str,
                 device="cpu", progress: Progress | None = None) -> BatchTable:
+    say = progress or quiet
     rows = batch_rows(model, settings, prompts, plan, clock, device, progress)
     samples = sample_rates(sample_model, sample_settings, plan, clock, device, progress)
-    return BatchTable(plan, clock, sample_name, rows, samples)
+    b = max(plan.batches)
+    costs = width_costs(model, settings[0], b, plan.prompt_len, clock, device)
+    say(f"  step cost at B={b}: " + ", ".join(f"W={c.width} {c.us_per_lane_step:.3g} us/lane-step"
+                                              for c in costs))
+    return BatchTable(plan, clock, sample_name, rows, samples, costs)
 
 
 BATCH_TARGETS = {"pipelined_b16": 1.5, "samples": 20.0}  # issue 11, CPU
