@@ -179,8 +179,13 @@ def _gate_mask(p_d2: torch.Tensor, q1: torch.Tensor, gate: str) -> torch.Tensor:
     return shrinks if gate == "on" else ~shrinks
 
 
-def gate_open(p_d2: torch.Tensor, q1: torch.Tensor, x1: int, gate: bool | str = "on") -> bool:
-    """Sampling gate for the drawn x1 (see `gate_mask`)."""
+def gate_open(p_d2: torch.Tensor, q1: torch.Tensor, x1: int, gate: bool | str = "on", *,
+              check: bool = True) -> bool:
+    """Sampling gate for the drawn x1 (see `gate_mask`). check=False: the caller vouches that
+    p_d2 and q1 are float64 laws from refdec.sampling.transform and x1 a token of q1 (the
+    decoder's hot path; the same result, without the validation's ~10 small ops)."""
+    if not check:
+        return bool(_gate_mask(p_d2, q1, _gate_name(gate))[x1])
     return bool(gate_mask(p_d2, q1, gate)[_token("x1", x1, q1.numel())])
 
 
@@ -246,16 +251,22 @@ def loopspec_verify(
     q2: torch.Tensor | None = None,
     *,
     rng: torch.Generator | Sequence[float],
+    check: bool = True,
 ) -> tuple[int, Source]:
     """LoopSpec cascade verification at depth R: x1 ~ q1, then x2 ~ q2 = p_d2 (-) q1 if drawn.
 
-    The caller passes x2/q2 only when the gate was open (DESIGN.md §4).
+    The caller passes x2/q2 only when the gate was open (DESIGN.md §4). check=False: the
+    caller vouches that the laws are float64 laws from refdec.sampling.transform and each x_j
+    was drawn from its q_j (the decoder's hot path: the same draws and result, unvalidated).
     """
     if (x2 is None) != (q2 is None):
         got = f"x2={x2!r}, q2={'None' if q2 is None else 'a tensor'}"
         raise LoopcertError(f"pass both x2 and q2 or neither, got {got}")
     proposals = [(x1, q1)] if x2 is None else [(x1, q1), (x2, q2)]
-    token, j = cascade(p_R, proposals, rng)
+    if check:
+        token, j = cascade(p_R, proposals, rng)
+    else:
+        token, j = _cascade(p_R, proposals, _uniforms(rng))
     return token, Source(j) if j < len(proposals) else Source.RESTART
 
 

@@ -118,14 +118,19 @@ class Timeline:
     def gather(self, layer: int, row: torch.Tensor, level: torch.Tensor, pos: torch.Tensor,
                side_slot: torch.Tensor, is_side: torch.Tensor, key_pos: torch.Tensor):
         """Graph-safe read: (W, KV, S, D) copies selected by index tensors, side rows overlaid
-        at their position; key_pos = arange(S). Used under CUDA graphs, where views cannot move."""
+        at their position; key_pos = arange(S). Used under CUDA graphs, where views cannot move,
+        and for fragmented eager calls. is_side None: no side rows (nothing to overlay)."""
         length = key_pos.shape[0]
         flat_index = (row * self.levels + level) * self.layers + layer  # flat (row, level, layer), (W,)
-        at = ((key_pos[None, :] == pos[:, None]) & is_side[:, None])[:, None, :, None]  # (W, 1, S, 1)
+        if is_side is not None:
+            at = ((key_pos[None, :] == pos[:, None]) & is_side[:, None])[:, None, :, None]  # (W, 1, S, 1)
         out = []
         for main, side in ((self.k, self.side_k), (self.v, self.side_v)):
             flat = main.view(-1, *main.shape[3:])[:, :, :length]  # (B*levels*layers, KV, length, D)
             g = flat.index_select(0, flat_index)
+            if is_side is None:
+                out.append(g)
+                continue
             own = side[row, side_slot, level, self.layer_index[layer]]  # (W, KV, D)
             out.append(torch.where(at, own[:, :, None, :], g))
         return out

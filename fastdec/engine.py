@@ -57,16 +57,18 @@ GATHER_PIECES = 2
 @dataclass(eq=False)
 class Lane:
     """One position of one sequence being deepened (engine state only: what a strategy knows
-    about a lane is its own, fastdec.strategies.Node). `depth` recurrences done; `h` (1, d)
-    the state at it."""
+    about a lane is its own, fastdec.strategies.Node). `depth` recurrences done; `h` the state
+    at it."""
 
     pos: int
     token: int
     row: int = 0  # the sequence's cache row
     side: int = -1  # side slot (off the main line), -1 = main line
     depth: int = 0
-    h: torch.Tensor | None = None
-    e: torch.Tensor | None = None  # (1, d) prelude output, injected at every recurrence
+    # (output, i): row i of the call that computed it, (1, d) each: the next call selects its
+    # rows from the few outputs its lanes come from, instead of one view per lane and a stack
+    h: tuple[torch.Tensor, int] | None = None
+    e: tuple[torch.Tensor, int] | None = None  # the prelude output, injected at every recurrence
     logits: dict[int, torch.Tensor] = field(default_factory=dict)  # readout depth -> (V,)
 
 
@@ -82,6 +84,7 @@ class Plan:
     read_len: int  # the most keys any row reads (fixed width: a span, else the call's last position + 1)
     masked: bool  # some real row sits before position read_len - 1 (else the mask hides nothing)
     gathers: list[tuple[int, int, int]] | None = None  # fragmented call: (first row, rows, keys read)
+    first_side: int = 0  # gathers: rows from here on are side lanes (main rows need no overlay)
 
 
 @dataclass
@@ -221,11 +224,11 @@ class Engine:
         new = [ln for ln in chunk if ln.depth == 0]
         if new:
             order, (e, h0) = self._timed("prelude", new, calls, timed)
-            for ln, ei, hi in zip(order, e.unbind(0), h0.unbind(0)):  # views, one call for all rows
-                ln.e, ln.h = ei, hi
+            for i, ln in enumerate(order):
+                ln.e, ln.h = (e, i), (h0, i)
         order, (h,) = self._timed("recur", chunk, calls, timed)
-        for ln, hi in zip(order, h.unbind(0)):
-            ln.h = hi
+        for i, ln in enumerate(order):
+            ln.h = (h, i)
             ln.depth += 1
         outs = [ln for ln in chunk if ln.depth in self.readout_slot]
         if outs:
@@ -330,18 +333,31 @@ class Engine:
         plan = Plan(runs, side_groups, n, read_len, any(p < read_len - 1 for p in pos))
         if len(runs) + len(side_groups) > GATHER_PIECES:
             if span is None:
-                plan.gathers = [(0, n, read_len)]
+                plan.gathers = [(0, nm, read_len)] if nm else []
+                plan.gathers += [(nm, n - nm, read_len)] if side else []
             else:
                 plan.gathers = [(a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in main])]
                 plan.gathers += [(nm + a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in side])]
-            inp["is_side"] = inp["side_slot"] != trash_slot
+            plan.first_side = nm
+            if side:
+                inp["is_side"] = inp["side_slot"] != trash_slot
         return inp, order, plan
 
-    def _stack(self, rows: list[torch.Tensor], pad: int) -> torch.Tensor:
-        x = torch.stack(rows)  # (n, 1, d)
-        if pad:
-            x = torch.cat([x, x.new_zeros(pad, *x.shape[1:])])
-        return x
+    def _stack(self, rows: list[tuple[torch.Tensor, int]], pad: int) -> torch.Tensor:
+        """(output, i) rows of earlier calls -> (n + pad, 1, d), one index_select; padded rows
+        repeat a real row (finite, and their outputs are never read)."""
+        srcs: dict[int, int] = {}  # id(output) -> its first row in the concatenation
+        parts, idx, at = [], [], 0
+        for t, i in rows:
+            off = srcs.get(id(t))
+            if off is None:
+                off = srcs[id(t)] = at
+                parts.append(t)
+                at += t.shape[0]
+            idx.append(off + i)
+        src = parts[0] if len(parts) == 1 else torch.cat(parts)
+        idx += [idx[0]] * pad
+        return src.index_select(0, torch.tensor(idx, device=src.device))
 
     def phase_fn(self, kind: str, inp: dict[str, torch.Tensor], plan: Plan | None = None):
         """The computation of one call: tensors in, tensors out (W rows). With plan None it is
@@ -413,8 +429,9 @@ class Engine:
         pieces = []
         for a, n, s in plan.gathers:
             rows = slice(a, a + n)
+            is_side = inp["is_side"][rows] if a >= plan.first_side else None
             kk, vv = tl.gather(layer, inp["row"][rows], inp["level"][rows], inp["pos"][rows],
-                               inp["side_slot"][rows], inp["is_side"][rows], self.key_pos[:s])
+                               inp["side_slot"][rows], is_side, self.key_pos[:s])
             pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows, :s]))
         if plan.n_real < q.shape[0]:
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))

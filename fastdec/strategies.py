@@ -169,7 +169,7 @@ class Sequence:
             tok, src = greedy_verify(greedy_token(logits), props)
         else:
             tok, src = loopspec_verify(self.target_law(logits), node.x1, node.q1, node.x2, node.q2,
-                                       rng=self.gen)
+                                       rng=self.gen, check=False)  # laws from transform, drawn here
         s.proposals += 1
         if src == Source.FIRST:
             s.accepted += 1
@@ -329,7 +329,7 @@ class AdaptiveVerify(DraftVerify):
                 if self.greedy:
                     ok = greedy_token(lg) == node.x1
                 else:
-                    _, src = loopspec_verify(self.target_law(lg), node.x1, node.q1, rng=self.gen)
+                    _, src = loopspec_verify(self.target_law(lg), node.x1, node.q1, rng=self.gen, check=False)
                     ok = src == Source.FIRST
                 if not ok:
                     break
@@ -379,7 +379,7 @@ class Pipelined(Sequence):
         """LoopSpec's gated residual second proposal (DESIGN.md section 4)."""
         p2 = self.draft_law(node.lane.logits[self.d2])
         self.stats.gate_checks += 1
-        if not gate_open(p2, node.q1, node.x1, self.cfg.gate):
+        if not gate_open(p2, node.q1, node.x1, self.cfg.gate, check=False):
             return
         self.stats.gate_opens += 1
         node.q2, _ = residual(p2, node.q1)  # not None: the gate is closed when q2 has no mass

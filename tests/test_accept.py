@@ -396,3 +396,21 @@ def test_negative_controls_have_power():
         MC_N_CONTROL, [p for p in joint_on.flatten().tolist() if p > 0], MC_ALPHA
     )
     assert law_on.p_both_rejected < loopspec_law(P_R, P_D1, P_D2, "inverted").p_both_rejected
+
+
+@settings(max_examples=60)
+@given(seed=st.integers(0, 2**32 - 1), v=st.integers(2, 9), gate=st.sampled_from(GATES))
+def test_unchecked_hot_path_is_the_checked_functions(seed, v, gate):
+    """check=False (the decoder's hot path) skips validation only: the same gate, the same
+    token and source, the same uniforms consumed."""
+    g = torch.Generator().manual_seed(seed)
+    p_r, q1, p_d2 = (torch.rand(v, generator=g, dtype=torch.float64) ** 3 for _ in range(3))
+    p_r, q1, p_d2 = p_r / p_r.sum(), q1 / q1.sum(), p_d2 / p_d2.sum()
+    x1 = sample(q1, g)
+    assert gate_open(p_d2, q1, x1, gate) == gate_open(p_d2, q1, x1, gate, check=False)
+    q2, _ = residual(p_d2, q1)
+    props = {} if q2 is None else {"x2": sample(q2, g), "q2": q2}
+    a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    assert loopspec_verify(p_r, x1, q1, **props, rng=a) == loopspec_verify(p_r, x1, q1, **props, rng=b,
+                                                                            check=False)
+    assert draw_uniform(a) == draw_uniform(b)
