@@ -71,6 +71,9 @@ def probe_lanes(engine: Engine, kind: str, w: int, pos0: int, gen: torch.Generat
     recur lanes sit at depths in arithmetic progression (`spread`) or all at depth R - 1."""
     R, d = engine.depth, engine.cfg.d_model
     lanes = []
+    # the states of one earlier call's output rows, as a decode's lanes hold them
+    h = torch.randn(w, 1, d, generator=gen).to(engine.device, engine.dtype)
+    e = h.clone()
     for i in range(w):
         if kind == "prelude":
             depth = 0
@@ -78,8 +81,7 @@ def probe_lanes(engine: Engine, kind: str, w: int, pos0: int, gen: torch.Generat
             depth = i * ((R - 1) // (w - 1)) if w > 1 and spread else R - 1
         else:
             depth = R
-        h = torch.randn(1, d, generator=gen).to(engine.device, engine.dtype)
-        lanes.append(Lane(pos0 + i, i % engine.cfg.vocab_size, depth=depth, h=h, e=h.clone()))
+        lanes.append(Lane(pos0 + i, i % engine.cfg.vocab_size, depth=depth, h=(h, i), e=(e, i)))
     return lanes
 
 
