@@ -101,3 +101,43 @@ def test_sample_is_reproducible_from_the_generator():
 def test_bad_sampling_params_name_the_value(kw):
     with pytest.raises(LoopcertError, match=list(kw)[0]):
         SamplingParams(**kw)
+
+
+def transform_full_sort(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The transform as first written: one stable sort of the whole vocabulary (the reference the
+    ranked-head version in refdec.sampling must equal bitwise)."""
+    probs = torch.softmax(logits.to(torch.float64) / params.temperature, dim=-1)
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if params.top_k is not None:
+        keep[..., params.top_k:] = False
+        sorted_p = torch.where(keep, sorted_p, 0.0)
+        sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
+    if params.top_p is not None:
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        keep &= before < params.top_p
+        sorted_p = torch.where(keep, sorted_p, 0.0)
+        sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
+
+
+@pytest.mark.parametrize("V", [13, 61, 1500, 20000, 65536])
+@pytest.mark.parametrize("spread", [0.3, 3.0, 30.0])  # near-uniform to concentrated laws
+def test_ranked_head_filter_equals_a_sort_of_the_whole_vocabulary_bitwise(V, spread):
+    """top-k / top-p sort only the head that can be kept (refdec.sampling._filter); on laws from
+    near-uniform (every head size fails, whole-vocabulary fallback) to concentrated, with ties
+    (logits rounded to a coarse grid) at every boundary, the result is bitwise the full sort's."""
+    gen = torch.Generator().manual_seed(V)
+    x = torch.randn(V, generator=gen, dtype=torch.float64) * spread
+    for logits in (x, torch.round(x * 4) / 4):  # the second: many exact ties
+        for params in (SamplingParams(1.0, top_k=1), SamplingParams(0.7, top_k=4),
+                       SamplingParams(1.0, top_k=50), SamplingParams(1.0, top_k=V),
+                       SamplingParams(1.0, top_k=V + 3),
+                       SamplingParams(1.5, top_p=0.9), SamplingParams(1.0, top_p=0.5),
+                       SamplingParams(1.0, top_p=1.0), SamplingParams(0.3, top_p=0.999),
+                       SamplingParams(1.0, top_k=40, top_p=0.8)):
+            got, want = transform(logits, params), transform_full_sort(logits, params)
+            assert torch.equal(got, want), (V, spread, params, int((got != want).sum()))
+    rows = torch.randn(3, V, generator=gen, dtype=torch.float64) * spread  # (R, V): row by row
+    for params in (SamplingParams(1.0, top_k=4), SamplingParams(1.0, top_p=0.9)):
+        assert torch.equal(transform(rows, params), transform_full_sort(rows, params))

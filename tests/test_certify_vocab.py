@@ -1,0 +1,119 @@
+"""The certified model is the sampled model, at its own vocabulary (issue 12): fastdec, every
+strategy, is certified with power on synthetic checkpoints written in a published layout
+(refdec.checkpoints.write_published, loaded back from the folder as a user's checkpoint is) at
+V = 61, 256 and 65,536, through certify's own sampling checks (proofs.certify.CertifyRun), each
+beside its negative control: fastdec with the temperature off by a quarter must be rejected on
+the same plan, at the same vocabulary.
+
+Cases: the default run takes one concentrated case per vocabulary (the one whose views need the
+fewest samples there: N = 260 / 501 / 1,271 at TV 0.05; about 40 s on a busy 2-core CPU in all);
+the slow test adds the quick plan's own cases (T=0.7 top-k=4 and T=1.5 top-p=0.9; N up to
+13,062; about 25 min at V = 65,536 on a busy 2-core CPU, where fastdec samples 19-255 sequences/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import refdec
+from proofs.candidates import Candidate, fastdec_candidate
+from proofs.certify import QUICK, QUICK_CASES, CertifyRun
+from refdec.checkpoints import write_published
+from refdec.sampling import SamplingParams
+
+VOCABS = (61, 256, 65536)
+# The concentrated case with the smallest N at each V (tests' synthetic weights, seed 1): at T=0.1
+# V=61 and 256 put one bin at p ~ 1e-6 (millions of samples), at V=65,536 T=0.3 needs 4,864.
+CONCENTRATED = {61: ("T=0.3", SamplingParams(temperature=0.3), 3),
+                256: ("T=0.3", SamplingParams(temperature=0.3), 3),
+                65536: ("T=0.1", SamplingParams(temperature=0.1), 3)}
+TV = QUICK.tv  # 0.05: the quick plan's target
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """V -> folder holding a tiny-raven-shaped checkpoint in Huginn's published layout."""
+    out = {}
+    for V in VOCABS:
+        cfg = replace(refdec.get_preset("tiny-raven"), vocab_size=V, name=f"v{V}")
+        folder = tmp_path_factory.mktemp(f"v{V}") / "m"
+        out[V] = str(write_published(refdec.LoopedLM(cfg).init_weights(1), folder))
+    return out
+
+
+class TemperatureOff:
+    """A wrong decoder: fastdec (pipelined) run at 1.25 x the temperature asked for."""
+
+    def __init__(self, model):
+        self.inner = fastdec_candidate_pipelined().build(model)
+        self.max_batch = self.inner.max_batch
+
+    def _off(self, s: SamplingParams) -> SamplingParams:
+        return replace(s, temperature=s.temperature * 1.25)
+
+    def generate(self, prompt, n, sampling, seed):
+        return self.inner.generate(prompt, n, self._off(sampling), seed)
+
+    def generate_batch(self, prompts, n, sampling, seeds):
+        return self.inner.generate_batch(prompts, n, self._off(sampling), seeds)
+
+
+def fastdec_candidate_pipelined() -> Candidate:
+    from fastdec.config import DecodeConfig
+
+    return fastdec_candidate(DecodeConfig("pipelined", draft_depth=1, second_depth=2))
+
+
+def run_sampling(folder: str, cases, user: Candidate | None = None, seed: int = 0) -> list:
+    """certify's sampling checks on `folder` (one per setting) under the quick plan's target."""
+    plan = replace(QUICK, sampling_cases=tuple(cases), sampling_budget_s=1e6)  # power by N, not by clock
+    run = CertifyRun(plan, folder, user, "cpu", torch.float32, seed, lambda _m: None)
+    return run, [fn() for _label, fn in run.sampling_checks()]
+
+
+def assert_certified_with_power(run, results, V: int):
+    assert run.oracle.V == V and len(results) == len(run.candidates)
+    assert {c.label.split()[0] for c in run.candidates} == {"autoregressive", "draft-verify", "pipelined"}
+    for r in results:
+        assert r.passed, (r.name, r.details.get("no_power"), [c["views"] for c in r.details["cases"]])
+        assert r.details["model"] == run.model_name and f"V={V}" in r.details["why_this_model"]
+        assert r.details["detectable_tv"] <= TV
+        for case in r.details["cases"]:
+            assert case["samples"] == case["planned"] > 0 and case["has_power"] and case["impossible"] == 0
+            assert case["views"] and all(v["bins"] >= 2 for v in case["views"])
+
+
+def assert_rejected(run, results):
+    """The negative control fails by Holm rejection (not for want of power)."""
+    (r,) = results
+    assert not r.passed and not r.details["no_power"]
+    assert any(v["holm_rejected"] for c in r.details["cases"] for v in c["views"]), r.details["cases"]
+
+
+WRONG = Candidate("temperature x 1.25", TemperatureOff, {"decoder": "test"})
+
+
+@pytest.mark.parametrize("V", VOCABS)
+def test_fastdec_is_certified_with_power_at_its_own_vocabulary(checkpoints, V):
+    run, results = run_sampling(checkpoints[V], [CONCENTRATED[V]])
+    assert_certified_with_power(run, results, V)
+
+
+@pytest.mark.parametrize("V", VOCABS)
+def test_negative_control_a_wrong_temperature_is_rejected_at_the_same_vocabulary(checkpoints, V):
+    run, results = run_sampling(checkpoints[V], [CONCENTRATED[V]], user=WRONG)
+    assert_rejected(run, results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("V", VOCABS)
+def test_quick_plan_cases_certified_with_power_at_its_own_vocabulary(checkpoints, V):
+    """The quick plan's own cases (a small top-k beside a spread top-p) plus the concentrated one."""
+    cases = [*QUICK_CASES, CONCENTRATED[V]]
+    run, results = run_sampling(checkpoints[V], cases)
+    assert_certified_with_power(run, results, V)
+    run, results = run_sampling(checkpoints[V], cases, user=WRONG)
+    assert_rejected(run, results)
