@@ -215,6 +215,8 @@ class CertifyRun:
         self.model_dt = None if dtype == torch.float64 else load(model_name, dtype, device)
         self.candidates = self.grid(self.R)
         self._setups: dict = {}
+        self._sampling: list[SamplingCheck] = []  # sampling_checks()
+        self._pool: dict | None = None  # pool_sampling()
 
     def grid(self, R: int) -> list[Candidate]:
         return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full")
@@ -306,9 +308,10 @@ class CertifyRun:
                          setting, law.case.name, n, self.seed, budget_s * n / total)
                 for law, n in zip(s["laws"], s["samples"], strict=True)]
 
-    def run_unit(self, unit: WorkUnit, decoder, carry_s: float = 0.0) -> dict:
+    def run_unit(self, unit: WorkUnit, decoder, budget_s: float | None = None) -> dict:
+        """Sample one unit for `budget_s` at most (default: its planned share, unit.budget_s)."""
         law = next(law for law in self.sampling_setup(unit.model)["laws"] if law.case.name == unit.case)
-        deadline = time.perf_counter() + unit.budget_s + carry_s
+        deadline = time.perf_counter() + (unit.budget_s if budget_s is None else budget_s)
         tally = sample_tally(decoder, law, unit.samples, unit.base_seed, deadline)
         how = "generate_batch" if tally["batched"] else "one call per seed"
         self.say(f"  {unit.id}: {tally['samples']}/{unit.samples} samples in {tally['seconds']:.1f}s "
@@ -329,7 +332,39 @@ class CertifyRun:
                     na = f"{c.label} serves only its own model"
                 units = [] if na else self.sampling_units(name, c.label, per_check)
                 out.append(SamplingCheck(label, name, c, why, per_check, units, na))
+        self._sampling = out
         return out
+
+    def pool_sampling(self, unit_ids) -> None:
+        """The sampling budget as one pool over the sampling units this process runs (all of them,
+        or a shard's: then its share of the budget by N). Each unit gets what is left of the pool
+        in proportion to its N among the units left, and what it did not use stays in the pool: a
+        fast setting's leftover helps the slow ones after it. Only how far a case gets before its
+        deadline depends on the clock; N, seeds and samples do not."""
+        every = [u for chk in self._sampling for u in chk.units]
+        ids = set(unit_ids)
+        mine = sum(u.samples for u in every if u.id in ids)
+        total = sum(u.samples for u in every)
+        self._pool = {"seconds": self.sampling_budget_s * (mine / total if total else 1.0), "samples": mine,
+                      "units": sum(u.id in ids for u in every)}
+
+    def pool_share(self, unit: WorkUnit) -> float:
+        """This unit's time from the pool (pool_sampling; by default every sampling unit)."""
+        if self._pool is None:
+            self.pool_sampling([u.id for chk in self._sampling for u in chk.units])
+        p = self._pool
+        share = p["seconds"] * unit.samples / p["samples"] if p["samples"] > 0 else 0.0
+        p["samples"] = max(0, p["samples"] - unit.samples)
+        p["units"] = max(0, p["units"] - 1)
+        return share
+
+    def say_prediction(self, rate: float) -> None:
+        """What the sampling units left plan, and their time at the rate the last one reached."""
+        p = self._pool
+        if rate > 0 and p["units"]:
+            self.say(f"  {p['units']} sampling unit(s) left plan {p['samples']} samples: "
+                     f"~{p['samples'] / rate:.0f}s at {rate:.1f} samples/s; {p['seconds']:.0f}s of the "
+                     "sampling budget left")
 
     def sampling_decoder(self, check: SamplingCheck):
         """The check's decoder, built once per process (a shard builds only those it samples)."""
@@ -348,13 +383,15 @@ class CertifyRun:
         try:
             decoder = self.sampling_decoder(check)
             if isinstance(decoder, NotApplicable):
+                self.pool_share(unit)  # its share stays in the pool for the units after it
                 return {"unit": unit.id, "not_applicable": str(decoder)}
-            t0 = time.perf_counter()
-            carry = self._setups.get(("carry", check.label), 0.0)
-            tally = self.run_unit(unit, decoder, carry)
-            spent = time.perf_counter() - t0
-            self._setups[("carry", check.label)] = max(0.0, unit.budget_s + carry - spent)
-            return tally
+            share, t0 = self.pool_share(unit), time.perf_counter()
+            try:
+                tally = self.run_unit(unit, decoder, share)
+            finally:
+                self._pool["seconds"] = max(0.0, self._pool["seconds"] - (time.perf_counter() - t0))
+            self.say_prediction(tally["samples_per_s"] if tally["samples"] else 0.0)
+            return {**tally, "budget_seconds": share}
         except Exception as e:  # noqa: BLE001 - the check fails naming it (usage errors were raised before)
             return {"unit": unit.id, "unit_error": f"{type(e).__name__}: {e}"}
 
@@ -478,6 +515,7 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     ident = identity(run, decoder, time_budget)
     if results is None:
         todo = [(uid, fn) for k, (uid, fn) in enumerate(units) if shard is None or shard.takes(k)]
+        run.pool_sampling([uid for uid, _ in todo])
         results = {uid: fn() for uid, fn in todo}
         if shard is not None:
             return {"shard": [shard.index, shard.count], "identity": ident, "units": [u for u, _ in units],

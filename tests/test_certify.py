@@ -228,3 +228,19 @@ def test_quick_plan_covers_temperature_top_k_top_p_and_three_tokens():
     assert min(sp.temperature for sp in ps) < 1 < max(sp.temperature for sp in ps)
     assert any(sp.top_k for sp in ps) and any(sp.top_p for sp in ps)
     assert all(n >= 3 for _, _, n in QUICK.sampling_cases)
+
+
+def test_sampling_time_is_pooled_across_settings():
+    """What a fast setting leaves of its share goes to the settings after it (issue 12): with three
+    settings of one case each and a 600 s budget, the first gets 200 s, uses about a second, and
+    the second gets half of what is left (> 200 s); the pool only shrinks by the time sampled."""
+    run = certify_mod.CertifyRun(TEST_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    checks = run.sampling_checks()
+    assert [len(c.units) for c in checks] == [1, 1, 1]
+    raws = [run.sampling_unit_result(c, c.units[0]) for c in checks]
+    budgets = [r["budget_seconds"] for r in raws]
+    assert budgets[0] == pytest.approx(200.0) and [c.units[0].budget_s for c in checks] == [200.0] * 3
+    assert 200.0 < budgets[1] < 300.0 and budgets[1] < budgets[2] < 600.0
+    sampled = sum(r["seconds"] for r in raws)
+    assert sampled <= 600.0 - run._pool["seconds"] < sampled + 5.0
+    assert all(run.sampling_result(c, [r]).passed for c, r in zip(checks, raws))

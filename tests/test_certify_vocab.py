@@ -71,7 +71,8 @@ def run_sampling(folder: str, cases, user: Candidate | None = None, seed: int = 
     """certify's sampling checks on `folder` (one per setting) under the quick plan's target."""
     plan = replace(QUICK, sampling_cases=tuple(cases), sampling_budget_s=1e6)  # power by N, not by clock
     run = CertifyRun(plan, folder, user, "cpu", torch.float32, seed, lambda _m: None)
-    return run, [fn() for _label, fn in run.sampling_checks()]
+    return run, [run.sampling_result(chk, [run.sampling_unit_result(chk, u) for u in chk.units])
+                 for chk in run.sampling_checks()]
 
 
 def assert_certified_with_power(run, results, V: int):
