@@ -144,7 +144,7 @@ def test_reference_as_user_decoder_exits_0(small_plan, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv", [
     ["--dtype", "float8"], ["--decoder", "nocolon"], ["--decoder", "no_such_module_q:f"],
-    ["--device", "tpu"], ["--seed", "-1"], ["no-such-model-or-folder"],
+    ["--device", "tpu"], ["--seed", "-1"], ["no-such-model-or-folder"], ["tiny-ouro", "--predict", "0"],
 ])
 def test_usage_errors_exit_2(argv, tmp_path, capsys):
     assert main(["certify", *argv, "--out", str(tmp_path)]) == 2
@@ -244,3 +244,30 @@ def test_sampling_time_is_pooled_across_settings():
     sampled = sum(r["seconds"] for r in raws)
     assert sampled <= 600.0 - run._pool["seconds"] < sampled + 5.0
     assert all(run.sampling_result(c, [r]).passed for c, r in zip(checks, raws))
+
+
+def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_path, capsys):
+    """--predict certifies nothing: it samples a slice of each (setting, case) and predicts the
+    plan's sampling time as sum(N / samples/s)."""
+    assert main(["certify", "tiny-ouro", "--predict", "0.3", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "quick plan on tiny-ouro: predicted sampling time" in out and "samples/s" in out
+    assert not (tmp_path / "certificate.json").exists()
+    got = certify_mod.predict("tiny-ouro", slice_seconds=0.2)
+    assert len(got["rows"]) == 3 and got["target_tv"] == TEST_PLAN.tv
+    for r in got["rows"]:
+        assert r["planned"] > 0 and r["slice"] > 0 and r["samples_per_s"] > 0
+        assert r["predicted_seconds"] == pytest.approx(r["planned"] / r["samples_per_s"])
+    assert got["predicted_seconds"] == pytest.approx(sum(r["predicted_seconds"] for r in got["rows"]))
+
+
+def test_every_sampling_case_of_the_full_plan_has_power_on_the_default_model():
+    """A plan case with no view of 2 bins fails as no power on every run (the full plan's old
+    top-p=0.5 left one token on the default model and on tiny-raven): each case plans N > 0.
+    (The quick plan's cases are sampled by every quick certify.)"""
+    name = default_model_name()
+    run = certify_mod.CertifyRun(FULL, name, None, "cpu", torch.float32, 0, lambda _m: None)
+    models = [m for m, _grid, _why in run.sampling_plan()]
+    for m in models:
+        s = run.sampling_setup(m)
+        assert all(n > 0 for n in s["samples"]), (m, [law.case.name for law in s["laws"]], s["samples"])

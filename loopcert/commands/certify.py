@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
-from proofs.certify import certify
+from proofs.certify import certify, predict
 from proofs.shards import Shard, write_shard
 from refdec.io import write_atomic
 from reports.render import render_certificate
@@ -40,10 +40,12 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=0, help="base seed of every sampled check")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="cap on the sampling time (default: the plan's, quick 270 s, full 2400 s); a case "
+                   help="cap on the sampling time, pooled across settings (default: the plan's, quick 270 s, "
+                        "full 2400 s); a case "
                         "that cannot reach the plan's detectable TV in it fails as 'no power'")
-
-
+    p.add_argument("--predict", type=float, default=None, metavar="SECONDS",
+                   help="certify nothing: sample each (setting, case) for SECONDS, print the plan's N per "
+                        "case, the samples/s measured and the predicted sampling time")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the I-th of N parts of the plan's work units; write OUT/shard.json for "
                         "`loopcert merge`")
@@ -77,6 +79,13 @@ def run(args) -> int:
     def progress(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
+    if args.predict is not None:
+        got = predict(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
+                      slice_seconds=args.predict)
+        print(f"{got['mode']} plan on {got['model']}: predicted sampling time "
+              f"{got['predicted_seconds'] / 60:.1f} min for TV {got['target_tv']:g} "
+              f"(budget {got['sampling_budget_s'] / 60:.1f} min)")
+        return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
     cert = certify(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
                    time_budget=args.time_budget, shard=shard)
