@@ -84,9 +84,10 @@ def assert_certified_with_power(run, results, V: int):
 
 
 def assert_rejected(run, results):
-    """The negative control fails by Holm rejection (not for want of power)."""
+    """The negative control fails by Holm rejection, not only for want of power (a conditional view
+    may also lose power: the wrong law puts fewer samples on its prefix)."""
     (r,) = results
-    assert not r.passed and not r.details["no_power"]
+    assert not r.passed
     assert any(v["holm_rejected"] for c in r.details["cases"] for v in c["views"]), r.details["cases"]
 
 
