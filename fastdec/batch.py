@@ -5,11 +5,12 @@ One round: collect the pending Step of every sequence, advance all their lanes t
 (Engine.advance chunks them into calls of at most the widest width), then resume every
 sequence. A sequence that finishes (EOS, max_new_tokens) simply stops yielding, and its row
 goes to the next waiting sequence, which joins the next round: a batch of more sequences
-than rows keeps every row busy instead of waiting for its slowest sequence. The driver never
-looks inside a sequence, and a sequence never sees another's lanes, RNG or rows (a new
-occupant's row holds its predecessor's garbage, which the cache INVARIANT makes harmless):
-that is why each sequence's law (and, in fixed-width mode, its bits) is the one it has
-decoded alone. `generate()` is a batch of one.
+than rows keeps every row busy instead of waiting for its slowest sequence. Sequences may
+also be queued between rounds (`Driver.add`: continuous batching, fastdec.continuous) and
+dropped. The driver never looks inside a sequence, and a sequence never sees another's lanes,
+RNG or rows (a new occupant's row holds its predecessor's garbage, which the cache INVARIANT
+makes harmless): that is why each sequence's law (and, in fixed-width mode, its bits) is the
+one it has decoded alone, whenever it joined. `generate()` is a batch of one.
 
 Per-sequence Stats count the steps and calls the sequence took part in (a call shared by
 several sequences counts once for each); the prefill's are kept apart (`prefill_steps`); its
@@ -25,39 +26,64 @@ from fastdec.engine import Engine
 from fastdec.strategies import Prefills, Sequence
 
 
-def run_batch(engine: Engine, seqs: list[Sequence], prefills: Prefills, rows: int | None = None,
-              timed: bool = False, hook=None) -> None:
-    """Decode every sequence to its end, at most `rows` (default: all) at once, in order.
+class Driver:
+    """The sequences of one engine: at most `rows` live (one per cache row), the others
+    waiting in order, advanced one round at a time.
+
     timed: time each engine call into Stats.call_seconds.
     hook (tests): hook(engine, live lanes, {row: committed length}) before every step; a
     row whose sequence ended counts its held prefill (Prefills) as committed."""
-    waiting = deque(seqs)
-    active = {}  # row -> (sequence, generator, pending Step)
 
-    def start(row: int) -> None:
+    def __init__(self, engine: Engine, prefills: Prefills, rows: int, timed: bool = False, hook=None):
+        self.engine, self.prefills, self.rows = engine, prefills, rows
+        self.timed, self.hook = timed, hook
+        self.waiting: deque[Sequence] = deque()
+        self.active: dict[int, tuple] = {}  # row -> (sequence, generator, pending Step)
+        self.ended: list[Sequence] = []  # ended before their first step (returned by the next round)
+
+    def add(self, s: Sequence) -> None:
+        """Queue a sequence; it starts in the first free row (now, if one is free)."""
+        self.waiting.append(s)
+        for row in range(self.rows):
+            if row not in self.active:
+                self._start(row)
+                if not self.waiting:
+                    break
+
+    def drop(self, s: Sequence) -> None:
+        """Stop decoding s, waiting or live (its row goes to the next waiting sequence)."""
+        if s in self.waiting:
+            self.waiting.remove(s)
+            return
+        row = next((r for r, (q, _, _) in self.active.items() if q is s), None)
+        if row is not None:
+            self.active.pop(row)[1].close()  # GeneratorExit: an unfinished prefill stops being awaited
+            self._start(row)
+
+    def _start(self, row: int) -> None:
         """The next waiting sequence that has a step to take goes into `row`."""
-        while waiting:
-            s = waiting.popleft()
+        while self.waiting:
+            s = self.waiting.popleft()
             s.row = row
-            engine.span[row] = s.span
+            self.engine.span[row] = s.span
             s.t0, s.c0 = time.perf_counter(), time.process_time()
             gen = s.decode()
             try:
-                active[row] = (s, gen, next(gen))
+                self.active[row] = (s, gen, next(gen))
                 return
             except StopIteration:
-                pass
+                self.ended.append(s)
 
-    for row in range(min(len(seqs), rows or len(seqs))):
-        start(row)
-    while active:
+    def step(self) -> list[Sequence]:
+        """One round of every live sequence; -> the sequences that ended since the last round."""
+        engine, active = self.engine, self.active
         lanes = [ln for _, _, step in active.values() for ln in step.lanes]
-        if hook is not None:
+        if self.hook is not None:
             keep = [ln for _, _, step in active.values() for ln in step.keep]
-            lengths = {r: len(key[0]) for r, (key, _) in prefills.held.items()}
+            lengths = {r: len(key[0]) for r, (key, _) in self.prefills.held.items()}
             lengths.update({r: s.length for r, (s, _, _) in active.items()})
-            hook(engine, lanes + keep, lengths)
-        calls = engine.advance(lanes, timed)
+            self.hook(engine, lanes + keep, lengths)
+        calls = engine.advance(lanes, self.timed)
         for s, _, step in active.values():
             st = s.stats
             if s.prefilling:
@@ -76,14 +102,27 @@ def run_batch(engine: Engine, seqs: list[Sequence], prefills: Prefills, rows: in
                 per[rec.width] = per.get(rec.width, 0) + 1
                 if rec.kind == "recur":
                     st.steps_per_width[rec.width] = st.steps_per_width.get(rec.width, 0) + 1
-                if timed:
+                if self.timed:
                     acc = st.call_seconds.setdefault(rec.kind, {}).setdefault(rec.width, [0.0, 0.0])
                     acc[0] += rec.wall
                     acc[1] += rec.cpu
+        ended, self.ended = self.ended, []
         for row in list(active):
             s, gen, _ = active[row]
             try:
                 active[row] = (s, gen, gen.send(None))
             except StopIteration:
                 del active[row]
-                start(row)
+                ended.append(s)
+                self._start(row)
+        return ended
+
+
+def run_batch(engine: Engine, seqs: list[Sequence], prefills: Prefills, rows: int | None = None,
+              timed: bool = False, hook=None) -> None:
+    """Decode every sequence to its end, at most `rows` (default: all) at once, in order."""
+    driver = Driver(engine, prefills, min(len(seqs), rows or len(seqs)), timed, hook)
+    for s in seqs:
+        driver.add(s)
+    while driver.active:
+        driver.step()

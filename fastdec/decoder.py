@@ -141,6 +141,34 @@ class Decoder:
         for memo in self._prefills.values():
             memo.clear()
 
+    def check_batch(self, prompts, max_new_tokens, sampling, seeds, eos_token_id: int | None = None):
+        """generate_batch's arguments validated, before any work: (prompt ids, max_new_tokens,
+        SamplingParams and seeds per sequence, eos_token_id); a LoopcertError names the bad value."""
+        try:
+            prompts, seeds = list(prompts), list(seeds)
+        except TypeError:
+            raise LoopcertError(f"prompts and seeds must be sequences, got {type(prompts).__name__} and "
+                                f"{type(seeds).__name__}") from None
+        b = len(prompts)
+        if b == 0:
+            raise LoopcertError("generate_batch needs at least one prompt, got an empty batch")
+        if len(seeds) != b:
+            raise LoopcertError(f"{b} prompts but {len(seeds)} seeds: give one seed per prompt")
+        news = _per_sequence("max_new_tokens", max_new_tokens, b, int)
+        samplings = _per_sequence("sampling", sampling, b, SamplingParams)
+        if eos_token_id is not None:
+            eos_token_id = check_int("eos_token_id", eos_token_id, 0)
+            if eos_token_id >= self.model.cfg.vocab_size:
+                raise LoopcertError(f"eos_token_id={eos_token_id} is outside the vocabulary "
+                                    f"[0, {self.model.cfg.vocab_size})")
+        ids = []
+        for i, (prompt, n, sp, seed) in enumerate(zip(prompts, news, samplings, seeds)):
+            try:
+                ids.append(check_generate_args(self.model, prompt, n, sp, seed, self.depth)[0])
+            except LoopcertError as e:
+                raise LoopcertError(f"sequence {i}: {e}" if b > 1 else str(e)) from None
+        return ids, news, samplings, seeds, eos_token_id
+
     @torch.no_grad()
     def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  seed: int = 0, eos_token_id: int | None = None, keep_logits: bool = False) -> GenerateResult:
@@ -168,29 +196,9 @@ class Decoder:
         sampling, seed) alone; in fixed-width mode it is that run bit for bit (tokens and
         logits). Everything is validated before any work: a LoopcertError names the bad value.
         """
-        try:
-            prompts, seeds = list(prompts), list(seeds)
-        except TypeError:
-            raise LoopcertError(f"prompts and seeds must be sequences, got {type(prompts).__name__} and "
-                                f"{type(seeds).__name__}") from None
-        b = len(prompts)
-        if b == 0:
-            raise LoopcertError("generate_batch needs at least one prompt, got an empty batch")
-        if len(seeds) != b:
-            raise LoopcertError(f"{b} prompts but {len(seeds)} seeds: give one seed per prompt")
-        news = _per_sequence("max_new_tokens", max_new_tokens, b, int)
-        samplings = _per_sequence("sampling", sampling, b, SamplingParams)
-        if eos_token_id is not None:
-            eos_token_id = check_int("eos_token_id", eos_token_id, 0)
-            if eos_token_id >= self.model.cfg.vocab_size:
-                raise LoopcertError(f"eos_token_id={eos_token_id} is outside the vocabulary "
-                                    f"[0, {self.model.cfg.vocab_size})")
-        ids = []
-        for i, (prompt, n, sp, seed) in enumerate(zip(prompts, news, samplings, seeds)):
-            try:
-                ids.append(check_generate_args(self.model, prompt, n, sp, seed, self.depth)[0])
-            except LoopcertError as e:
-                raise LoopcertError(f"sequence {i}: {e}" if b > 1 else str(e)) from None
+        ids, news, samplings, seeds, eos_token_id = self.check_batch(prompts, max_new_tokens, sampling, seeds,
+                                                                     eos_token_id)
+        b = len(ids)
         rows = min(b, self.max_batch)
         engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), rows)
         memo = self._prefills[(engine.capacity, engine.rows)]

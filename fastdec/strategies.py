@@ -239,10 +239,12 @@ class Sequence:
             pre.release(self.row)
             pre.running.add(key)
             lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
-            for _ in range(self.R):
-                yield Step(lanes, [])
+            try:
+                for _ in range(self.R):
+                    yield Step(lanes, [])
+            finally:  # also when dropped mid-prefill (fastdec.continuous): nobody waits for it then
+                pre.running.discard(key)
             lg = lanes[-1].logits[self.R]
-            pre.running.discard(key)
         pre.held[self.row] = (key, lg)
         self.prefill_logits = lg
         self.length = len(self.prompt)
