@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 httpx = pytest.importorskip("httpx")  # the serve extra; tox's py env installs it
 openai = pytest.importorskip("openai")  # the test extra; tox's py env installs it
@@ -18,6 +19,7 @@ from serving import start  # noqa: E402
 
 import fastdec  # noqa: E402
 import refdec  # noqa: E402
+import refdec.config  # noqa: E402
 from loopcert.serve.scheduler import Job, Scheduler  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
@@ -162,8 +164,8 @@ def _settled(server, want_cancelled: int) -> dict:
 
 def test_client_disconnects_leave_nothing_behind(server, client):
     """A long request occupies the decode thread; a streaming client that goes away while its
-    request waits is dropped from the queue, and one that goes away mid-stream too; the server
-    then answers the next request as usual."""
+    request waits or decodes (it joins the running batch at the next step) is dropped, and one
+    that goes away mid-stream too; the server then answers the next request as usual."""
     before = server.health()["cancelled"]
     long = {"prompt": "def ", "max_tokens": 200, "temperature": 0}
     blocker = threading.Thread(target=lambda: httpx.post(server.url + "/completions", json=long, timeout=300))
@@ -176,7 +178,8 @@ def test_client_disconnects_leave_nothing_behind(server, client):
             json={"prompt": "x", "max_tokens": 50, "stream": True, "seed": 1},
         ) as r:
             assert r.status_code == 200
-            assert server.health()["waiting"] >= 1
+            h = server.health()
+            assert h["waiting"] + h["running"] >= 2  # the long one decodes, this one waits or joined it
         # closed before the first chunk: the job is cancelled in the queue
     h = _settled(server, before + 1)
     blocker.join()
@@ -287,3 +290,82 @@ def test_ignore_seed_scheduler_reseeds():
     sch.start()
     _drain(sch, 3)
     assert len({j.decoded_seed for j in jobs}) == 3 and all(j.seed == 5 for j in jobs)
+
+
+# -- continuous batching: the scheduler over a real fastdec.Decoder ------------------------------
+
+
+def _slow_decoder(seconds_per_step: float = 0.004):
+    """A tiny-model fastdec.Decoder (float64: tokens are a function of the seed) whose engine
+    steps take a few ms, so that a request can arrive while another decodes."""
+    model = refdec.LoopedLM(refdec.config.get_preset("tiny-raven")).init_weights(1).to(torch.float64)
+    dec = fastdec.Decoder(model, "pipelined", draft_depth=1, second_depth=2, max_batch=4)
+    dec._step_hook = lambda *_: time.sleep(seconds_per_step)
+    return dec
+
+
+def _wait_running(sch: Scheduler, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while sch.status()["running"] < n and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("join", ["step", "round"])
+def test_a_request_joins_the_running_batch_at_the_next_step(join):
+    """In step mode a job submitted while another decodes joins its batch before it ends (and
+    leaves it first: it is shorter); in round mode (control) it waits for the round to end.
+    Every result is generate() alone for its seed."""
+    dec = _slow_decoder()
+    sch = Scheduler(dec, max_batch=4, join=join)
+    sp = SamplingParams(temperature=1.0)
+    first, second = Job([1, 2, 3], 40, sp, seed=1), Job([4, 5], 4, sp, seed=2)
+    sch.start()
+    sch.submit([first])
+    _wait_running(sch, 1)
+    sch.submit([second])
+    _drain(sch, 2)
+    if join == "step":
+        assert second.t_start < first.t_end and second.t_end < first.t_end
+        assert second.round > first.round and second.batch_size == 2
+    else:
+        assert second.t_start >= first.t_end and second.round == first.round + 1
+    alone = _slow_decoder(0.0)
+    for j in (first, second):
+        assert j.result.tokens == alone.generate(j.prompt, j.max_new_tokens, sp, seed=j.seed).tokens
+
+
+def test_a_cancelled_decoding_job_leaves_the_batch_at_the_next_step():
+    dec = _slow_decoder()
+    sch = Scheduler(dec, max_batch=4)
+    sp = SamplingParams(temperature=1.0)
+    gone, stays = Job([1, 2, 3], 120, sp, seed=1), Job([1, 2, 3], 30, sp, seed=2)
+    sch.submit([gone, stays])
+    sch.start()
+    _wait_running(sch, 2)
+    sch.cancel([gone])
+    t0 = time.perf_counter()
+    while sch.status()["running"] > 1 and time.perf_counter() - t0 < 10:
+        time.sleep(0.002)
+    assert sch.status()["running"] <= 1 and gone.t_end is not None and not stays.t_end  # dropped mid-decode
+    _drain(sch, 1)
+    st = sch.status()
+    assert st["waiting"] == st["running"] == 0 and st["cancelled"] == 1 and st["completed"] == 1
+    assert gone.result is None
+    assert stays.result.tokens == _slow_decoder(0.0).generate([1, 2, 3], 30, sp, seed=2).tokens
+
+
+def test_step_mode_sizes_batches_and_keeps_fifo():
+    """A job too long for the running batch waits until it drains (nothing overtakes it), then
+    gets a batch of its own size."""
+    dec = _slow_decoder(0.001)
+    sch = Scheduler(dec, max_batch=4)
+    sp = SamplingParams()
+    short, long, after = Job([1], 8, sp, seed=0), Job([1] * 100, 20, sp, seed=1), Job([2], 4, sp, seed=2)
+    sch.submit([short])
+    sch.start()
+    _wait_running(sch, 1)
+    sch.submit([long, after])
+    _drain(sch, 3)
+    assert long.t_start >= short.t_end and after.t_start >= long.t_start
+    assert all(j.result is not None and j.error is None for j in (short, long, after))
+    assert long.result.tokens == _slow_decoder(0.0).generate([1] * 100, 20, sp).tokens

@@ -36,14 +36,21 @@ def add_arguments(p) -> None:
     p.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
     p.add_argument("--port-file", default=None, help="write the bound port to this file once listening")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: MODEL)")
-    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together in one round")
+    p.add_argument("--max-batch", type=int, default=64, help="most sequences decoded together")
     p.add_argument("--max-waiting", type=int, default=4096, help="sequences queued before HTTP 503")
     p.add_argument("--batch-window-ms", type=float, default=10.0,
                    help="wait up to this long for more requests before starting a round (0: never)")
     p.add_argument(
+        "--join",
+        choices=("step", "round"),
+        default="step",
+        help="step (default): a request joins the running batch at the next engine step (continuous "
+        "batching); round: it waits for the running generate_batch call to finish",
+    )
+    p.add_argument(
         "--no-batch",
         action="store_true",
-        help="decode each sequence alone even when the decoder has generate_batch",
+        help="decode each sequence alone (no batching; same laws)",
     )
     add_threads_argument(p)
     p.add_argument(
@@ -83,6 +90,7 @@ def build_served(args):
         "rewind_depth": c.rewind_depth,
         "fixed_width": decoder.fixed_width,
         "max_batch": decoder.max_batch,
+        "join": "sequence" if args.no_batch else args.join,
         "device": str(decoder.device),
         "dtype": str(decoder.dtype).replace("torch.", ""),
         "lossless": decoder.lossless,
@@ -104,7 +112,7 @@ def build_served(args):
         max_batch=args.max_batch,
         max_waiting=args.max_waiting,
         ignore_seed=args.ignore_request_seed,
-        use_batch=False if args.no_batch else None,
+        join="sequence" if args.no_batch else args.join,
         window_s=args.batch_window_ms / 1000,
     )
     return Served(

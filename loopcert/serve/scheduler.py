@@ -1,25 +1,34 @@
-"""The batching scheduler of `loopcert serve`: one decode thread, rounds of batched sequences.
+"""The batching scheduler of `loopcert serve`: one decode thread, continuous batching.
 
-Each HTTP request becomes one Job per choice (prompt x n). Jobs wait in a FIFO; the decode
-thread repeatedly takes a *round*: the oldest waiting job and every other waiting job that can
-share its `Decoder.generate_batch` call, up to `max_batch`, and decodes them together.
-generate_batch takes a prompt, max_new_tokens, SamplingParams and seed per sequence but one
-EOS and one keep_logits, so a round groups jobs by (EOS, logprobs wanted) only.
+Each HTTP request becomes one Job per choice (prompt x n). Jobs wait in a FIFO; one decode
+thread decodes them, at one of three granularities (`join`):
 
-A round starts when `max_batch` jobs wait or `window_s` after the decode thread found the
-first one (default 10 ms in `loopcert serve --batch-window-ms`), whichever comes first.
+- "step" (fastdec.Decoder, the default): continuous batching. The thread holds a
+  fastdec.ContinuousBatch and, before every engine step, lets waiting jobs join it on free
+  rows (at most `max_batch` live), then advances every live sequence by one step and answers
+  those that ended. A request that arrives while others decode joins them at the next *step*,
+  and a sequence that ends frees its row for the next one at once. A batch has one capacity,
+  chosen when it starts empty (the largest prompt + max_tokens among the jobs then waiting,
+  with rows x capacity at most BATCH_POSITIONS); a job that does not fit it waits, and the
+  jobs behind it too (FIFO: nothing overtakes it), until the batch has drained.
+  Each sequence is decoded exactly as generate() decodes it alone (same law; the same bits in
+  fixed-width mode): tests/test_fastdec_continuous.py.
+- "round" (a decoder with generate_batch but no steps, e.g. a user's): the thread takes a
+  *round*, the oldest waiting job and every other waiting job that can share its
+  generate_batch call (same EOS, same logprobs wish: generate_batch takes one of each), up to
+  `max_batch`, and decodes it to completion; requests arriving meanwhile wait for the next round.
+- "sequence" (`loopcert serve --no-batch`, or a decoder without generate_batch): a round
+  decodes its jobs one after another with `generate` (same laws, no batching gain).
 
-Granularity, precisely: a request joins the running batch at the next ROUND, not the next
-engine step. `Decoder.generate_batch` decodes a whole batch to completion in one call, so a
-request that arrives while a round runs waits for that round to end (at most the round's
-longest max_tokens). Within a round every engine step advances the live lanes of all its
-sequences in one call, and a sequence that stops early frees its rows (issue 11).
+Either batched mode starts decoding when `max_batch` jobs wait or `window_s` after the decode
+thread found the first one (default 10 ms in `loopcert serve --batch-window-ms`), whichever
+comes first; in "step" mode only when the batch is empty (a running batch takes new jobs at
+every step). A job cancelled while it waits (its client went away) is dropped before it is
+decoded; in "step" mode one cancelled while it decodes leaves the batch at the next step; in
+the round modes it is decoded and discarded. Either way nothing of it stays queued (`status()`).
 
-With `use_batch=False` (`loopcert serve --no-batch`), or a decoder without generate_batch, a
-round decodes its jobs one after another with `generate` (same laws, no batching gain). A job
-cancelled while it waits (its client went away) is dropped before it is decoded; one
-cancelled while its round runs is decoded and discarded. Either way nothing of it stays
-queued (`status()`).
+Each job records where it was decoded: `round` (the round, or in "step" mode the engine step
+at which it joined) and `batch_size` (the round's size, or the live sequences once it joined).
 
 `ignore_seed=True` makes a deliberately WRONG server (a negative control for certify's
 reproducibility check): each job decodes with a fresh random seed instead of the request's.
@@ -34,6 +43,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fastdec import ContinuousBatch, Decoder
+from fastdec.decoder import capacity_for
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
@@ -68,6 +79,10 @@ class Job:
         return (self.eos_token_id, self.keep_logits)
 
 
+JOINS = ("step", "round", "sequence")
+BATCH_POSITIONS = 8192  # rows x capacity of a "step" batch: 32 rows of 256 positions
+
+
 class Scheduler:
     def __init__(
         self,
@@ -75,34 +90,42 @@ class Scheduler:
         max_batch: int = 32,
         max_waiting: int = 4096,
         ignore_seed: bool = False,
-        use_batch: bool | None = None,
+        join: str | None = None,
         window_s: float = 0.0,
     ):
         if max_batch < 1 or max_waiting < 1:
             raise LoopcertError(f"max_batch and max_waiting must be >= 1, got {max_batch}, {max_waiting}")
         if not 0 <= window_s < 10:
             raise LoopcertError(f"the batch window must be in [0, 10) seconds, got {window_s}")
+        steps = isinstance(decoder, Decoder)
+        batches = steps or callable(getattr(decoder, "generate_batch", None))
+        if join is None:
+            join = "step" if steps else "round" if batches else "sequence"
+        if join not in JOINS:
+            raise LoopcertError(f"join must be one of {JOINS}, got {join!r}")
+        if (join == "step" and not steps) or (join == "round" and not batches):
+            raise LoopcertError(f"join={join!r} needs a decoder with "
+                                + ("steps (a fastdec.Decoder)" if join == "step" else "generate_batch")
+                                + f", got {type(decoder).__name__}")
         self.decoder, self.max_batch, self.max_waiting = decoder, max_batch, max_waiting
-        self.window_s = window_s
+        self.join, self.window_s = join, window_s
         self.ignore_seed = ignore_seed
-        batch_fn = getattr(decoder, "generate_batch", None)
-        self.has_batch = callable(batch_fn) if use_batch is None else bool(use_batch and callable(batch_fn))
-        # never more rows than the decoder's cache was sized for
-        if self.has_batch:
+        if join != "sequence":  # never more rows than the decoder's cache was sized for
             self.max_batch = min(max_batch, getattr(decoder, "max_batch", max_batch))
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.rounds = 0
+        self.rounds = 0  # rounds, or in "step" mode engine steps
         self.completed = 0
         self.cancelled = 0
-        self.largest_round = 0
+        self.largest_round = 0  # the most sequences decoded together
 
     # -- control ------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="loopcert-decode", daemon=True)
+        loop = self._loop_steps if self.join == "step" else self._loop_rounds
+        self._thread = threading.Thread(target=loop, name="loopcert-decode", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -123,7 +146,8 @@ class Scheduler:
             self._cond.notify_all()
 
     def cancel(self, jobs: list[Job]) -> None:
-        """Drop jobs whose client went away; a job already decoding finishes and is discarded."""
+        """Drop jobs whose client went away (a decoding one: at the next step, or in the round
+        modes once its round ends, discarded)."""
         with self._cond:
             for j in jobs:
                 if j.t_end is not None or j.cancelled:
@@ -133,7 +157,7 @@ class Scheduler:
                 try:
                     self._waiting.remove(j)
                 except ValueError:
-                    pass  # running: its round ends normally
+                    pass  # running: dropped by the decode thread
 
     def status(self) -> dict:
         with self._cond:
@@ -145,10 +169,119 @@ class Scheduler:
                 "cancelled": self.cancelled,
                 "largest_round": self.largest_round,
                 "max_batch": self.max_batch,
-                "batching": "generate_batch" if self.has_batch else "per-sequence fallback",
+                "join": self.join,
+                "batching": {"step": "continuous (a request joins at the next engine step)",
+                             "round": "generate_batch rounds",
+                             "sequence": "per-sequence fallback"}[self.join],
             }
 
     # -- the decode thread ----------------------------------------------------------------------
+    def _wait_for_work(self) -> bool:
+        """(holding the lock) Until a job waits and the batch window has passed; False: stop."""
+        while not self._waiting and not self._stop:
+            self._cond.wait()
+        # the batch window: clients answered a moment ago send their next requests within
+        # milliseconds; waiting for them fills the batch instead of decoding 1
+        deadline = time.perf_counter() + self.window_s
+        while len(self._waiting) < self.max_batch and not self._stop:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        return not self._stop
+
+    def _seed(self, j: Job) -> int:
+        return secrets.randbits(63) if self.ignore_seed else j.seed
+
+    def _finish(self, jobs: list[Job]) -> None:
+        """Answer jobs that ended (decoded, or failed with j.error)."""
+        with self._cond:
+            now = time.perf_counter()
+            for j in jobs:
+                j.t_end = now
+                self.completed += not j.cancelled
+        for j in jobs:
+            if j.on_done is not None and not j.cancelled:
+                j.on_done(j)
+
+    # "step": continuous batching
+    def _loop_steps(self) -> None:
+        batch = None
+        live: dict[object, Job] = {}  # ContinuousBatch handle -> job
+        while True:
+            with self._cond:
+                if not live and not self._wait_for_work():
+                    return
+                if self._stop:
+                    return
+                for h, j in list(live.items()):
+                    if j.cancelled:  # its client went away: leave the batch now
+                        batch.drop(h)
+                        del live[h]
+                        j.t_end = time.perf_counter()
+                if not live:
+                    batch = self._new_batch(batch)
+                joined, failed = self._admit(batch, live)
+                self._running = list(live.values())
+                if live:
+                    self.rounds += 1
+                    self.largest_round = max(self.largest_round, len(live))
+                step = self.rounds
+            for j in joined:
+                j.round, j.batch_size = step, len(live)
+            self._finish(failed)
+            if not live:
+                continue
+            try:
+                ended = batch.step()
+            except Exception as e:  # noqa: BLE001 - the batch is lost: every live job gets the error
+                for j in live.values():
+                    j.error = e
+                done, live, batch = list(live.values()), {}, None
+            else:
+                done = []
+                for h, res in ended:
+                    j = live.pop(h)
+                    j.result, j.batched = res, True
+                    done.append(j)
+            with self._cond:
+                self._running = list(live.values())
+            self._finish(done)
+
+    def _new_batch(self, old):
+        """(holding the lock, nothing live) A batch whose capacity fits the jobs waiting now."""
+        head = list(self._waiting)[: self.max_batch]
+        need = max((len(j.prompt) + j.max_new_tokens for j in head), default=1)
+        capacity = capacity_for(need)
+        rows = max(1, min(self.max_batch, BATCH_POSITIONS // capacity))
+        if old is not None and old.capacity == capacity and old.rows == rows:
+            return old
+        return ContinuousBatch(self.decoder, need, rows=rows)
+
+    def _admit(self, batch, live: dict) -> tuple[list[Job], list[Job]]:
+        """(holding the lock) Waiting jobs join the batch in FIFO order while rows are free and
+        the oldest fits; -> (joined, refused by validation)."""
+        joined, failed = [], []
+        while self._waiting and batch.room() and len(live) < self.max_batch:
+            j = self._waiting[0]
+            if not batch.fits(len(j.prompt), j.max_new_tokens):
+                if live or joined:
+                    break  # it waits for the batch to drain; nothing overtakes it
+            self._waiting.popleft()
+            j.t_start = time.perf_counter()
+            j.decoded_seed = self._seed(j)
+            try:
+                h = batch.add(j.prompt, j.max_new_tokens, j.sampling, j.decoded_seed,
+                              eos_token_id=j.eos_token_id, keep_logits=j.keep_logits)
+            except LoopcertError as e:  # this job's input (e.g. too long for any batch): its error only
+                j.error = e
+                failed.append(j)
+                continue
+            live[h] = j
+            joined.append(j)
+        return joined, failed
+
+    # "round" and "sequence"
     def _take_round(self) -> list[Job]:
         head = self._waiting[0]
         group = [j for j in self._waiting if j.key == head.key][: self.max_batch]
@@ -156,20 +289,10 @@ class Scheduler:
             self._waiting.remove(j)
         return group
 
-    def _loop(self) -> None:
+    def _loop_rounds(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._stop:
-                    self._cond.wait()
-                # the batch window: clients answered by the last round send their next requests
-                # within milliseconds; waiting for them fills the round instead of decoding 1
-                deadline = time.perf_counter() + self.window_s
-                while len(self._waiting) < self.max_batch and not self._stop:
-                    left = deadline - time.perf_counter()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                if self._stop:
+                if not self._wait_for_work():
                     return
                 group = self._take_round()
                 self._running = group
@@ -179,21 +302,15 @@ class Scheduler:
             t0 = time.perf_counter()
             for j in group:
                 j.t_start, j.round, j.batch_size = t0, rnd, len(group)
-                j.decoded_seed = secrets.randbits(63) if self.ignore_seed else j.seed
+                j.decoded_seed = self._seed(j)
             self._decode(group)
             with self._cond:
                 self._running = []
-                now = time.perf_counter()
-                for j in group:
-                    j.t_end = now
-                    self.completed += not j.cancelled
-            for j in group:
-                if j.on_done is not None and not j.cancelled:
-                    j.on_done(j)
+            self._finish(group)
 
     def _decode(self, group: list[Job]) -> None:
         first = group[0]
-        if self.has_batch:
+        if self.join == "round":
             try:
                 results = self.decoder.generate_batch(
                     [j.prompt for j in group],
