@@ -2,9 +2,18 @@
 
 `loopcert certify MODEL --decoder http://HOST:PORT/v1` builds an HTTPDecoder: every
 generate() is one POST /v1/completions with the prompt as token ids, `n` 1 and the call's
-seed, and `generate_batch` keeps up to `concurrency` such requests in flight at once (the
-server batches them). The new token ids are read from the response's `loopcert` extension
-(`loopcert.choices[i].tokens`): text does not map back to ids in general.
+seed. `generate_batch` sends each run of consecutive seeds of one prompt as requests of up to
+`choices` samples each, through the API's `n` with the per-choice seed rule (below), and
+keeps up to `concurrency` requests in flight at once (the server batches them): per-request
+costs (HTTP, JSON, validation) are paid once per `choices` samples. The new token ids are
+read from the response's `loopcert` extension (`loopcert.choices[i].tokens`): text does not
+map back to ids in general.
+
+Seeds. Choice k of a request with one prompt, `seed` s and `n` m decodes with seed s + k
+(k = 0 .. m-1): the samples for seeds s .. s+m-1 are one request. This is `loopcert serve`'s
+rule (choice i = p * n + k of a request decodes with seed + i, loopcert/serve/app.py); each
+choice's extension entry states the seed it was asked for (`requested_seed`), and the decoder
+refuses a response whose choices were not decoded for s + k.
 
 Mapping of refdec.SamplingParams onto the API (the server maps it back the same way,
 loopcert/serve/app.py):
@@ -15,7 +24,8 @@ loopcert/serve/app.py):
     top_k = None / k         top_k absent / k        (an extension; vLLM spells it the same)
     top_p = None / p         top_p 1.0 / p
     (no EOS in the protocol) ignore_eos true         (certify compares fixed-length outputs)
-    seed                     seed                    (one request per seed, n = 1)
+    seed (one sample)        seed, n 1
+    seeds s .. s+m-1         seed s, n m             (choice k decodes with seed s + k)
 
 The server must serve the model being certified: the factory compares the fingerprint the
 server reports in /v1/models (`model_fingerprint`: the float32 weights and the config) with
@@ -34,7 +44,8 @@ from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
 TIMEOUT_S = 600.0
-CONCURRENCY = 64
+CONCURRENCY = 16  # requests in flight
+CHOICES = 16  # samples per request (the API's n) in generate_batch
 
 
 def model_fingerprint(model) -> str:
@@ -48,13 +59,14 @@ def model_fingerprint(model) -> str:
 
 
 def request_body(
-    model_id: str, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int
+    model_id: str, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int, n: int = 1
 ) -> dict:
+    """One request for the samples of seeds seed .. seed + n - 1 (choice k: seed + k)."""
     body = {
         "model": model_id,
         "prompt": [int(t) for t in prompt],
         "max_tokens": int(max_new_tokens),
-        "n": 1,
+        "n": int(n),
         "seed": int(seed),
         "ignore_eos": True,
         "temperature": float(sampling.temperature),
@@ -78,10 +90,11 @@ def _httpx():
 class HTTPDecoder:
     """generate() / generate_batch() over POST {base_url}/completions."""
 
-    def __init__(self, base_url: str, concurrency: int = CONCURRENCY, timeout: float = TIMEOUT_S):
+    def __init__(self, base_url: str, concurrency: int = CONCURRENCY, timeout: float = TIMEOUT_S,
+                 choices: int = CHOICES):
         httpx = _httpx()
         self.base_url = base_url.rstrip("/")
-        self.concurrency = concurrency
+        self.concurrency, self.choices = concurrency, choices
         self.client = httpx.Client(
             timeout=timeout,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
@@ -126,33 +139,54 @@ class HTTPDecoder:
     def generate(
         self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0
     ) -> list[int]:
+        return self._request(prompt, max_new_tokens, sampling, seed, 1)[0]
+
+    def _request(
+        self, prompt, max_new_tokens: int, sampling: SamplingParams, seed: int, n: int
+    ) -> list[list[int]]:
+        """The new tokens of seeds seed .. seed + n - 1: one request with `n` choices."""
         r = self.client.post(
             self.base_url + "/completions",
-            json=request_body(self.model_id, prompt, max_new_tokens, sampling, seed),
+            json=request_body(self.model_id, prompt, max_new_tokens, sampling, seed, n),
         )
+        what = f"POST /completions (seed {seed}" + (f", n {n})" if n > 1 else ")")
         if r.status_code != 200:
-            raise LoopcertError(
-                f"POST /completions (seed {seed}) answered HTTP {r.status_code}: {r.text[:300]}"
-            )
-        ext = r.json().get("loopcert")
-        if not ext or not ext.get("choices"):
+            raise LoopcertError(f"{what} answered HTTP {r.status_code}: {r.text[:300]}")
+        choices = (r.json().get("loopcert") or {}).get("choices")
+        if not choices:
             raise LoopcertError(
                 "the response has no loopcert.choices[].tokens extension: certify needs the new token ids"
             )
-        return [int(t) for t in ext["choices"][0]["tokens"]]
+        if len(choices) != n:
+            raise LoopcertError(f"{what} answered {len(choices)} choices")
+        for k, c in enumerate(choices):
+            asked = c.get("requested_seed", seed + k)
+            if asked != seed + k:
+                raise LoopcertError(f"{what}: choice {k} was decoded for seed {asked}, not {seed + k} "
+                                    "(the per-choice seed rule is seed + k)")
+        return [[int(t) for t in c["tokens"]] for c in choices]
 
     def generate_batch(
         self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds, eos_token_id=None
     ) -> list[list[int]]:
-        """One request per sequence, up to `concurrency` in flight; results in input order."""
+        """Runs of consecutive seeds of one prompt as requests of up to `choices` samples, up to
+        `concurrency` requests in flight; results in input order."""
         if eos_token_id is not None:
             raise LoopcertError("HTTPDecoder.generate_batch: EOS is not part of the certify protocol")
+        prompts, seeds = [list(p) for p in prompts], list(seeds)
         if len(prompts) != len(seeds):
             raise LoopcertError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        futures = [
-            self._pool.submit(self.generate, p, max_new_tokens, sampling, s) for p, s in zip(prompts, seeds)
-        ]
-        return [f.result() for f in futures]
+        groups: list[tuple[int, int]] = []  # (first index, samples)
+        for i in range(len(seeds)):
+            if groups:
+                start, m = groups[-1]
+                if m < self.choices and prompts[i] == prompts[start] and seeds[i] == seeds[start] + m:
+                    groups[-1] = (start, m + 1)
+                    continue
+            groups.append((i, 1))
+        futures = [self._pool.submit(self._request, prompts[i], max_new_tokens, sampling, seeds[i], m)
+                   for i, m in groups]
+        return [tokens for f in futures for tokens in f.result()]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

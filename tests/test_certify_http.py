@@ -111,6 +111,14 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
         assert dec.generate_batch([[1, 2, 3]] * 3, 5, sp, [9, 4, 9]) == [
             dec.generate([1, 2, 3], 5, sp, seed=s) for s in (9, 4, 9)
         ]
+        # runs of consecutive seeds of one prompt go as requests of `choices` samples (API's n)
+        sent, request = [], dec._request
+        dec._request = lambda p, m, s, seed, n: sent.append((p[0], seed, n)) or request(p, m, s, seed, n)
+        prompts = [[1, 2, 3]] * 40 + [[2]] * 2
+        seeds = list(range(20, 60)) + [60, 61]
+        got = dec.generate_batch(prompts, 4, sp, seeds)
+        assert sorted(sent) == [(1, 20, 16), (1, 36, 16), (1, 52, 8), (2, 60, 2)]
+        assert got == [dec.generate(p, 4, sp, seed=s) for p, s in zip(prompts, seeds)]
     finally:
         dec.close()
     fingerprints = {model_fingerprint(refdec.load_model(name)) for name in ("tiny-ouro", "tiny-raven")}
@@ -136,3 +144,26 @@ def test_unreachable_server_is_a_usage_error(tmp_path, capsys):
     rc = main(["certify", "tiny-ouro", "--decoder", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path)])
     assert rc == 2 and "cannot reach" in capsys.readouterr().err
     assert not (tmp_path / "certificate.json").exists()
+
+
+def test_http_decoder_refuses_choices_decoded_for_other_seeds(good_server):
+    """The per-choice seed rule (choice k: seed + k) is checked on every response: a server
+    that numbers choices otherwise is refused, naming the choice and both seeds."""
+    import httpx
+
+    dec = HTTPDecoder(good_server.url)
+
+    def handler(req):
+        body = json.loads(req.content)
+        choices = [{"tokens": [0] * body["max_tokens"], "requested_seed": body["seed"] + 2 * k}
+                   for k in range(body["n"])]
+        return httpx.Response(200, json={"loopcert": {"choices": choices}})
+
+    try:
+        dec.client = httpx.Client(transport=httpx.MockTransport(handler))
+        sp = SamplingParams(temperature=1.0)
+        assert dec.generate_batch([[1]], 2, sp, [5]) == [[0, 0]]  # one choice: seed + 0
+        with pytest.raises(LoopcertError, match="choice 1 was decoded for seed 7, not 6"):
+            dec.generate_batch([[1]] * 3, 2, sp, [5, 6, 7])
+    finally:
+        dec.close()

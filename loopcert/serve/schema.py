@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-MAX_N = 16  # choices per prompt
+MAX_N = 128  # choices per prompt (OpenAI: 128)
 MAX_LOGPROBS = 5  # OpenAI's limit for the completions API
 MAX_SEED = 2**63 - 1  # OpenAI seeds are int64; fastdec seeds are unsigned: negatives are refused
 MAX_STOP = 4
