@@ -422,13 +422,32 @@ class CertifyRun:
                                   self.say)
 
     # -- 4. mutants and false alarms -------------------------------------------------------------
-    def mutation(self) -> CheckResult:
+    def mutant_library(self) -> tuple:
         names = self.plan.mutant_names
-        lib = tuple(mt for mt in mutant_lib.LIBRARY if (mt.fastdec is None or _has_fastdec())
-                    and (names is None or mt.name in names))
-        return mutant_lib.check_mutants(self.plan.target, self.seed, lib, progress=self.say,
-                                        blackbox_samples=self.plan.blackbox_mutant_samples,
-                                        require_all=self.plan.mode == "full")
+        return tuple(mt for mt in mutant_lib.LIBRARY if (mt.fastdec is None or _has_fastdec())
+                     and (names is None or mt.name in names))
+
+    def mutant_run(self) -> mutant_lib.MutantRun:
+        """The models and exact laws the mutants share, built once per process."""
+        if "mutants" not in self._setups:
+            self._setups["mutants"] = mutant_lib.MutantRun(
+                self.plan.target, self.seed, progress=self.say,
+                blackbox_samples=self.plan.blackbox_mutant_samples, require_all=self.plan.mode == "full")
+        return self._setups["mutants"]
+
+    def mutant_unit(self, mt) -> dict:
+        """One mutant's row (a work unit: `mutant/<name>`), or why it has none."""
+        try:
+            return self.mutant_run().row(mt)
+        except Exception as e:  # noqa: BLE001 - the mutation check fails naming it
+            return {"name": mt.name, "unit_error": f"{type(e).__name__}: {e}"}
+
+    def mutation(self, rows: list[dict]) -> CheckResult:
+        """The mutation check from every mutant's row (any shard's)."""
+        err = next((r for r in rows if "unit_error" in r), None)
+        if err is not None:
+            raise RuntimeError(f"mutant {err['name']}: {err['unit_error']}")
+        return self.mutant_run().result(rows)
 
     def false_alarm(self) -> CheckResult:
         return check_false_alarm(self.plan.false_alarm, self.plan.target, self.seed, progress=self.say)
@@ -546,8 +565,9 @@ Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check
 def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]:
     """The run's work units in plan order, and one assembly step per check (certificate order).
 
-    A sampling check is one unit per case (`sampling/<model>/<setting>/<case>`); every other
-    check is one unit (`check/<name>`) whose raw result is its CheckResult."""
+    A sampling check is one unit per case (`sampling/<model>/<setting>/<case>`), the mutation
+    check one per mutant (`mutant/<name>`); every other check is one unit (`check/<name>`)
+    whose raw result is its CheckResult."""
     units: list[Unit] = []
     assemble: list[Assemble] = []
 
@@ -571,7 +591,16 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
 
         assemble.append(sampled)
     whole("reproducibility", run.reproducible)
-    whole("mutation", run.mutation)
+    library = run.mutant_library()
+    for mt in library:  # one unit per mutant
+        units.append((f"mutant/{mt.name}", lambda mt=mt: run.mutant_unit(mt)))
+
+    def mutated(res) -> CheckResult:
+        rows = [res[f"mutant/{mt.name}"] for mt in library]
+        t = sum(r.get("seconds", 0.0) for r in rows)
+        return _guard("mutation", lambda: run.mutation(rows), run.say, seconds=t)
+
+    assemble.append(mutated)
     if run.plan.false_alarm:
         whole("false_alarm", run.false_alarm)
     for name, fn in (("theorem1_random", run.theorem1_random), ("theorem1_search", run.theorem1_search),

@@ -152,44 +152,46 @@ def sampler_for(dec) -> object:
     return dec
 
 
-def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LIBRARY, model=None,
-                  progress: Progress | None = None, blackbox_samples: int = 300,
-                  require_all: bool = False) -> CheckResult:
-    """measured = mutants that had to die and survived + flagged controls; bound 0.
+class MutantRun:
+    """The models, oracles and exact laws the mutants share (built lazily, once), and one
+    mutant at a time: `row(m)` is one work unit of certify (`mutant/<name>`), `result(rows)`
+    assembles the check from the rows in library order (any shard's)."""
 
-    N per case is planned from `target` like any candidate's; the fastdec entries, which cost far
-    more per sample and sit far off the law, take `blackbox_samples`. `require_all`: every mutant
-    must die (the full plan), not only those some view has the power to see."""
-    models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
-    oracles: dict[str, Oracle] = {}
-    laws: dict[tuple[str, str], CaseLaw] = {}
-    cases = {c.name: c for c in CASES}
+    def __init__(self, target: Target, base_seed: int, model=None, progress: Progress | None = None,
+                 blackbox_samples: int = 300, require_all: bool = False):
+        self.target, self.base_seed, self.progress = target, base_seed, progress
+        self.blackbox_samples, self.require_all = blackbox_samples, require_all
+        self.models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
+        self.oracles: dict[str, Oracle] = {}
+        self.laws: dict[tuple[str, str], CaseLaw] = {}
+        self.references: dict = {}
+        self.cases = {c.name: c for c in CASES}
 
-    def law_of(model_name: str, case_name: str) -> CaseLaw:
-        if model_name not in oracles:
-            if model_name not in models:
-                models[model_name] = wide_model()
-            oracles[model_name] = Oracle(models[model_name])
-        if (model_name, case_name) not in laws:
-            laws[model_name, case_name] = case_law(oracles[model_name], cases[case_name])
-        return laws[model_name, case_name]
+    def law_of(self, model_name: str, case_name: str) -> CaseLaw:
+        if model_name not in self.oracles:
+            if model_name not in self.models:
+                self.models[model_name] = wide_model()
+            self.oracles[model_name] = Oracle(self.models[model_name])
+        if (model_name, case_name) not in self.laws:
+            self.laws[model_name, case_name] = case_law(self.oracles[model_name], self.cases[case_name])
+        return self.laws[model_name, case_name]
 
-    rows, references = [], {}
-    for m in library:
+    def row(self, m: Mutant) -> dict:
+        """Run one mutant: greedy, then sampling on its cases; -> its row (JSON-able)."""
         t0 = time.perf_counter()
-        law_of(m.model, "T=0.5" if m.case is None else m.case)
-        oracle = oracles[m.model]
+        self.law_of(m.model, "T=0.5" if m.case is None else m.case)
+        oracle = self.oracles[m.model]
         dec = m.build(oracle)
         greedy = check_greedy(f"greedy[{m.name}]", [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
-                              lambda _o: GREEDY_PROMPTS, GREEDY_TOKENS, references=references)
+                              lambda _o: GREEDY_PROMPTS, GREEDY_TOKENS, references=self.references)
         names = ["T=0.5", "top-k=2", "top-p=0.5"] if m.case is None and m.control else (
             [m.case] if m.case else [])
         dist, shifts = None, []
         if names:
-            case_laws = [law_of(m.model, c) for c in names]
-            fixed = None if m.fastdec is None else [blackbox_samples] * len(names)
-            dist = check_distribution(f"sampling[{m.name}]", sampler_for(dec), case_laws, target, base_seed,
-                                      samples=fixed)
+            case_laws = [self.law_of(m.model, c) for c in names]
+            fixed = None if m.fastdec is None else [self.blackbox_samples] * len(names)
+            dist = check_distribution(f"sampling[{m.name}]", sampler_for(dec), case_laws, self.target,
+                                      self.base_seed, samples=fixed)
             shifts = [exact_shift(dec, cl) for cl in case_laws]
         rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
         killed = bool(rejected_by)
@@ -204,7 +206,7 @@ def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LI
         elif m.case is None or m.fastdec is not None:
             ok = killed  # greedy-only and black-box entries: no TV to weigh, must die
         else:
-            ok = killed or (not promised and not require_all)
+            ok = killed or (not promised and not self.require_all)
         row = {
             "name": m.name, "bug": m.bug, "control": m.control, "model": oracle.cfg.name,
             "settings": _settings(m),
@@ -220,24 +222,45 @@ def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LI
                                        default=None),
             "detectable_tv": None if dist is None else dist.details["detectable_tv"],
             "n_samples": max((c["samples"] for c in dist.details["cases"]), default=0) if dist else 0,
+            "laws": {f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
+                     for c in ["T=0.5" if m.case is None else m.case, *names]},
             "seconds": time.perf_counter() - t0,
         }
-        rows.append(row)
-        if progress:
+        if self.progress:
             verdict = ("rejected by " + " + ".join(rejected_by)) if killed else "not rejected"
-            progress(f"  mutation {m.name}: {verdict} ({'ok' if row['ok'] else 'WRONG'})")
-    bad = [r["name"] for r in rows if not r["ok"]]
-    survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
-    flagged = sum(1 for r in rows if r["control"] and not r["ok"])
-    details = {"model": MODEL, "why_this_model": WHY_MODEL, "rows": rows, "survivors": survivors,
-               "below_power": [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]],
-               "controls_flagged": flagged, "target_tv": target.tv, "power_level": target.power,
-               "require_all": require_all, "n_samples": max((r["n_samples"] for r in rows), default=0),
-               "alpha": target.alpha, "seeds": f"{base_seed} + i for sample i of each case",
-               "greedy_prompts": [list(p) for p in GREEDY_PROMPTS], "greedy_tokens": GREEDY_TOKENS,
-               "cases": [c.describe() for c in CASES],
-               "laws": {f"{k[1]} on {k[0]}": law.describe() for k, law in laws.items()}, "wrong": bad}
-    return CheckResult("mutation", len(bad), 0, not bad, details)
+            self.progress(f"  mutation {m.name}: {verdict} ({'ok' if row['ok'] else 'WRONG'})")
+        return row
+
+    def result(self, rows: Sequence[dict]) -> CheckResult:
+        """The check from every mutant's row (in library order)."""
+        target, rows = self.target, [dict(r) for r in rows]
+        laws: dict[str, dict] = {}
+        for r in rows:
+            laws.update(r.pop("laws", {}))
+        bad = [r["name"] for r in rows if not r["ok"]]
+        survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
+        flagged = sum(1 for r in rows if r["control"] and not r["ok"])
+        below = [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]]
+        details = {"model": MODEL, "why_this_model": WHY_MODEL, "rows": rows, "survivors": survivors,
+                   "below_power": below, "controls_flagged": flagged, "target_tv": target.tv,
+                   "power_level": target.power, "require_all": self.require_all,
+                   "n_samples": max((r["n_samples"] for r in rows), default=0),
+                   "alpha": target.alpha, "seeds": f"{self.base_seed} + i for sample i of each case",
+                   "greedy_prompts": [list(p) for p in GREEDY_PROMPTS], "greedy_tokens": GREEDY_TOKENS,
+                   "cases": [c.describe() for c in CASES], "laws": laws, "wrong": bad}
+        return CheckResult("mutation", len(bad), 0, not bad, details)
+
+
+def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LIBRARY, model=None,
+                  progress: Progress | None = None, blackbox_samples: int = 300,
+                  require_all: bool = False) -> CheckResult:
+    """measured = mutants that had to die and survived + flagged controls; bound 0.
+
+    N per case is planned from `target` like any candidate's; the fastdec entries, which cost far
+    more per sample and sit far off the law, take `blackbox_samples`. `require_all`: every mutant
+    must die (the full plan), not only those some view has the power to see."""
+    run = MutantRun(target, base_seed, model, progress, blackbox_samples, require_all)
+    return run.result([run.row(m) for m in library])
 
 
 def _settings(m: Mutant) -> str:

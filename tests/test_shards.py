@@ -38,7 +38,7 @@ SHARD_PLAN = CertifyPlan(
     trace_prompts=2,
     trace_positions=16,
     speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
-    mutant_names=("always-accept",),
+    mutant_names=("always-accept", "greedy-near-miss"),
 )
 TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}
 N = 3
@@ -82,6 +82,8 @@ def test_merged_shards_equal_the_unsharded_certificate(runs):
     units = shards[0]["units"]
     assert sum(len(s["results"]) for s in shards) == len(units) and len(units) > N
     assert sum(u.startswith("sampling/") for u in units) == 6  # 3 settings x 2 cases
+    mutants = [u for u in units if u.startswith("mutant/")]
+    assert mutants == ["mutant/always-accept", "mutant/greedy-near-miss"]  # one unit per mutant
     for i, s in enumerate(shards):  # a deterministic 1/N: round robin over the plan order
         assert sorted(s["results"]) == sorted(u for k, u in enumerate(units) if k % N == i)
     assert not (root / "s1" / "certificate.json").exists()

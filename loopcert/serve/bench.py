@@ -5,6 +5,12 @@ The server and the in-process decoder are built from the same `loopcert serve` a
 every response can be compared with `generate` for its seed, and the throughput through HTTP
 can be read against decoding the same requests in process: one after another (`generate`)
 and, when the decoder has it, `clients` at a time (`generate_batch`).
+
+Timing: wall clock (time.perf_counter) throughout, not proofs.speed.timing's protocol. That
+protocol times one process's decode calls interleaved against a baseline and reports ratios;
+here the work is split between two processes (the server decodes, this one waits on HTTP), so
+only wall time measures it, and latency percentiles under concurrent load have no baseline to
+interleave with.
 """
 
 from __future__ import annotations
