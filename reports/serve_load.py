@@ -32,11 +32,12 @@ def render(res: dict) -> str:
             "HTTP / in-process sequential",
             fmt(s["tokens_per_s"] / ip["sequential_tokens_per_s"]) if ip["sequential_tokens_per_s"] else "—",
         ],
+        ["server batching", res.get("server_health", {}).get("batching", "—")],
         [
-            "rounds; mean / largest batch",
+            "rounds (continuous: steps a request joined at); mean / largest batch",
             f"{s['rounds']}; {fmt(s['mean_batch_size'])} / {s['largest_batch']}",
         ],
-        ["sequences decoded by generate_batch", fmt(s["batched_share"])],
+        ["share of sequences decoded in a batch", fmt(s["batched_share"])],
         ["mean acceptance rate / gamma", f"{fmt(s['acceptance_rate'])} / {fmt(s['gamma'])}"],
     ]
     out = [
