@@ -81,12 +81,18 @@ def test_training_without_the_shallow_loss_and_the_recorded_command(corpus, tmp_
 
 
 def test_resume_continues_exactly(corpus, tmp_path):
-    tc = tiny_config(corpus, steps=12)
+    tc = tiny_config(corpus, steps=12, seq_schedule=((0.0, 32), (0.5, 64)))  # a schedule: JSON lists
     quiet = lambda *a, **k: None  # noqa: E731
     straight = train(tc, tmp_path / "a", None, log=quiet)["model"]
-    train(tc, tmp_path / "b", None, log=quiet, until_step=5)
-    resumed = train(tc, tmp_path / "b", None, log=quiet, resume=True)
+    train(tc, tmp_path / "b", None, log=quiet, until_step=5, command="first leg")
+    said = []
+    resumed = train(tc, tmp_path / "b", None, log=lambda *a, **k: said.append(a[0]), resume=True,
+                    command="second leg")
     assert resumed["record"]["steps"] == 12
+    assert not [line for line in said if "warning" in line]  # the same config, as JSON stores it
+    # the record names every leg of the run, so the shipped model's record reproduces all of it
+    assert resumed["record"]["runs"] == [{"command": "first leg", "from_step": 0, "to_step": 5},
+                                         {"command": "second leg", "from_step": 5, "to_step": 12}]
     for (name, p), q in zip(straight.state_dict().items(), resumed["model"].state_dict().values()):
         assert torch.equal(p, q), name
     with pytest.raises(LoopcertError, match="no checkpoint"):

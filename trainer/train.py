@@ -453,10 +453,12 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     if resume:
         meta = load_training_state(ckpt_dir, model, opt, gen)
         loose = ("steps", "max_minutes", "log_every", "ckpt_minutes")
+        # compared as JSON round-trips them (tuples come back as lists)
+        now = json.loads(json.dumps(dataclasses.asdict(tc)))
         if {k: v for k, v in meta["train_config"].items() if k not in loose} != {
-                k: v for k, v in dataclasses.asdict(tc).items() if k not in loose}:
+                k: v for k, v in now.items() if k not in loose}:
             log("warning: resuming with a different TrainConfig than the checkpoint's")
-        state = {k: meta[k] for k in ("step", "elapsed_s", "history") if k in meta} | (
+        state = {k: meta[k] for k in ("step", "elapsed_s", "history", "runs") if k in meta} | (
             {"tokens": meta["tokens"]} if "tokens" in meta else {})
         log(f"resumed at step {state['step']} after {state['elapsed_s'] / 60:.1f} min")
     n_params = sum(p.numel() for p in model.parameters())
@@ -464,6 +466,10 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         f"k={tc.backprop_k}, aux depth 1..{tc.aux_max_depth} x{tc.aux_weight}, noise init {tc.noise_init}, "
         f"windows {tc.seq_schedule or tc.seq_len}")
 
+    # every command that trained this model, with the steps it ran: a resumed run's record lists
+    # the runs before it, so the shipped record reproduces the whole model, not its last leg
+    runs = state.setdefault("runs", [])
+    runs.append({"command": command or command_line(sys.argv[1:]), "from_step": state["step"]})
     budget = tc.max_minutes * 60 if tc.max_minutes else None
     t0, base = time.monotonic(), state["elapsed_s"]
     last_ckpt = time.monotonic()
@@ -505,6 +511,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
             log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
                 f"{shallow}  lr {lr:.2e}  T={window}  {elapsed / state['step']:.2f} s/step", flush=True)
             run_nll, run_aux, run_n = 0.0, 0.0, 0
+        runs[-1]["to_step"] = state["step"]
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
             state["elapsed_s"] = base + time.monotonic() - t0
             save_training_state(ckpt_dir, model, opt, gen, state, tc)
@@ -517,7 +524,7 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     log("held-out (quick): " + "  ".join(
         f"r={r}: {quick.bpb[r]:.3f} bpb, agree {quick.agree[r]:.3f}" for r in quick.depths))
     record = {
-        "command": command or command_line(sys.argv[1:]),
+        "command": runs[-1]["command"], "runs": runs,
         "train_config": dataclasses.asdict(tc), "steps": state["step"],
         "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
         "tokens_seen": state.get("tokens", state["step"] * tc.batch_size * tc.seq_len),
