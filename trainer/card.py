@@ -200,7 +200,10 @@ def render(m: dict, stamp: dict) -> str:
              "**The running interpreter does NOT reproduce this manifest: held-out figures below were "
              "measured on this interpreter's held-out split.**"), "",
           "## Training", "",
-          f"Command: `{tr['command']}`, {tr['threads']} thread(s), torch {tr['torch_version']}, CPU. "
+          (f"Command: `{tr['command']}`" if len(tr.get("runs", [])) < 2 else
+           "Commands, in order (the run was resumed): " + "; then ".join(
+               f"`{leg['command']}` (steps {leg['from_step']}-{leg['to_step']})" for leg in tr["runs"]))
+          + f", {tr['threads']} thread(s), torch {tr['torch_version']}, CPU. "
           f"Training time {tr['train_minutes']:.1f} min; {tr['steps']:,} steps of {tc['batch_size']} x "
           f"{tc['seq_len']} bytes"
           + (" (windows by training progress: " + ", ".join(
