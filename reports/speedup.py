@@ -298,8 +298,32 @@ LOSSES = {
     "fill": "the pipeline's fill (R - d1 extra steps before the first lane commits, amortised over the run)",
     "rejections": "rejections (each empties the pipeline, which refills from the rejected position)",
     "rest": "everything but recurrence calls (prelude and readout calls, whose coda attention also reads "
-    "the cache, and host work)",
+    "the cache, and host work); above 1 when the refills after rejections run steps narrower, so cheaper, "
+    "than the W-lane step the rejection factor charges them at",
 }
+
+PARTS = {"host": "host planning", "cache_write": "cache writes", "cache_read": "cache reads (views)",
+         "attention": "attention over the cache", "mlp": "the MLP", "other": "the rest of the forward"}
+
+
+def parts_table(c) -> str:
+    rows = []
+    for r in c.rows:
+        for p in (r.parts_1, r.parts_w):
+            rows.append([r.context, p.width, f"{1e3 * p.total:.3f}",
+                         *[f"{1e3 * getattr(p, k):.3f} ({_pct(v)})" for k, v in p.shares().items()]])
+    return table(rows, ["L", "lanes", "call ms", *[f"{v} ms" for v in PARTS.values()]])
+
+
+def step_cause_line(c) -> str:
+    sc = c.step_cause
+    if sc is None:
+        return ""
+    return (f"At {sc.context} positions a {sc.width}-lane recurrence call costs "
+            f"{fmt(sc.step_cost_ratio, 3)}x a 1-lane one (the model: {fmt(sc.model_step_ratio, 3)}x); "
+            "the largest part of it is "
+            f"{PARTS[sc.part]}, {_pct(sc.share)} of the call and {fmt(sc.growth, 3)}x its 1-lane time.")
+
 
 
 def context_cause(res: SpeedReport) -> str:
@@ -353,7 +377,11 @@ def context_cause(res: SpeedReport) -> str:
         )
         + f"\n\nAt {last.context} cached positions the measured speedup is {fmt(last.of_model, 3)} of the "
         f"model's; the largest loss is {c.main_loss}, x{fmt(factors(last)[c.main_loss], 3)}: "
-        f"{LOSSES[c.main_loss]}."
+        f"{LOSSES[c.main_loss]}. {step_cause_line(c)}\n\n"
+        f"Where one recurrence call's {c.clock} time goes, at 1 lane and at the pipeline's W lanes, by "
+        "context (proofs.speed.costs.call_parts: the parts timed inside the engine's calls, host planning "
+        "in Engine.phase_inputs, `other` the call's total less the parts):\n\n"
+        + parts_table(c)
     )
 
 

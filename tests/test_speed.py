@@ -238,6 +238,12 @@ def test_bench_end_to_end_renders(model):
         assert r.of_model == pytest.approx(math.prod(context.factors(r).values()), rel=1e-9)
     assert res.context.main_loss in context.factors(res.context.rows[-1])
     assert "### Where the difference from the model goes" in md
+    last, cause = res.context.rows[-1], res.context.step_cause
+    assert (cause.context, cause.width) == (last.context, last.width)
+    assert cause.share == max(last.parts_w.shares().values()) and "the largest part of it is" in md
+    for r in res.context.rows:  # the parts' totals are the step-cost figures of the row
+        assert (r.parts_1.width, r.parts_w.width, r.parts_1.total, r.parts_w.total) == (
+            1, r.width, r.recur_1, r.recur_w)
     assert all(r.label in md for r in res.rows)
     assert [(r.label, r.batch) for r in res.batch.rows][:2] == [("autoregressive", 1), ("autoregressive", 2)]
     judged = {t.name.split(" (")[0] for t in res.targets}
@@ -308,3 +314,28 @@ def test_certificate_and_speedup_report_give_one_speedup_for_one_setting(model, 
                              TINY_PLAN.grid.select(PROMPTS), 8, 2)
     old = timing.ratio(whole["a"]["cpu_total"], whole["b"]["cpu_total"])
     assert old != rows_by["pipelined d1=2"]["speedup"]
+
+
+def test_call_parts_times_every_part_and_removes_its_instruments(model):
+    """Each part is hit in the engine's own calls (a part the engine stopped calling would read 0)
+    and the instruments are gone afterwards: the same outputs, bit for bit, before and after."""
+    import fastdec.engine
+    import refdec.layers
+
+    eng = Decoder(model, DecodeConfig("pipelined", draft_depth=2)).engine(64)
+    # positions 0..3: they read nothing the probes (around position 24) write
+    lanes = costs.probe_lanes(eng, "recur", 4, 0, torch.Generator().manual_seed(1))
+    before = eng.run_phase("recur", lanes)[1][0]
+    funcs = (fastdec.engine.attention, refdec.layers.mlp)
+    for reads in ("view", "gather"):
+        eng.reads = reads
+        p = costs.call_parts(eng, 24, 4, calls=2)
+        assert p.width == 4 and p.context == 24 and p.total > 0
+        for part in ("host", "cache_write", "cache_read", "attention", "mlp"):
+            assert getattr(p, part) > 0, (reads, part)
+        assert p.other == pytest.approx(p.total - sum(getattr(p, k) for k in p.shares() if k != "other"))
+    eng.reads = "view"
+    tl = eng.timeline("recur")
+    assert (fastdec.engine.attention, refdec.layers.mlp) == funcs
+    assert not {"write", "run_view", "side_view", "gather"} & set(vars(tl))
+    assert torch.equal(eng.run_phase("recur", lanes)[1][0], before)

@@ -22,8 +22,10 @@ The measured speedup factors exactly into the model and three measured factors:
   host work: lanes, drafting, verification) and steps narrower or wider than W.
 
 To say what a step costs, each row also times the recurrence call at a context of W positions
-(fixed cost: weights and per-op overhead, no cache to read) at widths 1 and W, and the W-lane
-call with the cache read through gathered copies (the CUDA-graph path) instead of views.
+(fixed cost: weights and per-op overhead, no cache to read) at widths 1 and W, the W-lane
+call with the cache read through gathered copies (the CUDA-graph path) instead of views, and
+splits the 1-lane and W-lane calls at this context into parts (proofs.speed.costs.CallParts:
+host planning, cache writes, cache reads, attention over the cache, the MLP, the rest).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 from fastdec import DecodeConfig, Decoder
 from proofs.progress import Progress
-from proofs.speed.costs import CLOCK_INDEX, step_costs
+from proofs.speed.costs import CLOCK_INDEX, CallParts, call_parts, step_costs
 from proofs.speed.settings import BASELINE
 from proofs.speed.timing import GREEDY, default_clock, ratio, time_runs
 from refdec.errors import LoopcertError
@@ -111,6 +113,8 @@ class ContextRow:
     recur_w_gather: float  # the W-lane call at this context, keys/values gathered (copies), not viewed
     cache_share: float  # (recur_w - fixed_w) / recur_w: the share of a W-lane step spent on the cache
     gather_over_view: float  # recur_w_gather / recur_w
+    parts_1: CallParts  # where the 1-lane recur call at this context goes (its total is recur_1)
+    parts_w: CallParts  # ... the W-lane call (its total is recur_w)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,31 @@ class ContextSweep:
     clock: str
     stops_paying_at: int | None  # the first context with speedup < 1
     main_loss: str | None  # at the longest context, the lowest factor: step cost, fill, rejections, rest
+    step_cause: StepCause | None = None  # at the longest context, what a W-lane step's time is spent on
+
+
+@dataclass(frozen=True)
+class StepCause:
+    """What makes a W-lane recurrence call dearer than a 1-lane one at one context: the part
+    (CallParts) that takes the most of the W-lane call, its share, and how much it grew over
+    the 1-lane call's (W lanes at different depths read W different slices of the cache)."""
+
+    context: int
+    width: int
+    part: str
+    share: float  # of the W-lane call
+    growth: float  # its time in the W-lane call / in the 1-lane call
+    step_cost_ratio: float  # s: the whole W-lane call / the 1-lane call
+    model_step_ratio: float  # m
+
+
+def step_cause(row: ContextRow) -> StepCause:
+    shares = row.parts_w.shares()
+    part = max(shares, key=shares.get)
+    one = getattr(row.parts_1, part)
+    return StepCause(row.context, row.width, part, shares[part],
+                     getattr(row.parts_w, part) / one if one > 0 else float("inf"),
+                     row.step_cost_ratio, row.model_step_ratio)
 
 
 def factors(row: ContextRow) -> dict[str, float]:
@@ -168,7 +197,7 @@ def context_sweep(
             continue
         t = time_runs({BASELINE: base, setting.label: fast}, [seq[:L]], n_tokens, repeats, GREEDY, seed)
         eng = fast.engine(L + n_tokens)
-        cost = step_costs(eng, L, [("recur", 1), ("recur", w)], calls=16)
+        parts_1, parts_w = (call_parts(eng, L, x, clock, calls=16) for x in (1, w))
         fixed = step_costs(eng, w, [("recur", 1), ("recur", w)], calls=16)
         eng.reads = "gather"
         try:
@@ -179,7 +208,7 @@ def context_sweep(
         b, f = t[BASELINE], t[setting.label]
         pm = perf_model(model, d1, R, L)
         k = R / d1
-        s_ratio = cost[("recur", w)][c] / cost[("recur", 1)][c]
+        s_ratio = parts_w.total / parts_1.total
         m_ratio = model_step_ratio(pm, k)
         n = f["stats"]["steps_per_token"]
         n_fill = fill_steps_per_token(R, d1, f["decode_tokens"])
@@ -207,13 +236,15 @@ def context_sweep(
                 fill_factor=d1 / n_fill,
                 rejection_factor=n_fill / n,
                 rest_factor=speedup / ((R / n) / s_ratio),
-                recur_1=cost[("recur", 1)][c],
-                recur_w=cost[("recur", w)][c],
+                recur_1=parts_1.total,
+                recur_w=parts_w.total,
                 fixed_1=fixed[("recur", 1)][c],
                 fixed_w=fixed[("recur", w)][c],
                 recur_w_gather=gather[("recur", w)][c],
-                cache_share=(cost[("recur", w)][c] - fixed[("recur", w)][c]) / cost[("recur", w)][c],
-                gather_over_view=gather[("recur", w)][c] / cost[("recur", w)][c],
+                cache_share=(parts_w.total - fixed[("recur", w)][c]) / parts_w.total,
+                gather_over_view=gather[("recur", w)][c] / parts_w.total,
+                parts_1=parts_1,
+                parts_w=parts_w,
             )
         )
         if progress:
@@ -221,4 +252,4 @@ def context_sweep(
             progress(f"  context {L}: x{r.speedup:.2f} (model x{r.predicted:.2f})")
     stop = next((r.context for r in rows if r.speedup < 1.0), None)
     return ContextSweep(setting.label, d1, R, n_tokens, repeats, rows, clock, stop,
-                        main_loss(rows[-1]) if rows else None)
+                        main_loss(rows[-1]) if rows else None, step_cause(rows[-1]) if rows else None)

@@ -14,17 +14,22 @@ at the average cost of a call of its width, and the share of its time that such 
 take. What efficiency misses is host work (lane bookkeeping, drafting, verification,
 sampling) and calls dearer than the average of their width (side lanes, many strided runs).
 
-`step_costs` times calls outside a decode, at a chosen context length (the context sweep).
+`step_costs` times calls outside a decode, at a chosen context length (the context sweep);
+`call_parts` says where the time of one such call goes (host planning, the cache's writes and
+reads, attention over the cache, the MLP, the rest of the forward).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+import fastdec.engine
+import refdec.layers
 from fastdec import Engine, Lane
 from proofs.speed.timing import sync
 from refdec.errors import LoopcertError
@@ -106,3 +111,84 @@ def step_costs(engine: Engine, context: int, keys: Sequence[tuple[str, int]], ca
             sync(engine.device)
             out[(kind, w)] = ((time.perf_counter() - t0) / calls, (time.process_time() - c0) / calls)
     return out
+
+
+@dataclass(frozen=True)
+class CallParts:
+    """Seconds of one recurrence call (`Engine.run_phase`) of `width` lanes at `context` cached
+    positions, by part. total is timed alone; the parts in separate, instrumented calls, so
+    `other` (total minus the parts) also absorbs the instrumentation's few clock reads."""
+
+    width: int
+    context: int
+    total: float
+    host: float  # Engine.phase_inputs: planning the call, index tensors, stacking lane states (Python)
+    cache_write: float  # Timeline.write: the call's keys and values into the cache
+    cache_read: float  # Timeline.run_view / side_view / gather: the keys and values the lanes read
+    attention: float  # fastdec.engine.attention: scores, softmax and values over the keys read
+    mlp: float  # refdec.layers.mlp: the core blocks' MLPs
+    other: float  # the rest of the forward: projections, RoPE, norms, the adapter, dispatch and glue
+
+    def shares(self) -> dict[str, float]:
+        """Each part's share of total."""
+        names = ("host", "cache_write", "cache_read", "attention", "mlp", "other")
+        return {n: getattr(self, n) / self.total if self.total > 0 else 0.0 for n in names}
+
+
+@contextlib.contextmanager
+def _timing(targets: list[tuple[object, str, str]], clock, acc: dict[str, float]):
+    """Replace each (owner, attribute) function by one that adds its time to acc[part], then
+    restore it. Probes only: a decode never runs instrumented."""
+    saved = []
+
+    def timed(fn, part):
+        def wrapper(*a, **k):
+            t0 = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[part] += clock() - t0
+
+        return wrapper
+
+    try:
+        for owner, attr, part in targets:
+            own = attr in vars(owner)  # a module's function; else an instance's method (from its class)
+            saved.append((owner, attr, getattr(owner, attr) if own else None))
+            setattr(owner, attr, timed(getattr(owner, attr), part))
+        yield acc
+    finally:
+        for owner, attr, fn in reversed(saved):
+            if fn is not None:
+                setattr(owner, attr, fn)
+            else:
+                delattr(owner, attr)
+
+
+def call_parts(engine: Engine, context: int, width: int, clock: str = "cpu", calls: int = 16) -> CallParts:
+    """Where one recurrence call of `width` lanes around `context` goes (CallParts), by `clock`
+    ("cpu": process time, "wall"), each figure the mean over `calls` calls. Writes cache rows,
+    as step_costs does."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
+    total = step_costs(engine, context, [("recur", width)], calls)[("recur", width)][CLOCK_INDEX[clock]]
+    gen = torch.Generator().manual_seed(0)
+    lanes = probe_lanes(engine, "recur", width, max(0, context - width // 2), gen)
+    with torch.inference_mode():
+        t0 = now()
+        for _ in range(calls):
+            engine.phase_inputs("recur", lanes)
+        host = (now() - t0) / calls
+        tl = engine.timeline("recur")
+        acc = dict.fromkeys(("cache_write", "cache_read", "attention", "mlp"), 0.0)
+        targets = [(tl, "write", "cache_write"), (tl, "run_view", "cache_read"),
+                   (tl, "side_view", "cache_read"), (tl, "gather", "cache_read"),
+                   (fastdec.engine, "attention", "attention"), (refdec.layers, "mlp", "mlp")]
+        with _timing(targets, now, acc):
+            engine.run_phase("recur", lanes)  # warm-up
+            for k in acc:
+                acc[k] = 0.0
+            for _ in range(calls):
+                engine.run_phase("recur", lanes)
+        sync(engine.device)
+    parts = {k: v / calls for k, v in acc.items()}
+    return CallParts(width, context, total, host, **parts, other=total - host - sum(parts.values()))
