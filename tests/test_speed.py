@@ -244,6 +244,10 @@ def test_bench_end_to_end_renders(model):
     for r in res.context.rows:  # the parts' totals are the step-cost figures of the row
         assert (r.parts_1.width, r.parts_w.width, r.parts_1.total, r.parts_w.total) == (
             1, r.width, r.recur_1, r.recur_w)
+    # the honest baseline: every timed setting over proofs.naive_kv, and the target on the best pipelined
+    assert set(res.naive.over_naive) == {r.label for r in res.rows}
+    assert any(t.name.startswith("best pipelined (") and "naive_kv" in t.name for t in res.targets)
+    assert "speedup over proofs.naive_kv" in md
     assert all(r.label in md for r in res.rows)
     assert [(r.label, r.batch) for r in res.batch.rows][:2] == [("autoregressive", 1), ("autoregressive", 2)]
     judged = {t.name.split(" (")[0] for t in res.targets}
