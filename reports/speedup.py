@@ -382,7 +382,9 @@ def context_cause(res: SpeedReport) -> str:
         )
         + f"\n\nAt {last.context} cached positions the measured speedup is {fmt(last.of_model, 3)} of the "
         f"model's; the largest loss is {c.main_loss}, x{fmt(factors(last)[c.main_loss], 3)}: "
-        f"{LOSSES[c.main_loss]}. {step_cause_line(c)}\n\n"
+        f"{LOSSES[c.main_loss]}. Once the run's own fill and rejections are charged (the model assumes "
+        f"every draft accepted), the engine reaches {fmt(last.engine_factor, 3)} of the model (step cost x "
+        f"rest). {step_cause_line(c)}\n\n"
         f"Where one recurrence call's {c.clock} time goes, at 1 lane and at the pipeline's W lanes, by "
         "context (proofs.speed.costs.call_parts: the parts timed inside the engine's calls, host planning "
         "in Engine.phase_inputs, `other` the call's total less the parts):\n\n"

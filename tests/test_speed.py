@@ -236,6 +236,7 @@ def test_bench_end_to_end_renders(model):
     assert [r.context for r in res.context.rows] == [8, 24]
     for r in res.context.rows:  # measured / model is exactly the product of the named factors
         assert r.of_model == pytest.approx(math.prod(context.factors(r).values()), rel=1e-9)
+        assert r.engine_factor == pytest.approx(r.of_model / (r.fill_factor * r.rejection_factor), rel=1e-9)
     assert res.context.main_loss in context.factors(res.context.rows[-1])
     assert "### Where the difference from the model goes" in md
     last, cause = res.context.rows[-1], res.context.step_cause

@@ -106,6 +106,9 @@ class ContextRow:
     fill_factor: float  # d1 / n_fill
     rejection_factor: float  # n_fill / n
     rest_factor: float  # measured / ((R / n) / s)
+    # step cost x rest = measured / (model x fill x rejections): the engine against the model once
+    # the run's own fill and acceptance are charged (the model assumes every draft accepted)
+    engine_factor: float
     recur_1: float  # seconds of one recur call at width 1, this context
     recur_w: float  # ... at width W
     fixed_1: float  # one recur call at width 1 at a context of W positions: weights and overhead
@@ -236,6 +239,7 @@ def context_sweep(
                 fill_factor=d1 / n_fill,
                 rejection_factor=n_fill / n,
                 rest_factor=speedup / ((R / n) / s_ratio),
+                engine_factor=(m_ratio / s_ratio) * (speedup / ((R / n) / s_ratio)),
                 recur_1=parts_1.total,
                 recur_w=parts_w.total,
                 fixed_1=fixed[("recur", 1)][c],
