@@ -144,7 +144,7 @@ class StepCause:
     width: int
     part: str
     share: float  # of the W-lane call
-    growth: float  # its time in the W-lane call / in the 1-lane call
+    growth: float | None  # its time in the W-lane call / in the 1-lane call (None: 0 there)
     step_cost_ratio: float  # s: the whole W-lane call / the 1-lane call
     model_step_ratio: float  # m
 
@@ -154,7 +154,7 @@ def step_cause(row: ContextRow) -> StepCause:
     part = max(shares, key=shares.get)
     one = getattr(row.parts_1, part)
     return StepCause(row.context, row.width, part, shares[part],
-                     getattr(row.parts_w, part) / one if one > 0 else float("inf"),
+                     getattr(row.parts_w, part) / one if one > 0 else None,  # strict JSON: no inf
                      row.step_cost_ratio, row.model_step_ratio)
 
 
