@@ -129,8 +129,12 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     rejected = holm([r["p_value"] for r in rows], target.alpha) if rows else []
     for r, rej in zip(rows, rejected, strict=True):
         r["holm_rejected"] = rej
-    no_power = [f"{c['case']}" for c in cases if not c["has_power"]]
     fatal = [c["case"] for c in cases if c["impossible"] or c["error"]]
+    rejected_cases = sorted({r["case"] for r in rows if r["holm_rejected"]})
+    # a case that failed on its samples (rejected, impossible, an error) is named for that; "no power"
+    # names only the cases that could have passed unseen
+    no_power = [c["case"] for c in cases
+                if not c["has_power"] and c["case"] not in fatal and c["case"] not in rejected_cases]
     passed = not any(rejected) and not no_power and not fatal
     worst = max((c["detectable_tv"] for c in cases), default=math.inf)
     drawn = sum(c["samples"] for c in cases)
@@ -140,6 +144,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
              f"{worst:.3g} (worst case); non-central chi-square")
     details = {"alpha": target.alpha, "alpha_test": alpha_test, "target_tv": target.tv,
                "power_level": target.power, "detectable_tv": worst, "no_power": no_power,
+               "rejected": rejected_cases, "failed_samples": fatal,
                "samples": drawn, "sampling_seconds": seconds,
                "samples_per_s": drawn / seconds if seconds > 0 else None, "cases": cases}
     measured = min((r["p_value"] for r in rows), default=0.0)

@@ -85,6 +85,10 @@ def status(c: dict) -> tuple[str, str]:
         sk = d["skipped"]
         notes.append(f"skipped: {sk}" if isinstance(sk, str)
                      else f"{len(sk)} run(s) skipped: " + "; ".join(sk))
+    if d.get("rejected"):
+        notes.append("rejected: " + ", ".join(d["rejected"]))
+    if d.get("failed_samples"):
+        notes.append("impossible samples or decoder errors: " + ", ".join(d["failed_samples"]))
     if d.get("no_power"):
         notes.append("no power: " + ", ".join(d["no_power"]))
     if "error" in d:

@@ -58,6 +58,9 @@ def test_wrong_decoder_fails_with_the_fixed_seed(oracle, laws):
     assert not r.passed
     assert any(v["holm_rejected"] for c in r.details["cases"] for v in c["views"])
     assert r.measured <= r.bound
+    # the summary names the failure's cause: the rejected cases, never "no power" for them
+    rejected = sorted({c["case"] for c in r.details["cases"] if any(v["holm_rejected"] for v in c["views"])})
+    assert r.details["rejected"] == rejected and not set(rejected) & set(r.details["no_power"])
 
 
 def test_too_few_samples_fail_as_no_power_naming_the_n_needed(oracle, laws):

@@ -156,3 +156,14 @@ def test_summary_never_hides_a_failure_behind_skipped_runs():
 def test_no_power_is_a_visible_failure():
     md = render_certificate(certificate(False))
     assert "**FAIL** (no power)" in md and "no power: reached TV 0.2" in md and "needs N = 3800" in md
+
+
+def test_the_summary_names_why_a_sampling_check_failed():
+    """A case rejected on its samples is named as rejected (and for its impossible samples), not as
+    "no power": the lossy server's certificate once headlined "no power" for a case Holm rejected."""
+    from reports.render import status
+    result, note = status({"name": "sampling[default: lossy]", "passed": False,
+                           "details": {"rejected": ["T=1.5 top-p=0.9"], "failed_samples": ["T=1.5 top-p=0.9"],
+                                       "no_power": []}})
+    assert result == "**FAIL**" and "rejected: T=1.5 top-p=0.9" in note and "no power" not in note
+    assert "impossible samples or decoder errors: T=1.5 top-p=0.9" in note
