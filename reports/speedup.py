@@ -399,7 +399,11 @@ def batch_section(res: SpeedReport) -> str:
     p = t.plan
     rows = [[r.label, r.batch, fmt(r.tokens_per_s, 4), _x(r.speedup), _x(r.over_b1),
              _pct(r.acceptance) if r.strategy != "autoregressive" else DASH] for r in t.rows]
-    samples = [[s.label, s.batch, fmt(s.samples_per_s, 4), fmt(s.alone_per_s, 4), _x(s.ratio)]
+    base = t.samples[0] if t.samples else None
+    samples = [[s.label, s.batch, fmt(s.samples_per_s, 4), fmt(s.alone_per_s, 4), _x(s.ratio),
+                fmt(s.lane_steps_per_sample, 3),
+                fmt(base.samples_per_s * base.lane_steps_per_sample / s.lane_steps_per_sample, 4)
+                if s.lane_steps_per_sample else DASH]
                for s in t.samples]
     b = max(p.batches)
     costs = [[c.width, c.lanes_per_sequence, fmt(c.ms_per_step, 3), fmt(c.us_per_lane_step, 3)]
@@ -428,8 +432,13 @@ def batch_section(res: SpeedReport) -> str:
         f"temperature 1 of one prompt, one generate_batch call of {p.sample_calls} x B sequences "
         "through B cache rows (a finished sequence's row takes the next; the prompt's prefill stays in "
         f"its rows) against {p.sample_alone} generate() calls one at a time, whole calls (prefill "
-        "included), same decoder, same run.\n\n"
-        + table(samples, ["setting", "B", "samples/s", "one at a time", "gain"])
+        "included), same decoder, same run. lane-steps/sample: lanes advanced by one recurrence per "
+        "sample (its tokens after the first; the prefill is held in the rows); at the first's cost: "
+        "the samples/s this setting would reach if a lane-step cost what it costs the first setting "
+        "(a strategy that runs more lanes per sample cannot pass that on a device whose steps cost "
+        "by the lane).\n\n"
+        + table(samples, ["setting", "B", "samples/s", "one at a time", "gain", "lane-steps/sample",
+                          "at the first's cost"])
         + cost_part
     )
 

@@ -266,8 +266,9 @@ def test_queued_sequences_reuse_the_held_prefill_and_poisoning_finds_nothing():
 
 @pytest.mark.parametrize("pieces", [0, 10**6])
 def test_gathered_and_viewed_reads_are_the_same_bits(monkeypatch, pieces):
-    """A fragmented call reads by index gather (engine.GATHER_PIECES); forcing every call to
-    gather (0) or to views (10**6) in a batch changes no bit of any sequence against alone."""
+    """A fragmented call may read by index gather (engine.GATHER_PIECES, PIECE_ELEMS); forcing
+    every call to gather (0) or to views (10**6) in a batch changes no bit of any sequence
+    against alone."""
     import fastdec.engine
 
     model = model_for("tiny-raven-olmo")
@@ -276,6 +277,7 @@ def test_gathered_and_viewed_reads_are_the_same_bits(monkeypatch, pieces):
     alone = [Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate(p, n, sp, 7 + i, keep_logits=True)
              for i, (p, n) in enumerate(zip(prompts, news))]
     monkeypatch.setattr(fastdec.engine, "GATHER_PIECES", pieces)
+    monkeypatch.setattr(fastdec.engine, "PIECE_ELEMS", 10**12)
     got = Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate_batch(prompts, news, sp, [7, 8, 9, 10],
                                                                              keep_logits=True)
     assert all(same(a, b) for a, b in zip(got, alone))

@@ -26,6 +26,7 @@ def test_batch_table_has_every_setting_at_every_batch_against_the_baseline_at_th
     assert [(s.label, s.batch) for s in t.samples] == [("pipelined d1=1", 4)]
     s = t.samples[0]
     assert s.samples_per_s > 0 and s.ratio == pytest.approx(s.samples_per_s / s.alone_per_s)
+    assert s.lane_steps_per_sample >= 2 * 4  # two tokens after the first, each a lane deepened to R = 4
     assert t.to_json()["rows"][0]["label"] == "autoregressive"
     assert [c.width for c in t.width_costs] == [2, 4, 8, 16, 32, 64, 128]  # B = 2 rows, up to the widest call
     assert all(c.us_per_lane_step > 0 for c in t.width_costs)

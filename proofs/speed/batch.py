@@ -83,6 +83,7 @@ class SampleRate:
     samples_per_s: float  # SAMPLE_TOKENS-token samples per second through generate_batch
     alone_per_s: float  # the same decoder's generate(), one sample at a time
     ratio: float  # samples_per_s / alone_per_s
+    lane_steps_per_sample: float = 0.0  # lanes advanced by one recurrence per sample, prefill excluded
 
 
 @dataclass(frozen=True)
@@ -195,15 +196,16 @@ def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock
         total = plan.sample_calls * n
         sync(device)
         t = _clock(clock)
-        dec.generate_batch([prompt] * total, SAMPLE_TOKENS, SAMPLING, list(range(total)))
+        res = dec.generate_batch([prompt] * total, SAMPLE_TOKENS, SAMPLING, list(range(total)))
         sync(device)
         batched = total / (_clock(clock) - t)
+        lane_steps = sum(r.stats.lane_steps for r in res) / total  # the prompt's prefill: once per row
         t = _clock(clock)
         for s in range(plan.sample_alone):
             dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, s)
         sync(device)
         alone = plan.sample_alone / (_clock(clock) - t)
-        out.append(SampleRate(st.label, n, batched, alone, batched / alone))
+        out.append(SampleRate(st.label, n, batched, alone, batched / alone, lane_steps))
         say(f"  samples/s {st.label}: {batched:.4g} batched (B={n}) vs {alone:.4g} alone")
     return out
 
