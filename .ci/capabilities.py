@@ -23,8 +23,9 @@ PROBE = "import torch; print(torch.backends.cpu.get_cpu_capability())"
 
 def supported(cap: str) -> bool:
     env = {**os.environ, "ATEN_CPU_CAPABILITY": cap}
-    got = subprocess.run([sys.executable, "-W", "ignore", "-c", PROBE], env=env, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    got = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", PROBE], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     return got.lower() == cap
 
 
@@ -39,9 +40,12 @@ def main(argv: list[str]) -> int:
         print(f"=== pytest under ATEN_CPU_CAPABILITY={cap}", flush=True)
         env = {**os.environ, "ATEN_CPU_CAPABILITY": cap}
         results[cap] = subprocess.run([sys.executable, "-m", "pytest", *argv], env=env).returncode
-    print("capabilities: " + ", ".join(f"{c} {'passed' if rc == 0 else f'FAILED (exit {rc})'}"
-                                        for c, rc in results.items())
-          + (f"; skipped {', '.join(skipped)}" if skipped else ""), flush=True)
+    print(
+        "capabilities: "
+        + ", ".join(f"{c} {'passed' if rc == 0 else f'FAILED (exit {rc})'}" for c, rc in results.items())
+        + (f"; skipped {', '.join(skipped)}" if skipped else ""),
+        flush=True,
+    )
     return max(results.values(), default=1)
 
 

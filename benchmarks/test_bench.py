@@ -28,8 +28,12 @@ from refdec.io import load_model
 BASELINE_FILE = Path(__file__).parent / "baseline.json"
 N_TOKENS = 32
 MODES = {"greedy": GREEDY, "sampling": SAMPLING}
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                 reason="CUDA is not available"))]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+    ),
+]
 _baseline_round: dict = {}  # (device, mode) -> median seconds of the baseline's round
 
 
@@ -70,14 +74,21 @@ def test_decode(benchmark, model, prompts, setting, device, mode):
     if setting.label == BASELINE:
         _baseline_round[key] = median
     base = _baseline_round.get(key)
-    benchmark.extra_info.update({
-        "setting": setting.label, "device": device, "mode": mode, "tokens": agg["tokens"],
-        "tokens_per_s": agg["tokens"] / median,
-        "decode_tokens_per_s": agg["decode_tokens"] / sum(s.decode_seconds for s in stats),
-        "speedup": base / median if base else None,
-        "acceptance_rate": agg["acceptance_rate"], "gamma": agg["gamma"], "steps": agg["steps"],
-        "cuda_graphs": dec.cuda_graphs,
-    })
+    benchmark.extra_info.update(
+        {
+            "setting": setting.label,
+            "device": device,
+            "mode": mode,
+            "tokens": agg["tokens"],
+            "tokens_per_s": agg["tokens"] / median,
+            "decode_tokens_per_s": agg["decode_tokens"] / sum(s.decode_seconds for s in stats),
+            "speedup": base / median if base else None,
+            "acceptance_rate": agg["acceptance_rate"],
+            "gamma": agg["gamma"],
+            "steps": agg["steps"],
+            "cuda_graphs": dec.cuda_graphs,
+        }
+    )
     assert agg["tokens"] == N_TOKENS * len(prompts)
 
 
@@ -89,8 +100,12 @@ def test_naive_kv_reference(benchmark, model, prompts, mode):
     benchmark.pedantic(lambda: [dec.generate(list(p), N_TOKENS) for p in prompts], rounds=3, iterations=1)
     median = benchmark.stats.stats.median
     base = _baseline_round.get(("cpu", mode))
-    benchmark.extra_info.update({"tokens_per_s": N_TOKENS * len(prompts) / median,
-                                 "autoregressive_over_naive": median / base if base else None})
+    benchmark.extra_info.update(
+        {
+            "tokens_per_s": N_TOKENS * len(prompts) / median,
+            "autoregressive_over_naive": median / base if base else None,
+        }
+    )
 
 
 def test_regression_gate(model):
@@ -115,6 +130,7 @@ def test_the_gate_can_fail(model):
         return Decoder(model, st)
 
     cur = gates.measure(model, "default", prompts, plan, build=build, modes=["greedy"])
-    bad = gates.failures(gates.compare(cur, {**base, "plan": cur["plan"],
-                                             "figures": {"greedy": base["figures"]["greedy"]}}))
+    bad = gates.failures(
+        gates.compare(cur, {**base, "plan": cur["plan"], "figures": {"greedy": base["figures"]["greedy"]}})
+    )
     assert any("pipelined" in m and "moved" in m for m in bad), bad

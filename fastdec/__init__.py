@@ -6,5 +6,16 @@ from fastdec.decoder import Decoder, GenerateResult
 from fastdec.engine import WIDTHS, Engine, Lane
 from fastdec.stats import Stats
 
-__all__ = ["LOSSLESS", "STRATEGIES", "WIDTHS", "ContinuousBatch", "DecodeConfig", "Decoder", "Engine",
-           "GenerateResult", "Lane", "Stats", "default_draft_depth"]
+__all__ = [
+    "LOSSLESS",
+    "STRATEGIES",
+    "WIDTHS",
+    "ContinuousBatch",
+    "DecodeConfig",
+    "Decoder",
+    "Engine",
+    "GenerateResult",
+    "Lane",
+    "Stats",
+    "default_draft_depth",
+]

@@ -179,8 +179,9 @@ def _gate_mask(p_d2: torch.Tensor, q1: torch.Tensor, gate: str) -> torch.Tensor:
     return shrinks if gate == "on" else ~shrinks
 
 
-def gate_open(p_d2: torch.Tensor, q1: torch.Tensor, x1: int, gate: bool | str = "on", *,
-              check: bool = True) -> bool:
+def gate_open(
+    p_d2: torch.Tensor, q1: torch.Tensor, x1: int, gate: bool | str = "on", *, check: bool = True
+) -> bool:
     """Sampling gate for the drawn x1 (see `gate_mask`). check=False: the caller vouches that
     p_d2 and q1 are float64 laws from refdec.sampling.transform and x1 a token of q1 (the
     decoder's hot path; the same result, without the validation's ~10 small ops)."""

@@ -118,8 +118,14 @@ class Driver:
         return ended
 
 
-def run_batch(engine: Engine, seqs: list[Sequence], prefills: Prefills, rows: int | None = None,
-              timed: bool = False, hook=None) -> None:
+def run_batch(
+    engine: Engine,
+    seqs: list[Sequence],
+    prefills: Prefills,
+    rows: int | None = None,
+    timed: bool = False,
+    hook=None,
+) -> None:
     """Decode every sequence to its end, at most `rows` (default: all) at once, in order."""
     driver = Driver(engine, prefills, min(len(seqs), rows or len(seqs)), timed, hook)
     for s in seqs:

@@ -50,8 +50,18 @@ class Timeline:
     side_k, side_v: (B, n_side + 1, levels, layers, KV, D)   side lanes' own rows; slot n_side is trash
     """
 
-    def __init__(self, levels: int, layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 n_side: int, dtype: torch.dtype, device, rows: int = 1):
+    def __init__(
+        self,
+        levels: int,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        n_side: int,
+        dtype: torch.dtype,
+        device,
+        rows: int = 1,
+    ):
         self.levels, self.layers, self.capacity = levels, layers, capacity
         self.n_side, self.rows = n_side, rows
         shape = (rows, levels, layers, kv_heads, capacity + 1, head_dim)
@@ -72,8 +82,16 @@ class Timeline:
         return self.n_side
 
     # -- writes (index tensors only: the same code runs inside a CUDA graph) ------------------
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, level: torch.Tensor,
-              main_pos: torch.Tensor, side_slot: torch.Tensor | None) -> None:
+    def write(
+        self,
+        layer: int,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        row: torch.Tensor,
+        level: torch.Tensor,
+        main_pos: torch.Tensor,
+        side_slot: torch.Tensor | None,
+    ) -> None:
         """k, v (W, KV, D) rows; row, level, main_pos, side_slot (W,) long.
 
         Main rows write at (row, level, main_pos); side rows have main_pos = trash and write
@@ -98,8 +116,13 @@ class Timeline:
         out = []
         for t in (self.k, self.v):
             st = t.stride()  # contiguous: st[0] = levels * st[1], so a cell is st[1] elements
-            out.append(t.as_strided((n, t.shape[3], length, t.shape[5]), (delta * st[1], st[3], st[4], st[5]),
-                                    t.storage_offset() + cell0 * st[1] + layer * st[2]))
+            out.append(
+                t.as_strided(
+                    (n, t.shape[3], length, t.shape[5]),
+                    (delta * st[1], st[3], st[4], st[5]),
+                    t.storage_offset() + cell0 * st[1] + layer * st[2],
+                )
+            )
         return out
 
     def side_view(self, layer: int, rows: list[tuple[int, int, int, int]], length: int):
@@ -115,8 +138,16 @@ class Timeline:
             out.append(torch.stack(parts))
         return out
 
-    def gather(self, layer: int, row: torch.Tensor, level: torch.Tensor, pos: torch.Tensor,
-               side_slot: torch.Tensor, is_side: torch.Tensor, key_pos: torch.Tensor):
+    def gather(
+        self,
+        layer: int,
+        row: torch.Tensor,
+        level: torch.Tensor,
+        pos: torch.Tensor,
+        side_slot: torch.Tensor,
+        is_side: torch.Tensor,
+        key_pos: torch.Tensor,
+    ):
         """Graph-safe read: (W, KV, S, D) copies selected by index tensors, side rows overlaid
         at their position; key_pos = arange(S). Used under CUDA graphs, where views cannot move,
         and for fragmented eager calls. is_side None: no side rows (nothing to overlay)."""
@@ -147,8 +178,9 @@ class Timeline:
             self.k[row, d, :, :, pos] = self.k[row, src, :, :, pos]
             self.v[row, d, :, :, pos] = self.v[row, src, :, :, pos]
 
-    def poison(self, gen: torch.Generator, scale: float, keep_main: torch.Tensor,
-               keep_side: torch.Tensor) -> None:
+    def poison(
+        self, gen: torch.Generator, scale: float, keep_main: torch.Tensor, keep_side: torch.Tensor
+    ) -> None:
         """Overwrite every slot not kept with N(0, scale^2) garbage (finite, never NaN: masked
         attention multiplies hidden values by exact zeros, and 0 x NaN would be NaN).
 
@@ -168,11 +200,21 @@ class KVCache:
     the cache only holds buffers, and a sequence's rollback never touches them.
     """
 
-    def __init__(self, cfg, depth: int, n_readouts: int, capacity: int, n_side: int,
-                 dtype: torch.dtype, device, rows: int = 1):
+    def __init__(
+        self,
+        cfg,
+        depth: int,
+        n_readouts: int,
+        capacity: int,
+        n_side: int,
+        dtype: torch.dtype,
+        device,
+        rows: int = 1,
+    ):
         def tl(levels, layers):
-            return Timeline(levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, dtype, device,
-                            rows)
+            return Timeline(
+                levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, dtype, device, rows
+            )
 
         self.capacity, self.n_side, self.rows = capacity, n_side, rows
         self.prelude = tl(1, cfg.n_prelude)

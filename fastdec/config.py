@@ -73,11 +73,13 @@ class DecodeConfig:
         if self.second_depth is not None:
             d2 = check_int("second_depth", self.second_depth, 1)
             if self.strategy != "pipelined":
-                raise LoopcertError(f"second_depth={d2} applies to strategy 'pipelined' only, "
-                                    f"not {self.strategy!r}")
+                raise LoopcertError(
+                    f"second_depth={d2} applies to strategy 'pipelined' only, not {self.strategy!r}"
+                )
             if (d1 is not None and d2 <= d1) or (depth is not None and d2 >= depth):
-                raise LoopcertError(f"second_depth={d2} must satisfy draft_depth={d1} < second_depth "
-                                    f"< depth={depth}")
+                raise LoopcertError(
+                    f"second_depth={d2} must satisfy draft_depth={d1} < second_depth < depth={depth}"
+                )
         g = self.gate
         if not (g is True or g is False or (isinstance(g, str) and g in GATES)):
             raise LoopcertError(f"gate must be True, False or one of {GATES}, got {g!r}")
@@ -89,16 +91,19 @@ class DecodeConfig:
         try:
             tele = tuple(sorted({check_int("telemetry depth", d) for d in self.telemetry_depths}))
         except TypeError:
-            raise LoopcertError(f"telemetry_depths must be a sequence of depths, "
-                                f"got {self.telemetry_depths!r}") from None
+            raise LoopcertError(
+                f"telemetry_depths must be a sequence of depths, got {self.telemetry_depths!r}"
+            ) from None
         if any(d < 1 or (depth is not None and d > depth) for d in tele):
             raise LoopcertError(f"telemetry_depths={tele} must lie in [1, depth={depth}]")
         object.__setattr__(self, "telemetry_depths", tele)
         if self.strategy == "adaptive-verify" and d1 is not None and depth is not None:
             v = self.verify_depth
             if not d1 < v < depth:
-                raise LoopcertError(f"adaptive-verify's verify depth {v} (rewind_depth, default "
-                                    f"2*draft_depth) must satisfy draft_depth={d1} < it < depth={depth}")
+                raise LoopcertError(
+                    f"adaptive-verify's verify depth {v} (rewind_depth, default "
+                    f"2*draft_depth) must satisfy draft_depth={d1} < it < depth={depth}"
+                )
         if not isinstance(self.draft_filter, bool):
             raise LoopcertError(f"draft_filter must be True or False, got {self.draft_filter!r}")
 

@@ -63,8 +63,15 @@ class ContinuousBatch:
         return self.rows - len(self)
 
     @torch.no_grad()
-    def add(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0,
-            eos_token_id: int | None = None, keep_logits: bool = False) -> Sequence:
+    def add(
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        eos_token_id: int | None = None,
+        keep_logits: bool = False,
+    ) -> Sequence:
         """Start a sequence before the next step; -> its handle (for `step`'s results and `drop`).
         Validated as generate() validates: a LoopcertError names the bad value, and a sequence
         that does not fit (capacity, rows) is refused before anything changes."""
@@ -72,12 +79,25 @@ class ContinuousBatch:
         ids, news, sps, seeds, eos = dec.check_batch([prompt], max_new_tokens, sampling, [seed], eos_token_id)
         p, n = ids[0], news[0]
         if not self.fits(len(p), n):
-            raise LoopcertError(f"a prompt of {len(p)} tokens + max_new_tokens={n} exceeds this batch's "
-                                f"capacity of {self.capacity} positions")
+            raise LoopcertError(
+                f"a prompt of {len(p)} tokens + max_new_tokens={n} exceeds this batch's "
+                f"capacity of {self.capacity} positions"
+            )
         if not self.room():
             raise LoopcertError(f"the batch is full ({self.rows} sequences)")
-        seq = STRATEGY[dec.strategy](dec.config, self.engine.cache, p, n, sps[0], seeds[0], eos, keep_logits,
-                                     self.engine.readout_slot, self.prefills, capacity_for(len(p) + n))
+        seq = STRATEGY[dec.strategy](
+            dec.config,
+            self.engine.cache,
+            p,
+            n,
+            sps[0],
+            seeds[0],
+            eos,
+            keep_logits,
+            self.engine.readout_slot,
+            self.prefills,
+            capacity_for(len(p) + n),
+        )
         self.driver.add(seq)
         return seq
 

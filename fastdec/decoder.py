@@ -70,15 +70,26 @@ class Decoder:
 
     batch_queue = True  # generate_batch takes any number of prompts (proofs.sampler sizes its calls)
 
-    def __init__(self, model: LoopedLM, config: DecodeConfig | str | None = None, *, device="cpu", dtype=None,
-                 fixed_width: int | None = None, cuda_graphs: bool | None = None, reads: str = "view",
-                 max_batch: int = MAX_BATCH, **settings):
+    def __init__(
+        self,
+        model: LoopedLM,
+        config: DecodeConfig | str | None = None,
+        *,
+        device="cpu",
+        dtype=None,
+        fixed_width: int | None = None,
+        cuda_graphs: bool | None = None,
+        reads: str = "view",
+        max_batch: int = MAX_BATCH,
+        **settings,
+    ):
         if not isinstance(model, LoopedLM):
             raise LoopcertError(f"model must be a refdec.LoopedLM, got {type(model).__name__}")
         if isinstance(config, DecodeConfig):
             if settings:
-                raise LoopcertError(f"give a DecodeConfig or its fields as keywords, not both: "
-                                    f"{sorted(settings)}")
+                raise LoopcertError(
+                    f"give a DecodeConfig or its fields as keywords, not both: {sorted(settings)}"
+                )
         elif config is None or isinstance(config, str):
             try:
                 config = DecodeConfig(**({} if config is None else {"strategy": config}), **settings)
@@ -131,8 +142,17 @@ class Decoder:
         key = (capacity_for(n_positions), rows_for(batch))
         if key not in self._engines:
             c = self.config
-            self._engines[key] = Engine(self.model, c.depth, c.readout_depths, key[0], c.n_side,
-                                        self.fixed_width, self.reads, self.cuda_graphs, rows=key[1])
+            self._engines[key] = Engine(
+                self.model,
+                c.depth,
+                c.readout_depths,
+                key[0],
+                c.n_side,
+                self.fixed_width,
+                self.reads,
+                self.cuda_graphs,
+                rows=key[1],
+            )
             self._prefills[key] = {}
         return self._engines[key]
 
@@ -147,8 +167,10 @@ class Decoder:
         try:
             prompts, seeds = list(prompts), list(seeds)
         except TypeError:
-            raise LoopcertError(f"prompts and seeds must be sequences, got {type(prompts).__name__} and "
-                                f"{type(seeds).__name__}") from None
+            raise LoopcertError(
+                f"prompts and seeds must be sequences, got {type(prompts).__name__} and "
+                f"{type(seeds).__name__}"
+            ) from None
         b = len(prompts)
         if b == 0:
             raise LoopcertError("generate_batch needs at least one prompt, got an empty batch")
@@ -159,8 +181,9 @@ class Decoder:
         if eos_token_id is not None:
             eos_token_id = check_int("eos_token_id", eos_token_id, 0)
             if eos_token_id >= self.model.cfg.vocab_size:
-                raise LoopcertError(f"eos_token_id={eos_token_id} is outside the vocabulary "
-                                    f"[0, {self.model.cfg.vocab_size})")
+                raise LoopcertError(
+                    f"eos_token_id={eos_token_id} is outside the vocabulary [0, {self.model.cfg.vocab_size})"
+                )
         ids = []
         for i, (prompt, n, sp, seed) in enumerate(zip(prompts, news, samplings, seeds)):
             try:
@@ -170,8 +193,15 @@ class Decoder:
         return ids, news, samplings, seeds, eos_token_id
 
     @torch.no_grad()
-    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0, eos_token_id: int | None = None, keep_logits: bool = False) -> GenerateResult:
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        eos_token_id: int | None = None,
+        keep_logits: bool = False,
+    ) -> GenerateResult:
         """New token ids (not the prompt); EOS included when it ends the run: the batch of one.
 
         Everything is validated before the cache is touched.
@@ -179,8 +209,15 @@ class Decoder:
         return self.generate_batch([prompt], max_new_tokens, sampling, [seed], eos_token_id, keep_logits)[0]
 
     @torch.no_grad()
-    def generate_batch(self, prompts, max_new_tokens, sampling, seeds, eos_token_id: int | None = None,
-                       keep_logits: bool = False) -> list[GenerateResult]:
+    def generate_batch(
+        self,
+        prompts,
+        max_new_tokens,
+        sampling,
+        seeds,
+        eos_token_id: int | None = None,
+        keep_logits: bool = False,
+    ) -> list[GenerateResult]:
         """Decode B independent sequences together, one GenerateResult per prompt, in order.
 
         prompts        B token-id sequences (lengths may differ)
@@ -196,8 +233,9 @@ class Decoder:
         sampling, seed) alone; in fixed-width mode it is that run bit for bit (tokens and
         logits). Everything is validated before any work: a LoopcertError names the bad value.
         """
-        ids, news, samplings, seeds, eos_token_id = self.check_batch(prompts, max_new_tokens, sampling, seeds,
-                                                                     eos_token_id)
+        ids, news, samplings, seeds, eos_token_id = self.check_batch(
+            prompts, max_new_tokens, sampling, seeds, eos_token_id
+        )
         b = len(ids)
         rows = min(b, self.max_batch)
         engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), rows)
@@ -206,9 +244,22 @@ class Decoder:
             memo.clear()  # this call overwrites rows: hold nothing across calls
         prefills = Prefills(memo if self.reuse_prefill else None)
         cls = STRATEGY[self.strategy]
-        seqs = [cls(self.config, engine.cache, p, n, sp, seed, eos_token_id, keep_logits, engine.readout_slot,
-                    prefills, capacity_for(len(p) + n))
-                for p, n, sp, seed in zip(ids, news, samplings, seeds)]
+        seqs = [
+            cls(
+                self.config,
+                engine.cache,
+                p,
+                n,
+                sp,
+                seed,
+                eos_token_id,
+                keep_logits,
+                engine.readout_slot,
+                prefills,
+                capacity_for(len(p) + n),
+            )
+            for p, n, sp, seed in zip(ids, news, samplings, seeds)
+        ]
         run_batch(engine, seqs, prefills, rows, self.time_calls, self._step_hook)
         return [GenerateResult(s.tokens, s.stats, s.target_logits) for s in seqs]
 

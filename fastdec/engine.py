@@ -166,9 +166,18 @@ class Engine:
     them on its way to `depth`, so the coda timelines of every readout depth stay complete.
     """
 
-    def __init__(self, model, depth: int, readout_depths, capacity: int, n_side: int = 0,
-                 fixed_width: int | None = None, reads: str = "view", cuda_graphs: bool = False,
-                 rows: int = 1):
+    def __init__(
+        self,
+        model,
+        depth: int,
+        readout_depths,
+        capacity: int,
+        n_side: int = 0,
+        fixed_width: int | None = None,
+        reads: str = "view",
+        cuda_graphs: bool = False,
+        rows: int = 1,
+    ):
         self.model, self.cfg = model, model.cfg
         self.net = model.net()  # refdec's maths on the shared parameters, built once
         p = next(model.parameters())
@@ -180,8 +189,9 @@ class Engine:
         self.reads = "gather" if cuda_graphs else reads
         self.rows = rows
         self.widths = WIDTHS + tuple(w for w in BATCH_WIDTHS if w <= WIDTHS[-1] * rows)
-        self.cache = KVCache(self.cfg, depth, len(self.readout_depths), capacity, n_side, self.dtype,
-                             self.device, rows)
+        self.cache = KVCache(
+            self.cfg, depth, len(self.readout_depths), capacity, n_side, self.dtype, self.device, rows
+        )
         # fixed width: keys read by each row's lanes (the capacity its sequence would decode in
         # alone; set by the driver), so no sequence's bits depend on another's length
         self.span = [capacity] * rows
@@ -200,8 +210,11 @@ class Engine:
             for tl_name, tl in zip(PHASES, self.cache.timelines())
         }
         self._call: _Call | None = None
-        self._level_of = {"prelude": lambda ln: 0, "recur": lambda ln: ln.depth,
-                          "readout": lambda ln: self.readout_slot[ln.depth]}
+        self._level_of = {
+            "prelude": lambda ln: 0,
+            "recur": lambda ln: ln.depth,
+            "readout": lambda ln: self.readout_slot[ln.depth],
+        }
         self.graphs = None
         if cuda_graphs:
             from fastdec.graphs import CudaGraphs
@@ -221,7 +234,7 @@ class Engine:
         cap = self.fixed_width or self.widths[-1]
         calls: list[CallRecord] = []
         for i in range(0, len(order), cap):
-            self._advance_chunk(order[i:i + cap], calls, timed)
+            self._advance_chunk(order[i : i + cap], calls, timed)
         return calls
 
     def _advance_chunk(self, chunk: list[Lane], calls: list[CallRecord], timed: bool) -> None:
@@ -249,8 +262,9 @@ class Engine:
         order, outs = self.run_phase(kind, lanes)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        calls.append(CallRecord(kind, outs[0].shape[0], order, time.perf_counter() - t0,
-                                time.process_time() - c0))
+        calls.append(
+            CallRecord(kind, outs[0].shape[0], order, time.perf_counter() - t0, time.process_time() - c0)
+        )
         return order, outs
 
     # -- phases -------------------------------------------------------------------------------
@@ -294,22 +308,28 @@ class Engine:
         else:
             span = fixed_len = None
         if span is None:
-            main = sorted((ln for ln in lanes if ln.side < 0),
-                          key=lambda ln: (ln.row * nl + level(ln), ln.pos))
+            main = sorted(
+                (ln for ln in lanes if ln.side < 0), key=lambda ln: (ln.row * nl + level(ln), ln.pos)
+            )
             side = [ln for ln in lanes if ln.side >= 0]
         else:
-            main = sorted((ln for ln in lanes if ln.side < 0),
-                          key=lambda ln: (span(ln.row), ln.row * nl + level(ln), ln.pos))
+            main = sorted(
+                (ln for ln in lanes if ln.side < 0),
+                key=lambda ln: (span(ln.row), ln.row * nl + level(ln), ln.pos),
+            )
             side = sorted((ln for ln in lanes if ln.side >= 0), key=lambda ln: span(ln.row))
         order = main + side if side else main
         levels = [level(ln) for ln in order]
         pad = w - n
         trash_pos, trash_slot = tl.trash_pos, tl.trash_slot
         pos = [ln.pos for ln in order]
-        rows = [pos + [0] * pad, levels + [0] * pad,
-                [ln.pos if ln.side < 0 else trash_pos for ln in order] + [trash_pos] * pad,
-                [ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad,
-                [ln.row for ln in order] + [0] * pad]
+        rows = [
+            pos + [0] * pad,
+            levels + [0] * pad,
+            [ln.pos if ln.side < 0 else trash_pos for ln in order] + [trash_pos] * pad,
+            [ln.side if ln.side >= 0 else trash_slot for ln in order] + [trash_slot] * pad,
+            [ln.row for ln in order] + [0] * pad,
+        ]
         if kind == "prelude":
             rows.append([ln.token for ln in order] + [0] * pad)
         ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)  # (5 or 6, W)
@@ -374,7 +394,7 @@ class Engine:
         if plan is None:
             hidden = self.key_pos[None, :] > pos[:, None]  # (W, S)
         elif plan.masked:
-            hidden = self.key_pos[None, :plan.read_len] > pos[:, None]  # (W, read_len)
+            hidden = self.key_pos[None, : plan.read_len] > pos[:, None]  # (W, read_len)
         else:
             hidden = None
         side_slot = inp["side_slot"] if plan is None or plan.side_groups else None
@@ -404,8 +424,9 @@ class Engine:
         inp = c.inp
         tl.write(layer, k[:, :, 0], v[:, :, 0], inp["row"], inp["level"], inp["write_pos"], c.side_slot)
         if c.plan is None:
-            kk, vv = tl.gather(layer, inp["row"], inp["level"], inp["pos"], inp["side_slot"], inp["is_side"],
-                               self.key_pos)
+            kk, vv = tl.gather(
+                layer, inp["row"], inp["level"], inp["pos"], inp["side_slot"], inp["is_side"], self.key_pos
+            )
             return attention(q, kk, vv, c.hidden)
         plan, hidden = c.plan, c.hidden
         if plan.gathers is not None:
@@ -435,8 +456,15 @@ class Engine:
         for a, n, s in plan.gathers:
             rows = slice(a, a + n)
             is_side = inp["is_side"][rows] if a >= plan.first_side else None
-            kk, vv = tl.gather(layer, inp["row"][rows], inp["level"][rows], inp["pos"][rows],
-                               inp["side_slot"][rows], is_side, self.key_pos[:s])
+            kk, vv = tl.gather(
+                layer,
+                inp["row"][rows],
+                inp["level"][rows],
+                inp["pos"][rows],
+                inp["side_slot"][rows],
+                is_side,
+                self.key_pos[:s],
+            )
             pieces.append(attention(q[rows], kk, vv, None if hidden is None else hidden[rows, :s]))
         if plan.n_real < q.shape[0]:
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))

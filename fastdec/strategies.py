@@ -108,9 +108,20 @@ class Sequence:
     them. The rows and logits are the ones this sequence would compute.
     """
 
-    def __init__(self, config: DecodeConfig, cache, prompt: list[int], max_new_tokens: int,
-                 sampling: SamplingParams, seed: int, eos_token_id: int | None, keep_logits: bool,
-                 readout_slot: dict[int, int], prefills: Prefills, span: int):
+    def __init__(
+        self,
+        config: DecodeConfig,
+        cache,
+        prompt: list[int],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        seed: int,
+        eos_token_id: int | None,
+        keep_logits: bool,
+        readout_slot: dict[int, int],
+        prefills: Prefills,
+        span: int,
+    ):
         self.cfg, self.cache, self.row = config, cache, -1
         self.prompt, self.max_new, self.eos = prompt, max_new_tokens, eos_token_id
         self.readout_slot = readout_slot
@@ -168,8 +179,9 @@ class Sequence:
             props = (node.x1,) if node.x2 is None else (node.x1, node.x2)
             tok, src = greedy_verify(greedy_token(logits), props)
         else:
-            tok, src = loopspec_verify(self.target_law(logits), node.x1, node.q1, node.x2, node.q2,
-                                       rng=self.gen, check=False)  # laws from transform, drawn here
+            tok, src = loopspec_verify(
+                self.target_law(logits), node.x1, node.q1, node.x2, node.q2, rng=self.gen, check=False
+            )  # laws from transform, drawn here
         s.proposals += 1
         if src == Source.FIRST:
             s.accepted += 1
@@ -255,7 +267,6 @@ class Sequence:
 
     def last_committed_pos(self) -> int:
         return len(self.prompt) + len(self.tokens) - 1
-
 
 
 class Autoregressive(Sequence):
@@ -441,5 +452,9 @@ class Pipelined(Sequence):
         return False
 
 
-STRATEGY = {"autoregressive": Autoregressive, "draft-verify": DraftVerify, "pipelined": Pipelined,
-            "adaptive-verify": AdaptiveVerify}
+STRATEGY = {
+    "autoregressive": Autoregressive,
+    "draft-verify": DraftVerify,
+    "pipelined": Pipelined,
+    "adaptive-verify": AdaptiveVerify,
+}

@@ -46,8 +46,12 @@ def main(argv=None) -> int:
     except (KeyboardInterrupt, common.Interrupted) as e:
         signum = getattr(e, "signum", signal.SIGINT)
         kept = getattr(args._mod, "ON_INTERRUPT", "")
-        print(f"loopcert {args.command}: interrupted by {signal.Signals(signum).name}"
-              + (f"; {kept}" if kept else ""), file=sys.stderr, flush=True)
+        print(
+            f"loopcert {args.command}: interrupted by {signal.Signals(signum).name}"
+            + (f"; {kept}" if kept else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signum
 
 

@@ -21,13 +21,25 @@ from refdec.sampling import SamplingParams
 FIXED_WIDTH = 8
 
 
-def check_bitwise(name: str, candidates: Sequence[Candidate], model32, prompts: Sequence[Sequence[int]],
-                  n_tokens: int, width: int = FIXED_WIDTH, progress: Progress | None = None) -> CheckResult:
+def check_bitwise(
+    name: str,
+    candidates: Sequence[Candidate],
+    model32,
+    prompts: Sequence[Sequence[int]],
+    n_tokens: int,
+    width: int = FIXED_WIDTH,
+    progress: Progress | None = None,
+) -> CheckResult:
     """measured = (strategy, prompt) pairs whose tokens differ from the baseline's; bound 0."""
     able = [c for c in candidates if c.fixed_width and c.lossless]
     if not able:
-        return CheckResult(name, 0, 0, True, {"skipped": "the candidate has no fixed-width mode "
-                                                         "(only fastdec's engine does)"})
+        return CheckResult(
+            name,
+            0,
+            0,
+            True,
+            {"skipped": "the candidate has no fixed-width mode (only fastdec's engine does)"},
+        )
     baseline = fastdec_candidate(DecodeConfig("autoregressive"))
     baseline = baseline.build(model32, fixed_width=width)
     greedy = SamplingParams()
@@ -47,13 +59,29 @@ def check_bitwise(name: str, candidates: Sequence[Candidate], model32, prompts: 
             if got == ref:
                 equal += 1
                 continue
-            first = None if got is None else next(
-                (i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
-            mismatches.append({"setting": c.label, "prompt": list(p), "first_difference": first,
-                               "baseline": ref, "candidate": got, "error": err})
+            first = (
+                None
+                if got is None
+                else next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
+            )
+            mismatches.append(
+                {
+                    "setting": c.label,
+                    "prompt": list(p),
+                    "first_difference": first,
+                    "baseline": ref,
+                    "candidate": got,
+                    "error": err,
+                }
+            )
         rows.append({"setting": c.label, "prompts": len(prompts), "equal": equal})
         if progress:
             progress(f"  {name} {c.label}: {equal}/{len(prompts)} prompts bitwise equal at W={width}")
-    details = {"width": width, "dtype": str(next(model32.parameters()).dtype).replace("torch.", ""),
-               "tokens_per_prompt": n_tokens, "runs": rows, "mismatches": mismatches}
+    details = {
+        "width": width,
+        "dtype": str(next(model32.parameters()).dtype).replace("torch.", ""),
+        "tokens_per_prompt": n_tokens,
+        "runs": rows,
+        "mismatches": mismatches,
+    }
     return CheckResult(name, len(mismatches), 0, not mismatches, details)

@@ -43,8 +43,11 @@ def fastdec_candidate(config: DecodeConfig, lossless: bool = True) -> Candidate:
         return FastDecoder(model, config, fixed_width=fixed_width, device=p.device, dtype=p.dtype)
 
     defaults = DecodeConfig(config.strategy)
-    given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-             if f.name == "strategy" or getattr(config, f.name) != getattr(defaults, f.name)}
+    given = {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name == "strategy" or getattr(config, f.name) != getattr(defaults, f.name)
+    }
     return Candidate(config.label, build, {"decoder": "fastdec", **given}, lossless, fixed_width=True)
 
 
@@ -69,8 +72,10 @@ def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
             DecodeConfig("pipelined", draft_depth=deep, rewind_depth=R - 1),
         ]
         if d2 is not None:
-            configs += [DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
-                        for gate in (False, "inverted")]
+            configs += [
+                DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
+                for gate in (False, "inverted")
+            ]
     return configs
 
 

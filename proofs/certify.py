@@ -115,18 +115,44 @@ FULL_CASES = (
     ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
     ("T=1 n=4", SamplingParams(temperature=1.0), 4),
 )
-QUICK = CertifyPlan("quick", greedy_presets=("tiny-ouro", "tiny-raven"), greedy_prompts=2, greedy_tokens=12,
-             bitwise_prompts=2, bitwise_tokens=16, sampling_cases=QUICK_CASES, tv=0.05,
-             sampling_budget_s=270.0, sampling_presets=False,
-             blackbox_mutant_samples=200, false_alarm=None, theorem1_random_cases=1000,
-             theorem1_search_examples=200, trace_prompts=4, trace_positions=48,
-             speed=BENCH_PLANS["quick"].grid)
-FULL = CertifyPlan("full", greedy_presets=TINY_PRESETS, greedy_prompts=6, greedy_tokens=24,
-            bitwise_prompts=4, bitwise_tokens=32, sampling_cases=FULL_CASES, tv=0.01,
-            sampling_budget_s=2400.0, sampling_presets=True,
-            blackbox_mutant_samples=1000, false_alarm=200, theorem1_random_cases=20000,
-            theorem1_search_examples=3000, trace_prompts=8, trace_positions=256,
-            speed=BENCH_PLANS["full"].grid)
+QUICK = CertifyPlan(
+    "quick",
+    greedy_presets=("tiny-ouro", "tiny-raven"),
+    greedy_prompts=2,
+    greedy_tokens=12,
+    bitwise_prompts=2,
+    bitwise_tokens=16,
+    sampling_cases=QUICK_CASES,
+    tv=0.05,
+    sampling_budget_s=270.0,
+    sampling_presets=False,
+    blackbox_mutant_samples=200,
+    false_alarm=None,
+    theorem1_random_cases=1000,
+    theorem1_search_examples=200,
+    trace_prompts=4,
+    trace_positions=48,
+    speed=BENCH_PLANS["quick"].grid,
+)
+FULL = CertifyPlan(
+    "full",
+    greedy_presets=TINY_PRESETS,
+    greedy_prompts=6,
+    greedy_tokens=24,
+    bitwise_prompts=4,
+    bitwise_tokens=32,
+    sampling_cases=FULL_CASES,
+    tv=0.01,
+    sampling_budget_s=2400.0,
+    sampling_presets=True,
+    blackbox_mutant_samples=1000,
+    false_alarm=200,
+    theorem1_random_cases=20000,
+    theorem1_search_examples=3000,
+    trace_prompts=8,
+    trace_positions=256,
+    speed=BENCH_PLANS["full"].grid,
+)
 PLANS = {"quick": QUICK, "full": FULL}
 
 
@@ -157,7 +183,7 @@ class SamplingCheck:
 
 
 def default_model_name() -> str:
-    """"default" when the trained model is installed, else the tiny preset of its family."""
+    """ "default" when the trained model is installed, else the tiny preset of its family."""
     try:
         refdec.load_model("default")
     except LoopcertError:
@@ -165,11 +191,16 @@ def default_model_name() -> str:
     return "default"
 
 
-def certificate_stamp(model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: CertifyPlan,
-                      seed: int) -> dict:
+def certificate_stamp(
+    model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: CertifyPlan, seed: int
+) -> dict:
     """proofs.stamp's fields, plus what a certificate adds: decoder, plan, base seed."""
-    seeds = {"sampling": f"{seed} + i for sample i of each case",
-             "mutants": f"{seed} + i for sample i of each mutant case", "theorem1_random": seed, "greedy": 0}
+    seeds = {
+        "sampling": f"{seed} + i for sample i of each case",
+        "mutants": f"{seed} + i for sample i of each mutant case",
+        "theorem1_random": seed,
+        "greedy": 0,
+    }
     return {**stamp(model_name, device, dtype, seeds), "mode": plan.mode, "decoder": decoder, "seed": seed}
 
 
@@ -179,6 +210,7 @@ def load(name: str, dtype: torch.dtype, device: str):
 
 def pick_prompt(oracle: Oracle, prompts) -> tuple[int, ...]:
     """The prompt whose next-token law (T=1) has the most entropy: the most informative test."""
+
     def entropy(p):
         law = oracle.law(p, oracle.R, SamplingParams(temperature=1.0))
         return float(-(law * law.clamp_min(1e-300).log()).sum())
@@ -205,8 +237,17 @@ def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress, seconds
 class CertifyRun:
     """What every check of one certify run shares: plan, models, oracle, candidates, progress."""
 
-    def __init__(self, plan: CertifyPlan, model_name: str, user: Candidate | None, device: str,
-                 dtype: torch.dtype, seed: int, say: Progress, time_budget: float | None = None):
+    def __init__(
+        self,
+        plan: CertifyPlan,
+        model_name: str,
+        user: Candidate | None,
+        device: str,
+        dtype: torch.dtype,
+        seed: int,
+        say: Progress,
+        time_budget: float | None = None,
+    ):
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
         self.seed, self.say = seed, say
@@ -253,13 +294,16 @@ class CertifyRun:
                     dec = _Broken(f"the factory failed on {name}: {type(e).__name__}: {e}")
                 runs.append((name, c.label, dec, o, torch.float64))
         prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
-        result = check_greedy("greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens,
-                              self.say)
+        result = check_greedy(
+            "greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens, self.say
+        )
         return replace(result, details={**result.details, "not_applicable": not_applicable})
 
     def greedy_low(self, name: str) -> CheckResult:
-        runs = [(self.model_name, c.label, c.build(self.model_dt), self.oracle, self.dtype)
-                for c in self.candidates]
+        runs = [
+            (self.model_name, c.label, c.build(self.model_dt), self.oracle, self.dtype)
+            for c in self.candidates
+        ]
         prompts = self.prompts(self.plan.greedy_prompts)
         return check_greedy(name, runs, lambda _o: prompts, self.plan.greedy_tokens, self.say)
 
@@ -269,20 +313,31 @@ class CertifyRun:
         if self.dtype != torch.float32:
             m32 = load(self.model_name, torch.float32, self.device)
         prompts = self.prompts(self.plan.bitwise_prompts)
-        return check_bitwise("bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens,
-                             progress=self.say)
+        return check_bitwise(
+            "bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens, progress=self.say
+        )
 
     # -- 3. sampling ------------------------------------------------------------------------------
     def sampling_plan(self) -> list[tuple[str, list[Candidate], str]]:
         """(model, settings, why) for each model the sampling check runs on: always the certified
         model at its own vocabulary; FULL adds the tiny preset of its family as extra evidence."""
-        out = [(self.model_name, self.candidates,
-                f"the certified model, at its own vocabulary (V={self.oracle.V})")]
+        out = [
+            (
+                self.model_name,
+                self.candidates,
+                f"the certified model, at its own vocabulary (V={self.oracle.V})",
+            )
+        ]
         if self.plan.sampling_presets and self.model_name not in TINY_PRESETS:
             family = self.model64.cfg.family
             tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
-            out.append((tiny, self.grid(refdec.get_preset(tiny).recurrence),
-                        f"extra evidence: the tiny preset of {self.model_name}'s family ({family})"))
+            out.append(
+                (
+                    tiny,
+                    self.grid(refdec.get_preset(tiny).recurrence),
+                    f"extra evidence: the tiny preset of {self.model_name}'s family ({family})",
+                )
+            )
         return out
 
     def sampling_setup(self, name: str) -> dict:
@@ -295,9 +350,11 @@ class CertifyRun:
             laws = [case_law(o, Case(cn, sp, prompt, k)) for cn, sp, k in self.plan.sampling_cases]
             a = alpha_per_test(laws, self.plan.target)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
-            self._setups[key] = {"laws": laws,
-                                 "samples": [planned_samples(law, self.plan.target, a) for law in laws],
-                                 "model": load(name, run_dtype, self.device)}
+            self._setups[key] = {
+                "laws": laws,
+                "samples": [planned_samples(law, self.plan.target, a) for law in laws],
+                "model": load(name, run_dtype, self.device),
+            }
         return self._setups[key]
 
     def sampling_units(self, name: str, setting: str, budget_s: float) -> list[WorkUnit]:
@@ -305,9 +362,19 @@ class CertifyRun:
         proportion to N (the deterministic, independently runnable pieces a shard can take)."""
         s = self.sampling_setup(name)
         total = max(1, sum(s["samples"]))
-        return [WorkUnit(f"sampling/{name}/{setting}/{law.case.name}", f"sampling[{name}: {setting}]", name,
-                         setting, law.case.name, n, self.seed, budget_s * n / total)
-                for law, n in zip(s["laws"], s["samples"], strict=True)]
+        return [
+            WorkUnit(
+                f"sampling/{name}/{setting}/{law.case.name}",
+                f"sampling[{name}: {setting}]",
+                name,
+                setting,
+                law.case.name,
+                n,
+                self.seed,
+                budget_s * n / total,
+            )
+            for law, n in zip(s["laws"], s["samples"], strict=True)
+        ]
 
     def run_unit(self, unit: WorkUnit, decoder, budget_s: float | None = None) -> dict:
         """Sample one unit for `budget_s` at most (default: its planned share, unit.budget_s)."""
@@ -315,8 +382,10 @@ class CertifyRun:
         deadline = time.perf_counter() + (unit.budget_s if budget_s is None else budget_s)
         tally = sample_tally(decoder, law, unit.samples, unit.base_seed, deadline)
         how = "generate_batch" if tally["batched"] else "one call per seed"
-        self.say(f"  {unit.id}: {tally['samples']}/{unit.samples} samples in {tally['seconds']:.1f}s "
-                 f"({tally['samples_per_s']:.1f}/s, {how})")
+        self.say(
+            f"  {unit.id}: {tally['samples']}/{unit.samples} samples in {tally['seconds']:.1f}s "
+            f"({tally['samples_per_s']:.1f}/s, {how})"
+        )
         return {**tally, "unit": unit.id}
 
     def sampling_checks(self) -> list[SamplingCheck]:
@@ -346,8 +415,11 @@ class CertifyRun:
         ids = set(unit_ids)
         mine = sum(u.samples for u in every if u.id in ids)
         total = sum(u.samples for u in every)
-        self._pool = {"seconds": self.sampling_budget_s * (mine / total if total else 1.0), "samples": mine,
-                      "units": sum(u.id in ids for u in every)}
+        self._pool = {
+            "seconds": self.sampling_budget_s * (mine / total if total else 1.0),
+            "samples": mine,
+            "units": sum(u.id in ids for u in every),
+        }
 
     def pool_share(self, unit: WorkUnit) -> float:
         """This unit's time from the pool (pool_sampling; by default every sampling unit)."""
@@ -363,9 +435,11 @@ class CertifyRun:
         """What the sampling units left plan, and their time at the rate the last one reached."""
         p = self._pool
         if rate > 0 and p["units"]:
-            self.say(f"  {p['units']} sampling unit(s) left plan {p['samples']} samples: "
-                     f"~{p['samples'] / rate:.0f}s at {rate:.1f} samples/s; {p['seconds']:.0f}s of the "
-                     "sampling budget left")
+            self.say(
+                f"  {p['units']} sampling unit(s) left plan {p['samples']} samples: "
+                f"~{p['samples'] / rate:.0f}s at {rate:.1f} samples/s; {p['seconds']:.0f}s of the "
+                "sampling budget left"
+            )
 
     def sampling_decoder(self, check: SamplingCheck):
         """The check's decoder, built once per process (a shard builds only those it samples)."""
@@ -410,7 +484,8 @@ class CertifyRun:
         extra["units"] = [t["unit"] for t in raws]
         if s["model"].cfg.vocab_size >= 256:  # byte-level: show the prompt as text too
             extra["prompt_text"] = bytes(t for t in s["laws"][0].case.prompt if t < 256).decode(
-                "utf-8", errors="replace")
+                "utf-8", errors="replace"
+            )
         return replace(r, details={**r.details, **extra})
 
     # -- 3b. reproducibility ---------------------------------------------------------------------
@@ -418,21 +493,29 @@ class CertifyRun:
         model = self.model_dt if self.model_dt is not None else self.model64
         prompt = self.prompts(1)[0]
         seeds = [self.seed + i for i in range(REPRO_SEEDS)]
-        return check_reproducible("reproducibility", self.candidates, model, prompt, REPRO_TOKENS, seeds,
-                                  self.say)
+        return check_reproducible(
+            "reproducibility", self.candidates, model, prompt, REPRO_TOKENS, seeds, self.say
+        )
 
     # -- 4. mutants and false alarms -------------------------------------------------------------
     def mutant_library(self) -> tuple:
         names = self.plan.mutant_names
-        return tuple(mt for mt in mutant_lib.LIBRARY if (mt.fastdec is None or _has_fastdec())
-                     and (names is None or mt.name in names))
+        return tuple(
+            mt
+            for mt in mutant_lib.LIBRARY
+            if (mt.fastdec is None or _has_fastdec()) and (names is None or mt.name in names)
+        )
 
     def mutant_run(self) -> mutant_lib.MutantRun:
         """The models and exact laws the mutants share, built once per process."""
         if "mutants" not in self._setups:
             self._setups["mutants"] = mutant_lib.MutantRun(
-                self.plan.target, self.seed, progress=self.say,
-                blackbox_samples=self.plan.blackbox_mutant_samples, require_all=self.plan.mode == "full")
+                self.plan.target,
+                self.seed,
+                progress=self.say,
+                blackbox_samples=self.plan.blackbox_mutant_samples,
+                require_all=self.plan.mode == "full",
+            )
         return self._setups["mutants"]
 
     def mutant_unit(self, mt) -> dict:
@@ -493,10 +576,18 @@ def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
     return out
 
 
-def certify(model_name: str | None = None, decoder: str | None = None, device: str = "cpu",
-            dtype="float32", mode: str = "quick", seed: int = 0,
-            progress: Progress | None = None, time_budget: float | None = None,
-            shard: Shard | None = None, results: dict | None = None) -> dict:
+def certify(
+    model_name: str | None = None,
+    decoder: str | None = None,
+    device: str = "cpu",
+    dtype="float32",
+    mode: str = "quick",
+    seed: int = 0,
+    progress: Progress | None = None,
+    time_budget: float | None = None,
+    shard: Shard | None = None,
+    results: dict | None = None,
+) -> dict:
     """Run every check of `mode` on the candidate; returns the certificate (JSON-able dict).
 
     The run is a list of work units in plan order (`plan_units`). With `shard` it runs only the
@@ -513,8 +604,9 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     dtype = parse_dtype(dtype)
     # every sampled check seeds a torch.Generator with seed + i: keep the last one below 2**64
     if check_int("seed", seed, 0) >= 2**63:
-        raise LoopcertError(f"seed must be < 2**63 (sampled checks seed generators with seed + i), "
-                            f"got {seed!r}")
+        raise LoopcertError(
+            f"seed must be < 2**63 (sampled checks seed generators with seed + i), got {seed!r}"
+        )
     if not (device == "cpu" or device.startswith("cuda")):
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
     if time_budget is not None:
@@ -527,8 +619,10 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = str(dtype).replace("torch.", "")
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
-    say(f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
-        f"{device}, {dname}, seed {seed}{what}")
+    say(
+        f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
+        f"{device}, {dname}, seed {seed}{what}"
+    )
     say("settings: " + "; ".join(c.label for c in run.candidates))
 
     units, assemble = plan_units(run, dname)
@@ -538,8 +632,13 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         run.pool_sampling([uid for uid, _ in todo])
         results = {uid: fn() for uid, fn in todo}
         if shard is not None:
-            return {"shard": [shard.index, shard.count], "identity": ident, "units": [u for u, _ in units],
-                    "results": results, "seconds": time.perf_counter() - t_start}
+            return {
+                "shard": [shard.index, shard.count],
+                "identity": ident,
+                "units": [u for u, _ in units],
+                "results": results,
+                "seconds": time.perf_counter() - t_start,
+            }
     checks = [fn(results) for fn in assemble]
 
     failed = [c.name for c in checks if not c.passed]
@@ -549,11 +648,19 @@ def certify(model_name: str | None = None, decoder: str | None = None, device: s
         "passed": not failed,
         "failed": failed,
         "skipped": skipped_of(checks),
-        "stamp": {**certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
-                  "R": run.R, "vocab_size": run.oracle.V, "settings": [c.label for c in run.candidates],
-                  "default_depths": [d1, d2], "alpha": plan.alpha, "target_tv": plan.tv, "power": plan.power,
-                  "sampling_budget_s": run.sampling_budget_s, "work_units": len(units),
-                  "seconds": time.perf_counter() - t_start},
+        "stamp": {
+            **certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
+            "R": run.R,
+            "vocab_size": run.oracle.V,
+            "settings": [c.label for c in run.candidates],
+            "default_depths": [d1, d2],
+            "alpha": plan.alpha,
+            "target_tv": plan.tv,
+            "power": plan.power,
+            "sampling_budget_s": run.sampling_budget_s,
+            "work_units": len(units),
+            "seconds": time.perf_counter() - t_start,
+        },
         "checks": [c.to_dict() for c in checks],
     }
 
@@ -603,27 +710,47 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     assemble.append(mutated)
     if run.plan.false_alarm:
         whole("false_alarm", run.false_alarm)
-    for name, fn in (("theorem1_random", run.theorem1_random), ("theorem1_search", run.theorem1_search),
-                     ("theorem1_traces", run.theorem1_traces), ("theorem2_traces", run.theorem2_traces),
-                     ("theorem2_published", check_theorem2_published), ("speed", run.speed)):
+    for name, fn in (
+        ("theorem1_random", run.theorem1_random),
+        ("theorem1_search", run.theorem1_search),
+        ("theorem1_traces", run.theorem1_traces),
+        ("theorem2_traces", run.theorem2_traces),
+        ("theorem2_published", check_theorem2_published),
+        ("speed", run.speed),
+    ):
         whole(name, fn)
     return units, assemble
 
 
 def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) -> dict:
     """What every shard of one run must share (proofs/shards.py IDENTITY)."""
-    return {"commit": git_commit(), "plan": run.plan.mode, "plan_hash": plan_hash(run.plan),
-            "model": run.model_name, "model_fingerprint": model_fingerprint(run.model64),
-            "seed": run.seed, "decoder": decoder or "fastdec", "device": run.device,
-            "dtype": str(run.dtype).replace("torch.", ""), "time_budget": time_budget}
+    return {
+        "commit": git_commit(),
+        "plan": run.plan.mode,
+        "plan_hash": plan_hash(run.plan),
+        "model": run.model_name,
+        "model_fingerprint": model_fingerprint(run.model64),
+        "seed": run.seed,
+        "decoder": decoder or "fastdec",
+        "device": run.device,
+        "dtype": str(run.dtype).replace("torch.", ""),
+        "time_budget": time_budget,
+    }
 
 
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
 
 
-def predict(model_name: str | None = None, decoder: str | None = None, device: str = "cpu", dtype="float32",
-            mode: str = "quick", seed: int = 0, progress: Progress | None = None,
-            slice_seconds: float = PREDICT_SECONDS) -> dict:
+def predict(
+    model_name: str | None = None,
+    decoder: str | None = None,
+    device: str = "cpu",
+    dtype="float32",
+    mode: str = "quick",
+    seed: int = 0,
+    progress: Progress | None = None,
+    slice_seconds: float = PREDICT_SECONDS,
+) -> dict:
     """The sampling checks' planned N per case and their predicted time, from samples/s measured on
     a slice of each (setting, case) (`slice_seconds` of sampling, in the chunks a real run draws):
     the time `certify` needs to reach the plan's TV without a budget cutting it (`loopcert certify
@@ -644,25 +771,50 @@ def predict(model_name: str | None = None, decoder: str | None = None, device: s
             except NotApplicable:
                 continue
             for law, n in zip(s["laws"], s["samples"], strict=True):
-                row = {"model": name, "setting": c.label, "case": law.case.name, "planned": n, "slice": 0,
-                       "samples_per_s": None, "predicted_seconds": 0.0, "no_power": n == 0}
+                row = {
+                    "model": name,
+                    "setting": c.label,
+                    "case": law.case.name,
+                    "planned": n,
+                    "slice": 0,
+                    "samples_per_s": None,
+                    "predicted_seconds": 0.0,
+                    "no_power": n == 0,
+                }
                 if n:  # N = 0: no view has 2 bins, the case fails as no power whatever the time
                     t = sample_tally(dec, law, n, seed, time.perf_counter() + slice_seconds)
                     rate = t["samples_per_s"] if t["samples"] else 0.0
-                    row.update(slice=t["samples"], samples_per_s=rate,
-                               predicted_seconds=n / rate if rate > 0 else math.inf)
+                    row.update(
+                        slice=t["samples"],
+                        samples_per_s=rate,
+                        predicted_seconds=n / rate if rate > 0 else math.inf,
+                    )
                 rows.append(row)
-                got = "no power (no view has 2 bins)" if not n else (
-                    f"N = {n}, {row['samples_per_s']:.1f} samples/s -> "
-                    f"{row['predicted_seconds'] / 60:.1f} min")
+                got = (
+                    "no power (no view has 2 bins)"
+                    if not n
+                    else (
+                        f"N = {n}, {row['samples_per_s']:.1f} samples/s -> "
+                        f"{row['predicted_seconds'] / 60:.1f} min"
+                    )
+                )
                 say(f"  {name} / {c.label} / {law.case.name}: {got}")
     total = sum(r["predicted_seconds"] for r in rows)
     no_power = sorted({r["case"] for r in rows if r["no_power"]})
-    say(f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs; "
+    say(
+        f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs; "
         f"predicted sampling time {total / 60:.1f} min (budget {plan.sampling_budget_s / 60:.1f} min)"
-        + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else ""))
-    return {"mode": plan.mode, "model": model_name, "target_tv": plan.tv, "rows": rows, "no_power": no_power,
-            "predicted_seconds": total, "sampling_budget_s": plan.sampling_budget_s}
+        + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
+    )
+    return {
+        "mode": plan.mode,
+        "model": model_name,
+        "target_tv": plan.tv,
+        "rows": rows,
+        "no_power": no_power,
+        "predicted_seconds": total,
+        "sampling_budget_s": plan.sampling_budget_s,
+    }
 
 
 def verdict_of(failed: list[str]) -> str:

@@ -60,18 +60,27 @@ class DepthProfile:
     exit_hist: dict[int, int] | None = None  # first depth r >= 2 with KL(p_r || p_{r-1}) < exit_kl
 
     def to_dict(self) -> dict:
-        return {"depths": list(self.depths), "ref_depth": self.ref_depth, "n_positions": self.n_positions,
-                "tv": {str(r): v for r, v in self.tv.items()},
-                "max_tv": {str(r): v for r, v in self.max_tv.items()},
-                "agree": {str(r): v for r, v in self.agree.items()},
-                "bpb": None if self.bpb is None else {str(r): v for r, v in self.bpb.items()},
-                "by_bucket": {f"{a}-{b}": {"n": d["n"], **{k: None if d[k] is None else
-                                                         {str(r): v for r, v in d[k].items()}
-                                                         for k in ("tv", "agree", "bpb")}}
-                              for (a, b), d in self.by_bucket.items()},
-                "exit_kl": self.exit_kl,
-                "exit_hist": None if self.exit_hist is None else
-                {str(r): n for r, n in self.exit_hist.items()}}
+        return {
+            "depths": list(self.depths),
+            "ref_depth": self.ref_depth,
+            "n_positions": self.n_positions,
+            "tv": {str(r): v for r, v in self.tv.items()},
+            "max_tv": {str(r): v for r, v in self.max_tv.items()},
+            "agree": {str(r): v for r, v in self.agree.items()},
+            "bpb": None if self.bpb is None else {str(r): v for r, v in self.bpb.items()},
+            "by_bucket": {
+                f"{a}-{b}": {
+                    "n": d["n"],
+                    **{
+                        k: None if d[k] is None else {str(r): v for r, v in d[k].items()}
+                        for k in ("tv", "agree", "bpb")
+                    },
+                }
+                for (a, b), d in self.by_bucket.items()
+            },
+            "exit_kl": self.exit_kl,
+            "exit_hist": None if self.exit_hist is None else {str(r): n for r, n in self.exit_hist.items()},
+        }
 
 
 def _check(model, seqs, labels, starts, depths, ref_depth, buckets, exit_kl):
@@ -90,8 +99,9 @@ def _check(model, seqs, labels, starts, depths, ref_depth, buckets, exit_kl):
             raise LoopcertError("depth profile: labels must match the sequences' lengths")
         if any(len(a) and (min(a) < 0 or max(a) >= V) for a in labels):
             raise LoopcertError(f"depth profile: a label is outside [0, {V})")
-    if starts is not None and (len(starts) != len(seqs)
-                               or any(not 0 <= a < len(s) for a, s in zip(starts, seqs))):
+    if starts is not None and (
+        len(starts) != len(seqs) or any(not 0 <= a < len(s) for a, s in zip(starts, seqs))
+    ):
         raise LoopcertError("depth profile: starts must give one position inside each sequence")
     if not depths or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in depths):
         raise LoopcertError(f"depth profile: depths must be integers >= 1, got {depths!r}")
@@ -105,11 +115,19 @@ def _check(model, seqs, labels, starts, depths, ref_depth, buckets, exit_kl):
 
 
 @torch.no_grad()
-def depth_profile(model, seqs: Sequence[Sequence[int]] | torch.Tensor, depths: Sequence[int] | None = None,
-                  ref_depth: int | None = None, *,
-                  labels: Sequence[Sequence[int]] | torch.Tensor | None = None,
-                  starts: Sequence[int] | None = None, buckets: Sequence[tuple[int, int]] = (),
-                  exit_kl: float | None = None, batch: int = 8, keep_laws: bool = False):
+def depth_profile(
+    model,
+    seqs: Sequence[Sequence[int]] | torch.Tensor,
+    depths: Sequence[int] | None = None,
+    ref_depth: int | None = None,
+    *,
+    labels: Sequence[Sequence[int]] | torch.Tensor | None = None,
+    starts: Sequence[int] | None = None,
+    buckets: Sequence[tuple[int, int]] = (),
+    exit_kl: float | None = None,
+    batch: int = 8,
+    keep_laws: bool = False,
+):
     """Depth profile over `seqs` (token-id sequences, or an (N, T) tensor).
 
     labels: per sequence, the next token at each position (bpb is reported when given).
@@ -139,17 +157,17 @@ def depth_profile(model, seqs: Sequence[Sequence[int]] | torch.Tensor, depths: S
     laws_out: dict[int, list[torch.Tensor]] = {r: [] for r in depths} if keep_laws else {}
     exit_first: list[torch.Tensor] = []
     for i in range(0, len(seqs), batch):
-        chunk = seqs[i: i + batch]
+        chunk = seqs[i : i + batch]
         T = max(len(s) for s in chunk)
         ids = torch.zeros(len(chunk), T, dtype=torch.long)
         mask = torch.zeros(len(chunk), T, dtype=torch.bool)  # scored positions
         for j, s in enumerate(chunk):
             ids[j, : len(s)] = torch.tensor(s)
-            mask[j, starts[i + j]: len(s)] = True
+            mask[j, starts[i + j] : len(s)] = True
         lab = None
         if labels is not None:
             lab = torch.zeros(len(chunk), T, dtype=torch.long)
-            for j, s in enumerate(labels[i: i + batch]):
+            for j, s in enumerate(labels[i : i + batch]):
                 lab[j, : len(s)] = torch.tensor(s)
         ids, mask = ids.to(dev), mask.to(dev)
         positions = torch.arange(T, device=dev)
@@ -205,17 +223,26 @@ def depth_profile(model, seqs: Sequence[Sequence[int]] | torch.Tensor, depths: S
         firsts = torch.cat(exit_first)
         hist = {int(k): int(c) for k, c in zip(*torch.unique(firsts, return_counts=True))}
     prof = DepthProfile(
-        depths=tuple(depths), ref_depth=ref_depth, n_positions=n, tv=whole["tv"],
-        max_tv={r: float(cat[r]["tv"].max()) for r in depths}, agree=whole["agree"], bpb=whole["bpb"],
-        buckets=buckets, by_bucket={(a, b): reduce((pos >= a) & (pos < b)) for a, b in buckets},
-        exit_kl=exit_kl, exit_hist=hist)
+        depths=tuple(depths),
+        ref_depth=ref_depth,
+        n_positions=n,
+        tv=whole["tv"],
+        max_tv={r: float(cat[r]["tv"].max()) for r in depths},
+        agree=whole["agree"],
+        bpb=whole["bpb"],
+        buckets=buckets,
+        by_bucket={(a, b): reduce((pos >= a) & (pos < b)) for a, b in buckets},
+        exit_kl=exit_kl,
+        exit_hist=hist,
+    )
     if keep_laws:
         return prof, torch.stack([torch.cat(laws_out[r]) for r in depths])
     return prof
 
 
-def window_profile(model, windows: torch.Tensor, depths: Sequence[int] | None = None,
-                   ref_depth: int | None = None, **kw) -> DepthProfile:
+def window_profile(
+    model, windows: torch.Tensor, depths: Sequence[int] | None = None, ref_depth: int | None = None, **kw
+) -> DepthProfile:
     """Profile over (N, T + 1) byte windows: inputs windows[:, :-1], labels windows[:, 1:]
     (predictions from contexts of 1..T bytes; bucket [a, b) holds positions a..b-1)."""
     if windows.dim() != 2 or windows.shape[1] < 2:

@@ -38,27 +38,45 @@ def view_maps(law: CaseLaw, seqs: list[tuple[int, ...]]) -> tuple[list[np.ndarra
             if v.seq_bins is not None:
                 b = v.seq_bins.get(s, v.rest)
                 m[i] = -1 if b is None else b
-            elif s[:v.position] == v.prefix:
+            elif s[: v.position] == v.prefix:
                 m[i] = v.token_bins[s[v.position]]
         maps.append(m)
-    bad = np.array([any(s[:j] in law.nodes and law.nodes[s[:j]][s[j]] <= 0 for j in range(len(s)))
-                    for s in seqs])
+    bad = np.array(
+        [any(s[:j] in law.nodes and law.nodes[s[:j]][s[j]] <= 0 for j in range(len(s))) for s in seqs]
+    )
     return maps, bad
 
 
-def replicate_tally(counts: np.ndarray, maps: list[np.ndarray], bad: np.ndarray, law: CaseLaw,
-                    n: int) -> dict:
+def replicate_tally(
+    counts: np.ndarray, maps: list[np.ndarray], bad: np.ndarray, law: CaseLaw, n: int
+) -> dict:
     k = [v.probs.size for v in law.views]
-    return {"samples": n, "impossible": int(counts[bad].sum()), "planned": n, "seconds": 0.0,
-            "samples_per_s": None, "batched": True, "error": None, "stopped_by_deadline": False,
-            "seeds": None,
-            "counts": [np.bincount(m[m >= 0], weights=counts[m >= 0], minlength=kk)[:kk].astype(np.int64)
-                       .tolist() for m, kk in zip(maps, k, strict=True)]}
+    return {
+        "samples": n,
+        "impossible": int(counts[bad].sum()),
+        "planned": n,
+        "seconds": 0.0,
+        "samples_per_s": None,
+        "batched": True,
+        "error": None,
+        "stopped_by_deadline": False,
+        "seeds": None,
+        "counts": [
+            np.bincount(m[m >= 0], weights=counts[m >= 0], minlength=kk)[:kk].astype(np.int64).tolist()
+            for m, kk in zip(maps, k, strict=True)
+        ],
+    }
 
 
-def check_false_alarm(replicates: int, target: Target, base_seed: int, plausibility: float = 1e-3,
-                      model=None, decoders: dict | None = None,
-                      progress: Progress | None = None) -> CheckResult:
+def check_false_alarm(
+    replicates: int,
+    target: Target,
+    base_seed: int,
+    plausibility: float = 1e-3,
+    model=None,
+    decoders: dict | None = None,
+    progress: Progress | None = None,
+) -> CheckResult:
     """`decoders` ({label: SpecRef}, default: the library's lossless controls) is a parameter so that
     tests can show the check failing on a wrong one."""
     from proofs.mutants import CASES, LIBRARY
@@ -82,8 +100,10 @@ def check_false_alarm(replicates: int, target: Target, base_seed: int, plausibil
             tables.append((seqs, p / p.sum(), *view_maps(law, seqs)))
         mine = [0, 0]
         for _ in range(replicates):
-            tallies = [replicate_tally(rng.multinomial(n, p), maps, bad, law, n)
-                       for law, n, (seqs, p, maps, bad) in zip(laws, ns, tables, strict=True)]
+            tallies = [
+                replicate_tally(rng.multinomial(n, p), maps, bad, law, n)
+                for law, n, (seqs, p, maps, bad) in zip(laws, ns, tables, strict=True)
+            ]
             r = evaluate("false_alarm", laws, tallies, target)
             ps = [v["p_value"] for c in r.details["cases"] for v in c["views"]]
             min_ps.append(min(ps))
@@ -91,25 +111,47 @@ def check_false_alarm(replicates: int, target: Target, base_seed: int, plausibil
             mine[1] += any(holm(ps, SECOND_LEVEL))
         rej_alpha += mine[0]
         rej_second += mine[1]
-        rows.append({"control": label, "replicates": replicates, "rejections": mine[0],
-                     f"rejections_at_{SECOND_LEVEL:g}": mine[1]})
+        rows.append(
+            {
+                "control": label,
+                "replicates": replicates,
+                "rejections": mine[0],
+                f"rejections_at_{SECOND_LEVEL:g}": mine[1],
+            }
+        )
         if progress:
-            progress(f"  false_alarm {label}: {mine[0]}/{replicates} rejected at {target.alpha:g}, "
-                     f"{mine[1]} at {SECOND_LEVEL:g}")
+            progress(
+                f"  false_alarm {label}: {mine[0]}/{replicates} rejected at {target.alpha:g}, "
+                f"{mine[1]} at {SECOND_LEVEL:g}"
+            )
     k = replicates * len(decoders)
     out = {}
     for level, rej in ((target.alpha, rej_alpha), (SECOND_LEVEL, rej_second)):
         ci = stats.binomtest(rej, k).proportion_ci(0.95)
-        out[level] = {"level": level, "rejections": rej, "rate": rej / k, "rate_ci95": [ci.low, ci.high],
-                      "binomial_tail_p": float(stats.binom.sf(rej - 1, k, level))}
+        out[level] = {
+            "level": level,
+            "rejections": rej,
+            "rate": rej / k,
+            "rate_ci95": [ci.low, ci.high],
+            "binomial_tail_p": float(stats.binom.sf(rej - 1, k, level)),
+        }
     passed = all(o["binomial_tail_p"] >= plausibility for o in out.values())
-    details = {"model": model.cfg.name, "decoder": ", ".join(decoders),
-               "case": ", ".join(law.case.name for law in laws),
-               "replicates": k, "per_control": rows, "n_samples": ns, "target_tv": target.tv,
-               "alpha": target.alpha, "rejections": rej_alpha, "rate_ci95": out[target.alpha]["rate_ci95"],
-               "binomial_tail_p": out[target.alpha]["binomial_tail_p"], "second_level": out[SECOND_LEVEL],
-               "plausibility": plausibility,
-               "how": "counts drawn from each control's exact law (multinomial)",
-               "seeds": f"numpy default_rng([{base_seed}, {replicates}])",
-               "p_value_deciles": np.quantile(min_ps, np.linspace(0, 1, 11)).tolist()}
+    details = {
+        "model": model.cfg.name,
+        "decoder": ", ".join(decoders),
+        "case": ", ".join(law.case.name for law in laws),
+        "replicates": k,
+        "per_control": rows,
+        "n_samples": ns,
+        "target_tv": target.tv,
+        "alpha": target.alpha,
+        "rejections": rej_alpha,
+        "rate_ci95": out[target.alpha]["rate_ci95"],
+        "binomial_tail_p": out[target.alpha]["binomial_tail_p"],
+        "second_level": out[SECOND_LEVEL],
+        "plausibility": plausibility,
+        "how": "counts drawn from each control's exact law (multinomial)",
+        "seeds": f"numpy default_rng([{base_seed}, {replicates}])",
+        "p_value_deciles": np.quantile(min_ps, np.linspace(0, 1, 11)).tolist(),
+    }
     return CheckResult("false_alarm", rej_alpha / k, target.alpha, passed, details)

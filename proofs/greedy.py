@@ -47,29 +47,48 @@ def reference_tokens(model64, prompt: Sequence[int], n: int) -> list[int]:
     return refdec.generate(model64, list(prompt), n, GREEDY, seed=0)
 
 
-def classify(oracle: Oracle, prompt: Sequence[int], ref: list[int], got: list[int],
-             tol: float) -> dict | None:
+def classify(
+    oracle: Oracle, prompt: Sequence[int], ref: list[int], got: list[int], tol: float
+) -> dict | None:
     """None when equal; else the first divergence with its margins and class."""
     if got == ref:
         return None
     t = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
-    row = {"position": t, "reference": ref[t] if t < len(ref) else None,
-           "candidate": got[t] if t < len(got) else None}
+    row = {
+        "position": t,
+        "reference": ref[t] if t < len(ref) else None,
+        "candidate": got[t] if t < len(got) else None,
+    }
     if row["reference"] is None or row["candidate"] is None or not 0 <= row["candidate"] < oracle.V:
-        return {**row, "top2_margin": None, "candidate_gap": None, "class": "real bug",
-                "why": f"returned {len(got)} tokens, expected {len(ref)}" if row["candidate"] is None
-                else "token id outside the vocabulary"}
+        return {
+            **row,
+            "top2_margin": None,
+            "candidate_gap": None,
+            "class": "real bug",
+            "why": f"returned {len(got)} tokens, expected {len(ref)}"
+            if row["candidate"] is None
+            else "token id outside the vocabulary",
+        }
     logits = oracle.logits(list(prompt) + ref[:t])[-1]  # (V,) float64 at depth R
     top2 = torch.topk(logits, 2).values
     gap = float(logits.max() - logits[row["candidate"]])
     tie = gap < tol
-    return {**row, "top2_margin": float(top2[0] - top2[1]), "candidate_gap": gap,
-            "class": "numerical tie" if tie else "real bug"}
+    return {
+        **row,
+        "top2_margin": float(top2[0] - top2[1]),
+        "candidate_gap": gap,
+        "class": "numerical tie" if tie else "real bug",
+    }
 
 
-def check_greedy(name: str, runs: Sequence[tuple[str, str, Decoder, Oracle, torch.dtype]],
-                 prompts: Callable[[Oracle], Sequence[Sequence[int]]], n_tokens: int,
-                 progress: Progress | None = None, references: dict | None = None) -> CheckResult:
+def check_greedy(
+    name: str,
+    runs: Sequence[tuple[str, str, Decoder, Oracle, torch.dtype]],
+    prompts: Callable[[Oracle], Sequence[Sequence[int]]],
+    n_tokens: int,
+    progress: Progress | None = None,
+    references: dict | None = None,
+) -> CheckResult:
     """runs: (model label, setting label, decoder, oracle of that model, decoder dtype).
 
     measured = real bugs found, bound = 0; ties are counted and listed but pass. `references`
@@ -89,23 +108,50 @@ def check_greedy(name: str, runs: Sequence[tuple[str, str, Decoder, Oracle, torc
             try:
                 got = run_generate(decoder, prompt, n_tokens, GREEDY, 0)
             except Exception as e:  # noqa: BLE001 - a decoder failure is a finding
-                d = {"position": 0, "reference": ref[0], "candidate": None, "top2_margin": None,
-                     "candidate_gap": None, "class": "real bug", "why": f"{type(e).__name__}: {e}"}
+                d = {
+                    "position": 0,
+                    "reference": ref[0],
+                    "candidate": None,
+                    "top2_margin": None,
+                    "candidate_gap": None,
+                    "class": "real bug",
+                    "why": f"{type(e).__name__}: {e}",
+                }
             else:
                 d = classify(oracle, prompt, ref, got, tol)
             if d is None:
                 agree += 1
             else:
-                divergences.append({"model": model_label, "setting": setting, "prompt": list(prompt),
-                                    "dtype": str(dtype).replace("torch.", ""), **d})
+                divergences.append(
+                    {
+                        "model": model_label,
+                        "setting": setting,
+                        "prompt": list(prompt),
+                        "dtype": str(dtype).replace("torch.", ""),
+                        **d,
+                    }
+                )
         n_prompts = len(prompts(oracle))
-        rows.append({"model": model_label, "setting": setting, "dtype": str(dtype).replace("torch.", ""),
-                     "prompts": n_prompts, "tokens": n_tokens, "agree": agree})
+        rows.append(
+            {
+                "model": model_label,
+                "setting": setting,
+                "dtype": str(dtype).replace("torch.", ""),
+                "prompts": n_prompts,
+                "tokens": n_tokens,
+                "agree": agree,
+            }
+        )
         if progress:
             progress(f"  {name} {model_label} / {setting}: {agree}/{n_prompts} prompts equal")
     bugs = sum(d["class"] == "real bug" for d in divergences)
     ties = len(divergences) - bugs
-    details = {"runs": rows, "divergences": divergences, "real_bugs": bugs, "numerical_ties": ties,
-               "tie_tolerance": {str(k).replace("torch.", ""): v for k, v in TIE_TOLERANCE.items()},
-               "tokens_per_prompt": n_tokens}
+    details = {
+        "runs": rows,
+        "divergences": divergences,
+        "real_bugs": bugs,
+        "numerical_ties": ties,
+        "tie_tolerance": {str(k).replace("torch.", ""): v for k, v in TIE_TOLERANCE.items()},
+        "tokens_per_prompt": n_tokens,
+    }
     return CheckResult(name, bugs, 0, bugs == 0, details)

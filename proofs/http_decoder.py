@@ -90,8 +90,13 @@ def _httpx():
 class HTTPDecoder:
     """generate() / generate_batch() over POST {base_url}/completions."""
 
-    def __init__(self, base_url: str, concurrency: int = CONCURRENCY, timeout: float = TIMEOUT_S,
-                 choices: int = CHOICES):
+    def __init__(
+        self,
+        base_url: str,
+        concurrency: int = CONCURRENCY,
+        timeout: float = TIMEOUT_S,
+        choices: int = CHOICES,
+    ):
         httpx = _httpx()
         self.base_url = base_url.rstrip("/")
         self.concurrency, self.choices = concurrency, choices
@@ -162,8 +167,10 @@ class HTTPDecoder:
         for k, c in enumerate(choices):
             asked = c.get("requested_seed", seed + k)
             if asked != seed + k:
-                raise LoopcertError(f"{what}: choice {k} was decoded for seed {asked}, not {seed + k} "
-                                    "(the per-choice seed rule is seed + k)")
+                raise LoopcertError(
+                    f"{what}: choice {k} was decoded for seed {asked}, not {seed + k} "
+                    "(the per-choice seed rule is seed + k)"
+                )
         return [[int(t) for t in c["tokens"]] for c in choices]
 
     def generate_batch(
@@ -184,8 +191,10 @@ class HTTPDecoder:
                     groups[-1] = (start, m + 1)
                     continue
             groups.append((i, 1))
-        futures = [self._pool.submit(self._request, prompts[i], max_new_tokens, sampling, seeds[i], m)
-                   for i, m in groups]
+        futures = [
+            self._pool.submit(self._request, prompts[i], max_new_tokens, sampling, seeds[i], m)
+            for i, m in groups
+        ]
         return [tokens for f in futures for tokens in f.result()]
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ def uniforms(seeds: Sequence[int]) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(2 ** 53)
+    return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
 
 
 class LawSampler:
@@ -44,8 +44,9 @@ class LawSampler:
             self._tables[key] = seqs, cdf / cdf[-1]
         return self._tables[key]
 
-    def generate_batch(self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds,
-                       eos_token_id: int | None = None) -> list[list[int]]:
+    def generate_batch(
+        self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds, eos_token_id: int | None = None
+    ) -> list[list[int]]:
         out: list[list[int]] = []
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(prompts):

@@ -38,8 +38,9 @@ def traces(model64, prompts: Sequence[Sequence[int]], max_positions: int | None 
     """(R, P, V) float64 laws at temperature 1: depth r-1, every position of every prompt
     (at most max_positions of them, evenly spaced)."""
     R = model64.cfg.recurrence
-    _, laws = depth_profile(model64, [list(p) for p in prompts], list(range(1, R + 1)), R,
-                            keep_laws=True)  # (R, P, V): the one depth profile's laws
+    _, laws = depth_profile(
+        model64, [list(p) for p in prompts], list(range(1, R + 1)), R, keep_laws=True
+    )  # (R, P, V): the one depth profile's laws
     P = laws.shape[1]
     if max_positions is not None and P > max_positions:
         laws = laws[:, torch.linspace(0, P - 1, max_positions).round().long()]
@@ -59,15 +60,15 @@ def check_theorem1_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], 
     R, P, _ = laws.shape
     triples = ((laws[R - 1, t], laws[a - 1, t], laws[b - 1, t]) for a, b in pairs for t in range(P))
     result = check_theorem1_cases(triples, "theorem1_traces")
-    return dataclasses.replace(result, details={**result.details, "model": label, "positions": P,
-                                                "depth_pairs": len(pairs)})
+    return dataclasses.replace(
+        result, details={**result.details, "model": label, "positions": P, "depth_pairs": len(pairs)}
+    )
 
 
 def mean_tv_curve(laws: torch.Tensor) -> list[float]:
     """mean over positions of TV(p_r, p_R), r = 1..R."""
     R, P, _ = laws.shape
-    return [float(np.mean([total_variation(laws[r, t], laws[R - 1, t]) for t in range(P)]))
-            for r in range(R)]
+    return [float(np.mean([total_variation(laws[r, t], laws[R - 1, t]) for t in range(P)])) for r in range(R)]
 
 
 def measured_costs(laws: torch.Tensor, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], dict]:
@@ -97,20 +98,31 @@ def check_theorem2_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], 
     d1r = min(max(1, round(d1s)), R - 2)
     near = (d1r, min(max(d1r + 1, round(d2s)), R - 1))
     details = {
-        "model": label, "R": R, "positions": laws.shape[1], "temperature": 1.0,
-        "mean_tv": curve, "alpha": alpha, "beta": beta, "fitted_depths": fitted, "tv_floor": TV_FLOOR,
-        "envelope": [beta * r ** -alpha for r in range(1, R + 1)],
-        "envelope_covers_every_depth": all(beta * r ** -alpha >= tv for r, tv in enumerate(curve, 1)),
-        "d1_star": d1s, "d2_star": d2s,
+        "model": label,
+        "R": R,
+        "positions": laws.shape[1],
+        "temperature": 1.0,
+        "mean_tv": curve,
+        "alpha": alpha,
+        "beta": beta,
+        "fitted_depths": fitted,
+        "tv_floor": TV_FLOOR,
+        "envelope": [beta * r**-alpha for r in range(1, R + 1)],
+        "envelope_covers_every_depth": all(beta * r**-alpha >= tv for r, tv in enumerate(curve, 1)),
+        "d1_star": d1s,
+        "d2_star": d2s,
         "bound_best_integer": best_integer_depths(alpha, beta, R) if R >= 3 else None,
-        "measured_best": best, "measured_best_cost": costs[best]["cost"],
+        "measured_best": best,
+        "measured_best_cost": costs[best]["cost"],
         "rounded_star": near,
         "rounded_star_cost": costs[near]["cost"] if near in costs else None,
         "autoregressive_cost": R,
         "measured": "exact expected recurrent steps per token, E[C] = d1 + P(x1 rejected) d2 + "
-                    "P(both rejected) R, gated LoopSpec, T=1, mean over positions",
-        "grid": [{"d1": k[0], "d2": k[1], **v, "bound": expected_cost(k[0], k[1], alpha, beta, R)}
-                 for k, v in costs.items()],
+        "P(both rejected) R, gated LoopSpec, T=1, mean over positions",
+        "grid": [
+            {"d1": k[0], "d2": k[1], **v, "bound": expected_cost(k[0], k[1], alpha, beta, R)}
+            for k, v in costs.items()
+        ],
         "worst_pair": worst,
     }
     worst_ratio = ratios[worst] if ratios else math.nan

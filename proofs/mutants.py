@@ -40,8 +40,10 @@ from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"
 WIDE = "tiny-ouro at V=61"  # the top_k=50 default is invisible below 51 tokens
-WHY_MODEL = ("R=4, vocab 13 (and 61 for the top-k default): every law is enumerated exactly, so each "
-             "mutant's TV shift is known and its sampling costs microseconds")
+WHY_MODEL = (
+    "R=4, vocab 13 (and 61 for the top-k default): every law is enumerated exactly, so each "
+    "mutant's TV shift is known and its sampling costs microseconds"
+)
 PROMPT = (1, 2, 3)
 CASES = (
     Case("T=0.5", SamplingParams(temperature=0.5), PROMPT),
@@ -73,51 +75,130 @@ class Mutant:
 
 
 LIBRARY = (
-    Mutant("always-accept", "u = 0: the first proposal is accepted whenever p_R(x1) > 0",
-           {"d1": 1, "bugs": Bugs(always_accept=True)}, case="top-p=0.5"),
-    Mutant("resample-target", "after a rejection the token is drawn from p_R, not p_R (-) q1",
-           {"d1": 3, "bugs": Bugs(resample_target=True)}, case="top-p=0.5"),
-    Mutant("target-no-temperature", "temperature applied to the draft but not to p_R",
-           {"d1": 1, "bugs": Bugs(target_missing="temperature")}, case="T=0.5"),
-    Mutant("target-no-top-k", "top-k applied to the draft but not to p_R",
-           {"d1": 1, "bugs": Bugs(target_missing="top_k")}, case="top-k=2"),
-    Mutant("target-no-top-p", "top-p applied to the draft but not to p_R",
-           {"d1": 1, "bugs": Bugs(target_missing="top_p")}, case="top-p=0.5"),
-    Mutant("scored-other-depth", "x1 drawn from p_2 but scored (ratio and residual) with p_3",
-           {"d1": 2, "bugs": Bugs(score_depth=3)}, case="top-k=2"),
-    Mutant("second-wrong-base", "x2 drawn from p_d2 (-) p_d1 but scored with p_d2",
-           {"d1": 1, "d2": 2, "gate": "on", "bugs": Bugs(second_scored_as_p_d2=True)}, case="top-p=0.5"),
-    Mutant("unnormalised-residual", "x2's ratio uses [p_R - q1]_+ without normalising it",
-           {"d1": 2, "d2": 3, "gate": "off", "bugs": Bugs(unnormalised_residual=True)}, case="T=0.5"),
-    Mutant("stale-kv", "after rejecting x1 the context keeps x1 (stale KV after rollback)",
-           {"d1": 1, "bugs": Bugs(stale_kv=True)}, case="top-k=2"),
-    Mutant("greedy-near-miss", "greedy accepts x1 whose p_R logit is within 0.25 of the max",
-           {"d1": 1, "bugs": Bugs(greedy_near_miss=0.25)}, case=None),
+    Mutant(
+        "always-accept",
+        "u = 0: the first proposal is accepted whenever p_R(x1) > 0",
+        {"d1": 1, "bugs": Bugs(always_accept=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "resample-target",
+        "after a rejection the token is drawn from p_R, not p_R (-) q1",
+        {"d1": 3, "bugs": Bugs(resample_target=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "target-no-temperature",
+        "temperature applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="temperature")},
+        case="T=0.5",
+    ),
+    Mutant(
+        "target-no-top-k",
+        "top-k applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="top_k")},
+        case="top-k=2",
+    ),
+    Mutant(
+        "target-no-top-p",
+        "top-p applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="top_p")},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "scored-other-depth",
+        "x1 drawn from p_2 but scored (ratio and residual) with p_3",
+        {"d1": 2, "bugs": Bugs(score_depth=3)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "second-wrong-base",
+        "x2 drawn from p_d2 (-) p_d1 but scored with p_d2",
+        {"d1": 1, "d2": 2, "gate": "on", "bugs": Bugs(second_scored_as_p_d2=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "unnormalised-residual",
+        "x2's ratio uses [p_R - q1]_+ without normalising it",
+        {"d1": 2, "d2": 3, "gate": "off", "bugs": Bugs(unnormalised_residual=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "stale-kv",
+        "after rejecting x1 the context keeps x1 (stale KV after rollback)",
+        {"d1": 1, "bugs": Bugs(stale_kv=True)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "greedy-near-miss",
+        "greedy accepts x1 whose p_R logit is within 0.25 of the max",
+        {"d1": 1, "bugs": Bugs(greedy_near_miss=0.25)},
+        case=None,
+    ),
     # -- from serving stacks' speculative samplers ----------------------------------------------
-    Mutant("draft int8, scored exact", "x1 drawn from the int8-quantised q1 (scale max p / 127), scored "
-           "with the exact q1", {"d1": 1, "bugs": Bugs(draft_rounding="int8")}, case="T=0.5"),
-    Mutant("reported q is not the sampled q", "x1 drawn from the top-k filtered q1, scored with q1 before "
-           "top-k", {"d1": 1, "bugs": Bugs(scored_unfiltered=True)}, case="top-k=2"),
-    Mutant("accept iff equal to a target sample", "x1 accepted iff it equals an independent y ~ p_R; "
-           "residual on rejection", {"d1": 1, "bugs": Bugs(accept_if_equal=True)}, case="T=0.5"),
-    Mutant("first draft unverified", "rounds of 4 tokens; the first drafted token of each round is "
-           "committed without verification", {"d1": 3, "bugs": Bugs(first_unverified=4)}, case="T=0.5"),
-    Mutant("rejected lane left in place", "after x2 is rejected the context keeps x2 (its lane's state "
-           "not rolled back)", {"d1": 1, "d2": 3, "bugs": Bugs(stale_second=True)}, case="T=0.5"),
-    Mutant("target top-k default", "p_R carries top_k=50 the user never asked for (transformers' "
-           "generate() default)", {"d1": 1, "bugs": Bugs(target_top_k_default=50)}, case="T=1.5 n=2",
-           model=WIDE),
-    Mutant("fastdec adaptive-verify", "lossy by design: verifies at depth 2 < R, escalates on disagreement",
-           fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2}, case="top-k=2"),
+    Mutant(
+        "draft int8, scored exact",
+        "x1 drawn from the int8-quantised q1 (scale max p / 127), scored with the exact q1",
+        {"d1": 1, "bugs": Bugs(draft_rounding="int8")},
+        case="T=0.5",
+    ),
+    Mutant(
+        "reported q is not the sampled q",
+        "x1 drawn from the top-k filtered q1, scored with q1 before top-k",
+        {"d1": 1, "bugs": Bugs(scored_unfiltered=True)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "accept iff equal to a target sample",
+        "x1 accepted iff it equals an independent y ~ p_R; residual on rejection",
+        {"d1": 1, "bugs": Bugs(accept_if_equal=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "first draft unverified",
+        "rounds of 4 tokens; the first drafted token of each round is committed without verification",
+        {"d1": 3, "bugs": Bugs(first_unverified=4)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "rejected lane left in place",
+        "after x2 is rejected the context keeps x2 (its lane's state not rolled back)",
+        {"d1": 1, "d2": 3, "bugs": Bugs(stale_second=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "target top-k default",
+        "p_R carries top_k=50 the user never asked for (transformers' generate() default)",
+        {"d1": 1, "bugs": Bugs(target_top_k_default=50)},
+        case="T=1.5 n=2",
+        model=WIDE,
+    ),
+    Mutant(
+        "fastdec adaptive-verify",
+        "lossy by design: verifies at depth 2 < R, escalates on disagreement",
+        fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2},
+        case="top-k=2",
+    ),
     # -- controls: lossless, must pass ------------------------------------------------------------
-    Mutant("control: gate inverted", "second proposal exactly when LoopSpec's gate is closed",
-           {"d1": 1, "d2": 2, "gate": "inverted"}, control=True),
-    Mutant("control: gate off", "second proposal whenever q2 has mass",
-           {"d1": 1, "d2": 3, "gate": "off"}, control=True),
-    Mutant("control: unfiltered draft", "draft without top-k / top-p, scored with that same law",
-           {"d1": 1, "draft_filter": False}, control=True),
-    Mutant("control: other depths", "d1 = 3 = R - 1, no second proposal",
-           {"d1": 3}, control=True),
+    Mutant(
+        "control: gate inverted",
+        "second proposal exactly when LoopSpec's gate is closed",
+        {"d1": 1, "d2": 2, "gate": "inverted"},
+        control=True,
+    ),
+    Mutant(
+        "control: gate off",
+        "second proposal whenever q2 has mass",
+        {"d1": 1, "d2": 3, "gate": "off"},
+        control=True,
+    ),
+    Mutant(
+        "control: unfiltered draft",
+        "draft without top-k / top-p, scored with that same law",
+        {"d1": 1, "draft_filter": False},
+        control=True,
+    ),
+    Mutant("control: other depths", "d1 = 3 = R - 1, no second proposal", {"d1": 3}, control=True),
 )
 
 
@@ -141,8 +222,11 @@ def exact_shift(decoder, law: CaseLaw) -> dict:
 def _rejects(dist: CheckResult | None) -> bool:
     """The sampling check rejected the law (Holm, an impossible sample, a decoder error), as
     opposed to failing for want of power."""
-    return dist is not None and any(v.get("holm_rejected") or c["impossible"] or c["error"]
-                                    for c in dist.details["cases"] for v in c["views"])
+    return dist is not None and any(
+        v.get("holm_rejected") or c["impossible"] or c["error"]
+        for c in dist.details["cases"]
+        for v in c["views"]
+    )
 
 
 def sampler_for(dec) -> object:
@@ -157,8 +241,15 @@ class MutantRun:
     mutant at a time: `row(m)` is one work unit of certify (`mutant/<name>`), `result(rows)`
     assembles the check from the rows in library order (any shard's)."""
 
-    def __init__(self, target: Target, base_seed: int, model=None, progress: Progress | None = None,
-                 blackbox_samples: int = 300, require_all: bool = False):
+    def __init__(
+        self,
+        target: Target,
+        base_seed: int,
+        model=None,
+        progress: Progress | None = None,
+        blackbox_samples: int = 300,
+        require_all: bool = False,
+    ):
         self.target, self.base_seed, self.progress = target, base_seed, progress
         self.blackbox_samples, self.require_all = blackbox_samples, require_all
         self.models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
@@ -182,23 +273,35 @@ class MutantRun:
         self.law_of(m.model, "T=0.5" if m.case is None else m.case)
         oracle = self.oracles[m.model]
         dec = m.build(oracle)
-        greedy = check_greedy(f"greedy[{m.name}]", [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
-                              lambda _o: GREEDY_PROMPTS, GREEDY_TOKENS, references=self.references)
-        names = ["T=0.5", "top-k=2", "top-p=0.5"] if m.case is None and m.control else (
-            [m.case] if m.case else [])
+        greedy = check_greedy(
+            f"greedy[{m.name}]",
+            [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
+            lambda _o: GREEDY_PROMPTS,
+            GREEDY_TOKENS,
+            references=self.references,
+        )
+        names = (
+            ["T=0.5", "top-k=2", "top-p=0.5"]
+            if m.case is None and m.control
+            else ([m.case] if m.case else [])
+        )
         dist, shifts = None, []
         if names:
             case_laws = [self.law_of(m.model, c) for c in names]
             fixed = None if m.fastdec is None else [self.blackbox_samples] * len(names)
-            dist = check_distribution(f"sampling[{m.name}]", sampler_for(dec), case_laws, self.target,
-                                      self.base_seed, samples=fixed)
+            dist = check_distribution(
+                f"sampling[{m.name}]", sampler_for(dec), case_laws, self.target, self.base_seed, samples=fixed
+            )
             shifts = [exact_shift(dec, cl) for cl in case_laws]
         rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
         killed = bool(rejected_by)
         tvs = [s["tv"] for s in shifts if s["tv"] is not None]
         views = [] if dist is None else [v for c in dist.details["cases"] for v in c["views"]]
-        seen = [(s["view_tv"].get(v["view"]), v["detectable_tv"]) for s, c in
-                zip(shifts, [] if dist is None else dist.details["cases"], strict=False) for v in c["views"]]
+        seen = [
+            (s["view_tv"].get(v["view"]), v["detectable_tv"])
+            for s, c in zip(shifts, [] if dist is None else dist.details["cases"], strict=False)
+            for v in c["views"]
+        ]
         margin = max((t / d for t, d in seen if t is not None and d and math.isfinite(d)), default=None)
         promised = bool(names) and margin is not None and margin >= 1.0
         if m.control:
@@ -208,22 +311,32 @@ class MutantRun:
         else:
             ok = killed or (not promised and not self.require_all)
         row = {
-            "name": m.name, "bug": m.bug, "control": m.control, "model": oracle.cfg.name,
+            "name": m.name,
+            "bug": m.bug,
+            "control": m.control,
+            "model": oracle.cfg.name,
             "settings": _settings(m),
-            "cases": names, "rejected_by": rejected_by, "rejected": killed, "ok": ok,
-            "promised": promised if not m.control else None, "power_margin": margin,
+            "cases": names,
+            "rejected_by": rejected_by,
+            "rejected": killed,
+            "ok": ok,
+            "promised": promised if not m.control else None,
+            "power_margin": margin,
             "greedy_real_bugs": greedy.measured,
             "greedy_divergences": len(greedy.details["divergences"]),
             "p_value": None if dist is None else dist.measured,
             "alpha_case": None if dist is None else dist.bound,
             "tv": max(tvs) if tvs else None,
             "binned_tv": max((t for s in shifts for t in s["view_tv"].values()), default=None),
-            "empirical_binned_tv": max((v["empirical_tv"] for v in views if v["empirical_tv"] is not None),
-                                       default=None),
+            "empirical_binned_tv": max(
+                (v["empirical_tv"] for v in views if v["empirical_tv"] is not None), default=None
+            ),
             "detectable_tv": None if dist is None else dist.details["detectable_tv"],
             "n_samples": max((c["samples"] for c in dist.details["cases"]), default=0) if dist else 0,
-            "laws": {f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
-                     for c in ["T=0.5" if m.case is None else m.case, *names]},
+            "laws": {
+                f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
+                for c in ["T=0.5" if m.case is None else m.case, *names]
+            },
             "seconds": time.perf_counter() - t0,
         }
         if self.progress:
@@ -241,19 +354,37 @@ class MutantRun:
         survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
         flagged = sum(1 for r in rows if r["control"] and not r["ok"])
         below = [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]]
-        details = {"model": MODEL, "why_this_model": WHY_MODEL, "rows": rows, "survivors": survivors,
-                   "below_power": below, "controls_flagged": flagged, "target_tv": target.tv,
-                   "power_level": target.power, "require_all": self.require_all,
-                   "n_samples": max((r["n_samples"] for r in rows), default=0),
-                   "alpha": target.alpha, "seeds": f"{self.base_seed} + i for sample i of each case",
-                   "greedy_prompts": [list(p) for p in GREEDY_PROMPTS], "greedy_tokens": GREEDY_TOKENS,
-                   "cases": [c.describe() for c in CASES], "laws": laws, "wrong": bad}
+        details = {
+            "model": MODEL,
+            "why_this_model": WHY_MODEL,
+            "rows": rows,
+            "survivors": survivors,
+            "below_power": below,
+            "controls_flagged": flagged,
+            "target_tv": target.tv,
+            "power_level": target.power,
+            "require_all": self.require_all,
+            "n_samples": max((r["n_samples"] for r in rows), default=0),
+            "alpha": target.alpha,
+            "seeds": f"{self.base_seed} + i for sample i of each case",
+            "greedy_prompts": [list(p) for p in GREEDY_PROMPTS],
+            "greedy_tokens": GREEDY_TOKENS,
+            "cases": [c.describe() for c in CASES],
+            "laws": laws,
+            "wrong": bad,
+        }
         return CheckResult("mutation", len(bad), 0, not bad, details)
 
 
-def check_mutants(target: Target, base_seed: int, library: Sequence[Mutant] = LIBRARY, model=None,
-                  progress: Progress | None = None, blackbox_samples: int = 300,
-                  require_all: bool = False) -> CheckResult:
+def check_mutants(
+    target: Target,
+    base_seed: int,
+    library: Sequence[Mutant] = LIBRARY,
+    model=None,
+    progress: Progress | None = None,
+    blackbox_samples: int = 300,
+    require_all: bool = False,
+) -> CheckResult:
     """measured = mutants that had to die and survived + flagged controls; bound 0.
 
     N per case is planned from `target` like any candidate's; the fastdec entries, which cost far

@@ -62,8 +62,14 @@ class NaiveKVDecoder:
         self.depth = depth
 
     @torch.no_grad()
-    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0, eos_token_id: int | None = None) -> list[int]:
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[int]:
         m = self.model
         ids, depth = check_generate_args(m, prompt, max_new_tokens, sampling, seed, self.depth)
         cfg = m.cfg

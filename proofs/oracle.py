@@ -112,12 +112,20 @@ class ExactLaw:
     def describe(self) -> str:
         if self.full:
             return f"full enumeration of {len(self.cells)} sequences of positive probability"
-        return (f"head of {len(self.cells)} sequences (every node with p >= {self.min_prob:.3g}) "
-                f"+ one pooled remainder of mass {self.remainder:.4f}")
+        return (
+            f"head of {len(self.cells)} sequences (every node with p >= {self.min_prob:.3g}) "
+            f"+ one pooled remainder of mass {self.remainder:.4f}"
+        )
 
 
-def exact_law(oracle: Oracle, prompt: Sequence[int], n: int, sampling: SamplingParams,
-              n_samples: int | None = None, min_expected: float = 5.0) -> ExactLaw:
+def exact_law(
+    oracle: Oracle,
+    prompt: Sequence[int],
+    n: int,
+    sampling: SamplingParams,
+    n_samples: int | None = None,
+    min_expected: float = 5.0,
+) -> ExactLaw:
     """Enumerate the law of the first n tokens of refdec at depth R under `sampling`.
 
     Full enumeration when the tree has at most MAX_FULL_CONTEXTS inner nodes; otherwise only
@@ -128,7 +136,7 @@ def exact_law(oracle: Oracle, prompt: Sequence[int], n: int, sampling: SamplingP
     prompt = tuple(int(t) for t in prompt)
     if n < 1:
         raise LoopcertError(f"n must be >= 1, got {n}")
-    inner = sum(oracle.V ** k for k in range(n))
+    inner = sum(oracle.V**k for k in range(n))
     full = inner <= MAX_FULL_CONTEXTS
     if full:
         min_prob = 0.0
@@ -158,5 +166,15 @@ def exact_law(oracle: Oracle, prompt: Sequence[int], n: int, sampling: SamplingP
     remainder = 0.0 if full else max(0.0, 1.0 - float(probs_arr.sum()))
     if full:  # float64 rounding only: renormalise so the cells sum to exactly one
         probs_arr = probs_arr / probs_arr.sum()
-    return ExactLaw(prompt, n, sampling, cells, probs_arr, remainder, full, min_prob, nodes,
-                    {c: i for i, c in enumerate(cells)})
+    return ExactLaw(
+        prompt,
+        n,
+        sampling,
+        cells,
+        probs_arr,
+        remainder,
+        full,
+        min_prob,
+        nodes,
+        {c: i for i, c in enumerate(cells)},
+    )

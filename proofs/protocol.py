@@ -18,8 +18,9 @@ from refdec.validate import is_int
 
 @runtime_checkable
 class Decoder(Protocol):
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
-                 seed: int) -> Any: ...
+    def generate(
+        self, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int
+    ) -> Any: ...
 
 
 Factory = Callable[[Any], Decoder]  # model -> decoder
@@ -56,13 +57,14 @@ def tokens_of(result) -> list[int]:
     return out
 
 
-def run_generate(decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
-                 sampling: SamplingParams, seed: int) -> list[int]:
+def run_generate(
+    decoder: Decoder, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int
+) -> list[int]:
     return tokens_of(decoder.generate(list(prompt), max_new_tokens, sampling, seed))
 
 
 def load_factory(spec: str) -> Factory:
-    """"package.module:factory" -> the callable; every way the spec can be wrong is a LoopcertError."""
+    """ "package.module:factory" -> the callable; every way the spec can be wrong is a LoopcertError."""
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise LoopcertError(f"--decoder must look like 'module:factory', got {spec!r}")
     module_name, attr = spec.split(":")

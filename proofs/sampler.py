@@ -34,8 +34,15 @@ class Draw:
         return len(self.samples) / self.seconds if self.seconds > 0 else float("inf")
 
 
-def draw(decoder: Decoder, prompt: Sequence[int], n_tokens: int, sampling: SamplingParams, base_seed: int,
-         n_samples: int, deadline: float | None = None) -> Draw:
+def draw(
+    decoder: Decoder,
+    prompt: Sequence[int],
+    n_tokens: int,
+    sampling: SamplingParams,
+    base_seed: int,
+    n_samples: int,
+    deadline: float | None = None,
+) -> Draw:
     """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter())."""
     t0 = time.perf_counter()
     batch = getattr(decoder, "generate_batch", None)
@@ -61,8 +68,12 @@ def draw(decoder: Decoder, prompt: Sequence[int], n_tokens: int, sampling: Sampl
             else:
                 got = [run_generate(decoder, prompt, n_tokens, sampling, s) for s in seeds]
         except Exception as e:  # noqa: BLE001 - any failure of the candidate is a finding
-            return Draw(out, time.perf_counter() - t0, callable(batch),
-                        f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}")
+            return Draw(
+                out,
+                time.perf_counter() - t0,
+                callable(batch),
+                f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}",
+            )
         out += got
         took = time.perf_counter() - t
         if callable(batch):

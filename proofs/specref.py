@@ -67,14 +67,16 @@ class Bugs:
 
     def __post_init__(self):
         if self.target_missing not in (None, *TARGET_FILTERS):
-            raise LoopcertError(f"Bugs.target_missing must be None or one of {TARGET_FILTERS}, "
-                                f"got {self.target_missing!r}")
+            raise LoopcertError(
+                f"Bugs.target_missing must be None or one of {TARGET_FILTERS}, got {self.target_missing!r}"
+            )
         if self.score_depth is not None and not is_int(self.score_depth, 1):
             raise LoopcertError(f"Bugs.score_depth must be a depth >= 1, got {self.score_depth!r}")
         check_number("Bugs.greedy_near_miss", self.greedy_near_miss, 0)
         if self.draft_rounding not in (None, *ROUNDINGS):
-            raise LoopcertError(f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, "
-                                f"got {self.draft_rounding!r}")
+            raise LoopcertError(
+                f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, got {self.draft_rounding!r}"
+            )
         for name in ("first_unverified", "target_top_k_default"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -105,8 +107,15 @@ def _shrink(rho: torch.Tensor, q: torch.Tensor, normalise: bool) -> torch.Tensor
 class SpecRef:
     """Uncached LoopSpec decoder over refdec (DESIGN.md section 4), bugs optional."""
 
-    def __init__(self, model_or_oracle, d1: int, d2: int | None = None, gate: bool | str = "on",
-                 draft_filter: bool = True, bugs: Bugs = Bugs()):
+    def __init__(
+        self,
+        model_or_oracle,
+        d1: int,
+        d2: int | None = None,
+        gate: bool | str = "on",
+        draft_filter: bool = True,
+        bugs: Bugs = Bugs(),
+    ):
         self.oracle = model_or_oracle if isinstance(model_or_oracle, Oracle) else Oracle(model_or_oracle)
         R = self.oracle.R
         if not 1 <= d1 <= R:
@@ -162,8 +171,9 @@ class SpecRef:
         k = self.bugs.first_unverified
         return bool(k) and position % k == 0
 
-    def step(self, context: Sequence[int], s: SamplingParams, gen: torch.Generator,
-             position: int = 0) -> tuple[int, int]:
+    def step(
+        self, context: Sequence[int], s: SamplingParams, gen: torch.Generator, position: int = 0
+    ) -> tuple[int, int]:
         """One committed token: (emitted token, token the context continues with)."""
         if s.greedy:
             return self._greedy_step(context, position)
@@ -208,8 +218,14 @@ class SpecRef:
         y, _ = greedy_verify(int(torch.argmax(target)), proposals)
         return y, (x1 if self.bugs.stale_kv and y != x1 else y)
 
-    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0, eos_token_id: int | None = None) -> list[int]:
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[int]:
         ids, _ = check_generate_args(self.oracle.model, prompt, max_new_tokens, sampling, seed, None)
         gen = torch.Generator().manual_seed(seed)
         context, new = list(ids), []

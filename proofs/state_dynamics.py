@@ -65,8 +65,9 @@ def step_sizes(model, ids: torch.Tensor, r_max: int) -> list[float]:
 
 
 @torch.no_grad()
-def iteration_gain(model, ids: torch.Tensor, depth: int, iters: int = 12, eps: float = 1e-4,
-                   seed: int = 0) -> float:
+def iteration_gain(
+    model, ids: torch.Tensor, depth: int, iters: int = 12, eps: float = 1e-4, seed: int = 0
+) -> float:
     """Dominant |eigenvalue| of d recur(h, e) / dh at h(depth), for the first sequence
     (power iteration, central finite differences in float64 at relative step eps)."""
     m64 = copy.deepcopy(model).double()  # the caller's model keeps its dtype
@@ -80,8 +81,9 @@ def iteration_gain(model, ids: torch.Tensor, depth: int, iters: int = 12, eps: f
     step = eps * float(h.norm())
     lam = float("nan")
     for _ in range(iters):
-        jv = (net.recur(h + step * v, e, cos, sin, _sdpa_for)
-              - net.recur(h - step * v, e, cos, sin, _sdpa_for)) / (2 * step)
+        jv = (
+            net.recur(h + step * v, e, cos, sin, _sdpa_for) - net.recur(h - step * v, e, cos, sin, _sdpa_for)
+        ) / (2 * step)
         lam = float(jv.norm())
         if lam == 0.0:
             return 0.0
@@ -90,8 +92,9 @@ def iteration_gain(model, ids: torch.Tensor, depth: int, iters: int = 12, eps: f
 
 
 @torch.no_grad()
-def init_sensitivity(model, ids: torch.Tensor, depths: Sequence[int], other_seed: int = 1,
-                     scale: float = 3.0) -> dict[str, dict[int, float]]:
+def init_sensitivity(
+    model, ids: torch.Tensor, depths: Sequence[int], other_seed: int = 1, scale: float = 3.0
+) -> dict[str, dict[int, float]]:
     """Per depth r: mean TV between p_r from the model's h(0) and p_r from (a) the seeded state of
     another state_seed, (b) that draw times `scale` (Huginn's law has std sqrt(2/5))."""
     if not depths or min(depths) < 1:
@@ -110,7 +113,9 @@ def init_sensitivity(model, ids: torch.Tensor, depths: Sequence[int], other_seed
 def summarize_steps(steps: list[float], floor: float = 1e-5) -> dict:
     """Geometric-mean ratio of successive step sizes over the first 8 iterations and over the
     later ones whose step is still above `floor` (below it, float32 rounding: ~1e-7 relative)."""
+
     def ratio(idx):
         xs = [steps[i + 1] / steps[i] for i in idx if i + 1 < len(steps) and steps[i + 1] > floor]
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
     return {"ratio_first_8": ratio(range(8)), "ratio_tail": ratio(range(8, len(steps)))}

@@ -152,9 +152,7 @@ def _power_model(bin_probs: Sequence[float], alpha: float, power: float) -> tupl
     return p, (_noncentrality_needed(p.size - 1, alpha, power) if p.size >= 2 else None)
 
 
-def detectable_tv(
-    n_samples: int, bin_probs: Sequence[float], alpha: float, power: float = 0.99
-) -> float:
+def detectable_tv(n_samples: int, bin_probs: Sequence[float], alpha: float, power: float = 0.99) -> float:
     """Smallest TV deviation of the binned law that the chi-square test detects with >= power.
 
     Model: under an alternative law p' the statistic is approximately non-central chi-square
@@ -185,9 +183,7 @@ def detectable_tv(
     return delta if delta <= 1.0 - float(p.min()) else math.inf
 
 
-def required_samples(
-    tv: float, bin_probs: Sequence[float], alpha: float, power: float = 0.99
-) -> int:
+def required_samples(tv: float, bin_probs: Sequence[float], alpha: float, power: float = 0.99) -> int:
     """Smallest N with detectable_tv(N, bin_probs, alpha, power) <= tv (same model and bound)."""
     check_number("tv", tv, 0, 1, low_open=True)
     p, lam = _power_model(bin_probs, alpha, power)
@@ -196,9 +192,7 @@ def required_samples(
     return max(1, math.ceil(lam / (_kappa(p) * tv * tv)))
 
 
-def power_statement(
-    n_samples: int, bin_probs: Sequence[float], alpha: float, power: float = 0.99
-) -> str:
+def power_statement(n_samples: int, bin_probs: Sequence[float], alpha: float, power: float = 0.99) -> str:
     """The power of one chi-square result in words, for CheckResult.power."""
     delta = detectable_tv(n_samples, bin_probs, alpha, power)
     return (

@@ -32,9 +32,16 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
         from hypothesis import seed as hyp_seed
         from hypothesis import strategies as st
     except ImportError as e:  # a runtime dependency (pyproject.toml): a broken install fails the check
-        return CheckResult("theorem1_search", math.nan, 2.0, False,
-                           {"error": f"hypothesis, a runtime dependency of loopcert, cannot be imported "
-                                     f"({e}); reinstall loopcert"})
+        return CheckResult(
+            "theorem1_search",
+            math.nan,
+            2.0,
+            False,
+            {
+                "error": f"hypothesis, a runtime dependency of loopcert, cannot be imported "
+                f"({e}); reinstall loopcert"
+            },
+        )
     best = {k: -math.inf for k in KEYS}
     worst_rows: dict[str, dict] = {}
     failures: list[dict] = []
@@ -42,8 +49,14 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
     weight = st.one_of(st.just(0.0), st.floats(1e-6, 1.0), st.floats(0.0, 1e-3))
 
     @hyp_seed(seed)
-    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=False,
-              phases=[Phase.generate, Phase.target], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=[Phase.generate, Phase.target],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.lists(weight, min_size=3 * vocab, max_size=3 * vocab))
     def search(weights):
         laws = _laws(weights, vocab)
@@ -61,8 +74,16 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
 
     search()
     maxima = {k: (v if v > -math.inf else math.nan) for k, v in best.items()}
-    details = {"examples": max_examples, "seed": seed, "vocab": vocab,
-               "max_ratio_ungated": maxima["ratio_ungated"], "max_lemma_ratio": maxima["lemma_ratio"],
-               "bounds": BOUNDS, "worst": worst_rows, "failures": failures[:5], "n_failures": len(failures),
-               "search": "hypothesis target() on each ratio"}
+    details = {
+        "examples": max_examples,
+        "seed": seed,
+        "vocab": vocab,
+        "max_ratio_ungated": maxima["ratio_ungated"],
+        "max_lemma_ratio": maxima["lemma_ratio"],
+        "bounds": BOUNDS,
+        "worst": worst_rows,
+        "failures": failures[:5],
+        "n_failures": len(failures),
+        "search": "hypothesis target() on each ratio",
+    }
     return CheckResult("theorem1_search", maxima["ratio_gated"], 2.0, not failures, details)

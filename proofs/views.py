@@ -47,8 +47,14 @@ class Case:
 
     def describe(self) -> dict:
         s = self.sampling
-        return {"case": self.name, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-                "prompt": list(self.prompt), "tokens": self.n}
+        return {
+            "case": self.name,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "prompt": list(self.prompt),
+            "tokens": self.n,
+        }
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,11 @@ class View:
             idx = [self.seq_bins.get(tuple(row), self.rest) for row in samples.tolist()]
             return np.bincount([i for i in idx if i is not None], minlength=k)[:k]
         j = self.position
-        mask = np.all(samples[:, :j] == np.asarray(self.prefix, dtype=samples.dtype), axis=1) if j \
+        mask = (
+            np.all(samples[:, :j] == np.asarray(self.prefix, dtype=samples.dtype), axis=1)
+            if j
             else np.ones(len(samples), dtype=bool)
+        )
         b = self.token_bins[samples[mask, j]]
         return np.bincount(b[b >= 0], minlength=k)[:k]
 
@@ -91,7 +100,7 @@ class View:
         for s, p in seq_law.items():
             if self.seq_bins is not None:
                 b = self.seq_bins.get(tuple(s), self.rest)
-            elif tuple(s[:self.position]) == self.prefix:
+            elif tuple(s[: self.position]) == self.prefix:
                 b = int(self.token_bins[s[self.position]])
             else:
                 continue
@@ -104,8 +113,14 @@ class View:
         return 0.5 * float(np.abs(self.binned(seq_law) - np.append(self.probs, 0.0)).sum())
 
     def describe(self) -> dict:
-        return {"view": self.name, "bins": self.bins, "bin_probs": self.probs.tolist(),
-                "bin_labels": list(self.labels), "weight": self.weight, "law": self.law}
+        return {
+            "view": self.name,
+            "bins": self.bins,
+            "bin_probs": self.probs.tolist(),
+            "bin_labels": list(self.labels),
+            "weight": self.weight,
+            "law": self.law,
+        }
 
 
 def token_partition(law: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -113,7 +128,7 @@ def token_partition(law: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[str,
     live = np.flatnonzero(law > 0)
     order = live[np.argsort(-law[live], kind="stable")]  # ties: lower token id first
     singles = [int(t) for t in order[:MAX_SINGLE] if law[t] >= SINGLE_MIN]
-    rest = order[len(singles):]
+    rest = order[len(singles) :]
     groups: list[np.ndarray] = []
     if rest.size:
         mass = law[rest]
@@ -198,14 +213,20 @@ class CaseLaw:
         n, good, impossible = self.case.n, [], 0
         for s in samples:
             s = tuple(s)
-            if len(s) != n or any(not 0 <= t < self.V for t in s) or any(
-                    s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(n)):
+            if (
+                len(s) != n
+                or any(not 0 <= t < self.V for t in s)
+                or any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(n))
+            ):
                 impossible += 1
             else:
                 good.append(s)
         arr = np.asarray(good, dtype=np.int64).reshape(len(good), n)
-        return {"samples": len(samples), "impossible": impossible,
-                "counts": [v.bin_counts(arr).tolist() for v in self.views]}
+        return {
+            "samples": len(samples),
+            "impossible": impossible,
+            "counts": [v.bin_counts(arr).tolist() for v in self.views],
+        }
 
     def describe(self) -> str:
         return "; ".join(f"{v.name}: {v.law}" for v in self.views)
@@ -226,10 +247,13 @@ def case_law(oracle: Oracle, case: Case) -> CaseLaw:
         if probs.size < 2:  # one token: any other is impossible, which tally() checks outright
             not_tested.append(f"{name}: one token has all the mass (any other fails as impossible)")
             continue
-        law = (f"law of token {j + 1}" + (f" given the most likely prefix (p={w:.3g})" if j else "")
-               + f" over {np.count_nonzero(nodes[prefix] > 0)} tokens of positive probability: "
-               f"{sum(lb.startswith('token ') and '+' not in lb for lb in labels)} single-token bin(s) + "
-               f"{sum(lb.startswith('rank') or '+' in lb for lb in labels)} pooled bin(s) by rank")
+        law = (
+            f"law of token {j + 1}"
+            + (f" given the most likely prefix (p={w:.3g})" if j else "")
+            + f" over {np.count_nonzero(nodes[prefix] > 0)} tokens of positive probability: "
+            f"{sum(lb.startswith('token ') and '+' not in lb for lb in labels)} single-token bin(s) + "
+            f"{sum(lb.startswith('rank') or '+' in lb for lb in labels)} pooled bin(s) by rank"
+        )
         views.append(View(name, probs, labels, w, law, position=j, prefix=prefix, token_bins=bins))
     head, probs, expanded = joint_head(oracle, case, nodes)
     rest = max(0.0, 1.0 - sum(probs))
@@ -237,11 +261,22 @@ def case_law(oracle: Oracle, case: Case) -> CaseLaw:
         full = rest <= 1e-12
         bin_probs = np.asarray(probs + ([rest] if not full else []))
         labels = tuple(" ".join(map(str, s)) for s in head) + (() if full else ("every other sequence",))
-        law = (f"the {len(head)} most likely sequences of {case.n} tokens (each p >= {SINGLE_MIN:g}; "
-               f"exact best-first search, {expanded} prefixes expanded)"
-               + ("" if full else f" + the other sequences pooled (mass {rest:.4f})"))
-        views.append(View(f"{case.n} tokens", bin_probs, labels, 1.0, law,
-                          seq_bins={s: i for i, s in enumerate(head)}, rest=None if full else len(head)))
+        law = (
+            f"the {len(head)} most likely sequences of {case.n} tokens (each p >= {SINGLE_MIN:g}; "
+            f"exact best-first search, {expanded} prefixes expanded)"
+            + ("" if full else f" + the other sequences pooled (mass {rest:.4f})")
+        )
+        views.append(
+            View(
+                f"{case.n} tokens",
+                bin_probs,
+                labels,
+                1.0,
+                law,
+                seq_bins={s: i for i, s in enumerate(head)},
+                rest=None if full else len(head),
+            )
+        )
     else:
         not_tested.append(f"{case.n} tokens: no sequence has probability >= {SINGLE_MIN:g}")
     return CaseLaw(case, views, not_tested, nodes, oracle.V)

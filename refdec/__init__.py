@@ -7,5 +7,15 @@ from refdec.io import load_model, save_model
 from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams, transform
 
-__all__ = ["PRESETS", "LoopcertError", "LoopedLM", "ModelConfig", "SamplingParams", "generate",
-           "get_preset", "load_model", "save_model", "transform"]
+__all__ = [
+    "PRESETS",
+    "LoopcertError",
+    "LoopedLM",
+    "ModelConfig",
+    "SamplingParams",
+    "generate",
+    "get_preset",
+    "load_model",
+    "save_model",
+    "transform",
+]

@@ -49,10 +49,17 @@ INDEX = "model.safetensors.index.json"
 SKIPPED = re.compile(r"(^|\.)(rotary_emb\.inv_freq|freqs_cis)$")
 FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 DTYPE_NAMES = {v: k for k, v in FLOAT_DTYPES.items()}
-OURO_NORMS = ("input_layernorm", "input_layernorm_2", "post_attention_layernorm",
-              "post_attention_layernorm_2")  # Block.norms[0..3], in the order the block applies them
-RAVEN_STAGES = (("prelude", "transformer.prelude"), ("core", "transformer.core_block"),
-                ("coda", "transformer.coda"))
+OURO_NORMS = (
+    "input_layernorm",
+    "input_layernorm_2",
+    "post_attention_layernorm",
+    "post_attention_layernorm_2",
+)  # Block.norms[0..3], in the order the block applies them
+RAVEN_STAGES = (
+    ("prelude", "transformer.prelude"),
+    ("core", "transformer.core_block"),
+    ("coda", "transformer.coda"),
+)
 
 
 # -- reading config.json ------------------------------------------------------------------
@@ -113,9 +120,12 @@ def rope_scaling_from(f: Fields) -> RopeScaling | None:
     if kind != "llama3":
         f.bad("rope_scaling", f"= {s!r} is not supported (only rope_type 'llama3')")
     sub = Fields(s, f"{f.where}: rope_scaling")
-    return RopeScaling(factor=sub.num("factor"), low_freq_factor=sub.num("low_freq_factor"),
-                       high_freq_factor=sub.num("high_freq_factor"),
-                       original_max_position_embeddings=sub.int("original_max_position_embeddings"))
+    return RopeScaling(
+        factor=sub.num("factor"),
+        low_freq_factor=sub.num("low_freq_factor"),
+        high_freq_factor=sub.num("high_freq_factor"),
+        original_max_position_embeddings=sub.int("original_max_position_embeddings"),
+    )
 
 
 def check_recurrence(recurrence) -> int | None:
@@ -141,8 +151,9 @@ def build(where: str, **fields) -> ModelConfig:
         raise LoopcertError(f"{where}: {e}") from None
 
 
-def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
-                          where: str = "config.json", name: str | None = None) -> tuple[ModelConfig, str]:
+def config_from_published(
+    raw: dict, keys, *, recurrence: int | None = None, where: str = "config.json", name: str | None = None
+) -> tuple[ModelConfig, str]:
     """(ModelConfig, layout) from a published config.json and the stored tensor names."""
     if not isinstance(raw, dict):
         raise LoopcertError(f"{where}: expected a JSON object, got {type(raw).__name__}")
@@ -151,7 +162,7 @@ def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
     model_type = raw.get("model_type")
     if model_type is None:
         raise LoopcertError(
-            f"{where}: no 'model_type' (nor \"format\": \"loopcert\"); loopcert reads model_type "
+            f'{where}: no \'model_type\' (nor "format": "loopcert"); loopcert reads model_type '
             f"{list(MODEL_TYPES)} and its own format"
         )
     if model_type not in MODEL_TYPES:
@@ -169,15 +180,25 @@ def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
         f.require("mlp_bias", (False,), "Ouro's MLP has no biases")
         f.require("use_sliding_window", (False,), "sliding-window attention")
         cfg = build(
-            where, family="ouro", block="ouro", rope="half", name=name or "ouro",
-            vocab_size=f.int("vocab_size"), d_model=f.int("hidden_size"),
-            n_heads=f.int("num_attention_heads"), n_kv_heads=f.int("num_key_value_heads"),
-            head_dim=f.int("head_dim"), intermediate_size=f.int("intermediate_size"),
+            where,
+            family="ouro",
+            block="ouro",
+            rope="half",
+            name=name or "ouro",
+            vocab_size=f.int("vocab_size"),
+            d_model=f.int("hidden_size"),
+            n_heads=f.int("num_attention_heads"),
+            n_kv_heads=f.int("num_key_value_heads"),
+            head_dim=f.int("head_dim"),
+            intermediate_size=f.int("intermediate_size"),
             n_core=f.int("num_hidden_layers"),
             recurrence=recurrence or f.int("total_ut_steps"),
-            rope_theta=f.num("rope_theta"), rope_scaling=rope_scaling_from(f),
-            norm_eps=f.num("rms_norm_eps"), max_seq_len=f.int("max_position_embeddings"),
-            tie_embeddings=tie, early_exit_gate="model.early_exit_gate.weight" in keys,
+            rope_theta=f.num("rope_theta"),
+            rope_scaling=rope_scaling_from(f),
+            norm_eps=f.num("rms_norm_eps"),
+            max_seq_len=f.int("max_position_embeddings"),
+            tie_embeddings=tie,
+            early_exit_gate="model.early_exit_gate.weight" in keys,
         )
         return cfg, "ouro"
 
@@ -187,14 +208,19 @@ def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
     f.require("bias", (False,), "linear layers have no biases")
     f.require("nonlin_name", ("SiLU",), "the MLP is gated SiLU")
     d = f.int("n_embd")
-    split_sum = sum(f.int(n, min_value=0) for n in ("n_layers_in_prelude", "n_layers_in_coda")) \
-        + f.int("n_layers_in_recurrent_block")
+    split_sum = sum(f.int(n, min_value=0) for n in ("n_layers_in_prelude", "n_layers_in_coda")) + f.int(
+        "n_layers_in_recurrent_block"
+    )
     if f.has("n_layers") and f.raw["n_layers"] != split_sum:
         f.bad("n_layers", f"= {f.raw['n_layers']!r} but prelude + recurrent block + coda = {split_sum}")
     common = dict(
-        family="raven", block=block, name=name or layout,
-        d_model=d, n_heads=f.int("n_heads", "num_attention_heads"),
-        n_kv_heads=f.int("num_key_value_heads"), head_dim=f.int("head_dim"),
+        family="raven",
+        block=block,
+        name=name or layout,
+        d_model=d,
+        n_heads=f.int("n_heads", "num_attention_heads"),
+        n_kv_heads=f.int("num_key_value_heads"),
+        head_dim=f.int("head_dim"),
         intermediate_size=f.int("intermediate_size"),
         # Embedding rows: upstream pads the vocabulary and the head emits every padded row.
         vocab_size=f.int("padded_vocab_size") if f.has("padded_vocab_size") else f.int("vocab_size"),
@@ -202,26 +228,39 @@ def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
         n_core=f.int("n_layers_in_recurrent_block"),
         n_coda=f.int("n_layers_in_coda", min_value=0),
         recurrence=recurrence or f.int("mean_recurrence"),
-        qk_bias=f.flag("qk_bias"), qk_norm=block == "postnorm", tie_embeddings=tie,
+        qk_bias=f.flag("qk_bias"),
+        qk_norm=block == "postnorm",
+        tie_embeddings=tie,
         norm_eps=f.num("norm_eps"),
         init_state="zeros",  # upstream's init_scale=0 (MODELS.md): reproducible
     )
     if common["qk_bias"] and common["n_kv_heads"] != common["n_heads"]:
-        f.bad("num_key_value_heads", f"= {common['n_kv_heads']} must equal n_heads="
-              f"{common['n_heads']} when qk_bias is true (qk_bias is [2, 1, H, head_dim])")
+        f.bad(
+            "num_key_value_heads",
+            f"= {common['n_kv_heads']} must equal n_heads="
+            f"{common['n_heads']} when qk_bias is true (qk_bias is [2, 1, H, head_dim])",
+        )
     if block == "sandwich":  # Huginn-0125
         if f.has("rope_scaling"):
             f.bad("rope_scaling", "is not supported for the Huginn sandwich layout")
         embed_scale = math.sqrt(d)
         init_values = raw.get("init_values")
         stated = init_values.get("embed_scale") if isinstance(init_values, dict) else None
-        if stated is not None and not (isinstance(stated, (int, float)) and
-                                       math.isclose(stated, embed_scale, rel_tol=1e-6)):
-            f.bad("init_values.embed_scale", f"= {stated!r} contradicts Huginn's sqrt(n_embd)="
-                  f"{embed_scale!r}")
-        cfg = build(where, **common, rope="interleaved", rope_theta=f.num("rope_base"),
-                          embed_scale=embed_scale, ln_f_before_coda=True,
-                          max_seq_len=f.int("block_size"))
+        if stated is not None and not (
+            isinstance(stated, (int, float)) and math.isclose(stated, embed_scale, rel_tol=1e-6)
+        ):
+            f.bad(
+                "init_values.embed_scale", f"= {stated!r} contradicts Huginn's sqrt(n_embd)={embed_scale!r}"
+            )
+        cfg = build(
+            where,
+            **common,
+            rope="interleaved",
+            rope_theta=f.num("rope_base"),
+            embed_scale=embed_scale,
+            ln_f_before_coda=True,
+            max_seq_len=f.int("block_size"),
+        )
         return cfg, layout
     init_values = raw.get("init_values")
     if not isinstance(init_values, dict) or "embed_scale" not in init_values:
@@ -230,49 +269,86 @@ def config_from_published(raw: dict, keys, *, recurrence: int | None = None,
     # Retrofitted configs keep Huginn's rope_base next to the source model's rope_theta; the
     # source model's rope_theta is the one that drives RoPE (MODELS.md).
     theta = f.num("rope_theta") if f.has("rope_theta") else f.num("rope_base")
-    max_len = f.int("max_position_embeddings") if f.has("max_position_embeddings") \
-        else f.int("block_size")
-    cfg = build(where, **common, rope="half", rope_theta=theta, rope_scaling=rope_scaling_from(f),
-                      embed_scale=embed_scale, ln_f_before_coda=False, max_seq_len=max_len)
+    max_len = f.int("max_position_embeddings") if f.has("max_position_embeddings") else f.int("block_size")
+    cfg = build(
+        where,
+        **common,
+        rope="half",
+        rope_theta=theta,
+        rope_scaling=rope_scaling_from(f),
+        embed_scale=embed_scale,
+        ln_f_before_coda=False,
+        max_seq_len=max_len,
+    )
     return cfg, layout
 
 
 def published_config(cfg: ModelConfig, layout: str) -> dict:
     """The config.json fields `config_from_published` reads back to `cfg` (up to the state init)."""
     check_layout(cfg, layout)
-    scaling = None if cfg.rope_scaling is None else {
-        "rope_type": "llama3", "factor": cfg.rope_scaling.factor,
-        "low_freq_factor": cfg.rope_scaling.low_freq_factor,
-        "high_freq_factor": cfg.rope_scaling.high_freq_factor,
-        "original_max_position_embeddings": cfg.rope_scaling.original_max_position_embeddings}
+    scaling = (
+        None
+        if cfg.rope_scaling is None
+        else {
+            "rope_type": "llama3",
+            "factor": cfg.rope_scaling.factor,
+            "low_freq_factor": cfg.rope_scaling.low_freq_factor,
+            "high_freq_factor": cfg.rope_scaling.high_freq_factor,
+            "original_max_position_embeddings": cfg.rope_scaling.original_max_position_embeddings,
+        }
+    )
     if layout == "ouro":
         return {
-            "architectures": ["OuroForCausalLM"], "model_type": "ouro",
-            "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_core,
-            "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
-            "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
-            "hidden_act": "silu", "vocab_size": cfg.vocab_size, "rope_theta": cfg.rope_theta,
-            "rope_scaling": scaling, "rms_norm_eps": cfg.norm_eps,
-            "max_position_embeddings": cfg.max_seq_len, "tie_word_embeddings": cfg.tie_embeddings,
-            "total_ut_steps": cfg.recurrence, "early_exit_threshold": 1.0,
+            "architectures": ["OuroForCausalLM"],
+            "model_type": "ouro",
+            "hidden_size": cfg.d_model,
+            "num_hidden_layers": cfg.n_core,
+            "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads,
+            "head_dim": cfg.head_dim,
+            "intermediate_size": cfg.intermediate_size,
+            "hidden_act": "silu",
+            "vocab_size": cfg.vocab_size,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": scaling,
+            "rms_norm_eps": cfg.norm_eps,
+            "max_position_embeddings": cfg.max_seq_len,
+            "tie_word_embeddings": cfg.tie_embeddings,
+            "total_ut_steps": cfg.recurrence,
+            "early_exit_threshold": 1.0,
         }
     out = {
-        "architectures": ["RavenForCausalLM"], "model_type": "huginn_raven",
-        "n_embd": cfg.d_model, "n_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
-        "vocab_size": cfg.vocab_size, "padded_vocab_size": cfg.vocab_size,
-        "n_layers": cfg.n_prelude + cfg.n_core + cfg.n_coda, "n_layers_in_prelude": cfg.n_prelude,
-        "n_layers_in_recurrent_block": cfg.n_core, "n_layers_in_coda": cfg.n_coda,
-        "norm_eps": cfg.norm_eps, "bias": False, "qk_bias": cfg.qk_bias,
-        "tie_embeddings": cfg.tie_embeddings, "mean_recurrence": cfg.recurrence,
-        "injection_type": "linear", "block_size": cfg.max_seq_len,
+        "architectures": ["RavenForCausalLM"],
+        "model_type": "huginn_raven",
+        "n_embd": cfg.d_model,
+        "n_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "vocab_size": cfg.vocab_size,
+        "padded_vocab_size": cfg.vocab_size,
+        "n_layers": cfg.n_prelude + cfg.n_core + cfg.n_coda,
+        "n_layers_in_prelude": cfg.n_prelude,
+        "n_layers_in_recurrent_block": cfg.n_core,
+        "n_layers_in_coda": cfg.n_coda,
+        "norm_eps": cfg.norm_eps,
+        "bias": False,
+        "qk_bias": cfg.qk_bias,
+        "tie_embeddings": cfg.tie_embeddings,
+        "mean_recurrence": cfg.recurrence,
+        "injection_type": "linear",
+        "block_size": cfg.max_seq_len,
         "init_values": {"embed_scale": cfg.embed_scale},
     }
     if layout == "huginn":
         out["rope_base"] = cfg.rope_theta
     else:
-        out.update(rope_base=cfg.rope_theta, rope_theta=cfg.rope_theta, rope_scaling=scaling,
-                   max_position_embeddings=cfg.max_seq_len)
+        out.update(
+            rope_base=cfg.rope_theta,
+            rope_theta=cfg.rope_theta,
+            rope_scaling=scaling,
+            max_position_embeddings=cfg.max_seq_len,
+        )
     return out
 
 
@@ -283,25 +359,39 @@ def check_layout(cfg: ModelConfig, layout: str) -> None:
     block = BLOCK_OF_LAYOUT[layout]
     checks = [("block", cfg.block == block, f"layout {layout!r} holds block={block!r}")]
     if layout == "ouro":
-        checks += [("rope", cfg.rope == "half", "Ouro uses rotate-half RoPE"),
-                   ("embed_scale", cfg.embed_scale == 1.0, "Ouro does not scale embeddings")]
+        checks += [
+            ("rope", cfg.rope == "half", "Ouro uses rotate-half RoPE"),
+            ("embed_scale", cfg.embed_scale == 1.0, "Ouro does not scale embeddings"),
+        ]
     elif layout == "huginn":
-        checks += [("rope", cfg.rope == "interleaved", "Huginn uses interleaved RoPE"),
-                   ("rope_scaling", cfg.rope_scaling is None, "Huginn has no RoPE scaling"),
-                   ("embed_scale", cfg.embed_scale == math.sqrt(cfg.d_model),
-                    "Huginn scales embeddings by sqrt(d_model)"),
-                   ("ln_f_before_coda", cfg.ln_f_before_coda, "Huginn applies ln_f before the coda")]
+        checks += [
+            ("rope", cfg.rope == "interleaved", "Huginn uses interleaved RoPE"),
+            ("rope_scaling", cfg.rope_scaling is None, "Huginn has no RoPE scaling"),
+            (
+                "embed_scale",
+                cfg.embed_scale == math.sqrt(cfg.d_model),
+                "Huginn scales embeddings by sqrt(d_model)",
+            ),
+            ("ln_f_before_coda", cfg.ln_f_before_coda, "Huginn applies ln_f before the coda"),
+        ]
     else:
-        checks += [("rope", cfg.rope == "half", "retrofitted models use rotate-half RoPE"),
-                   ("ln_f_before_coda", not cfg.ln_f_before_coda,
-                    "retrofitted models have no ln_f before the coda")]
+        checks += [
+            ("rope", cfg.rope == "half", "retrofitted models use rotate-half RoPE"),
+            ("ln_f_before_coda", not cfg.ln_f_before_coda, "retrofitted models have no ln_f before the coda"),
+        ]
     if cfg.qk_bias:
-        checks.append(("n_kv_heads", cfg.n_kv_heads == cfg.n_heads,
-                       "the published qk_bias [2, 1, H, D] needs n_kv_heads == n_heads"))
+        checks.append(
+            (
+                "n_kv_heads",
+                cfg.n_kv_heads == cfg.n_heads,
+                "the published qk_bias [2, 1, H, D] needs n_kv_heads == n_heads",
+            )
+        )
     for name, ok, why in checks:
         if not ok:
-            raise LoopcertError(f"ModelConfig.{name}={getattr(cfg, name)!r} cannot be written "
-                                f"in the {layout!r} layout: {why}")
+            raise LoopcertError(
+                f"ModelConfig.{name}={getattr(cfg, name)!r} cannot be written in the {layout!r} layout: {why}"
+            )
 
 
 # -- the key map ----------------------------------------------------------------------------
@@ -321,12 +411,12 @@ class Entry:
 
 def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -> list[Entry]:
     """Every published tensor of `layout`; `shapes` is LoopedLM(cfg)'s state_dict shapes."""
+
     def copy(pub, internal):
         return Entry(pub, (internal,), shapes[internal])
 
     def rows(pub, *internal):
-        return Entry(pub, internal, (sum(shapes[k][0] for k in internal),) + shapes[internal[0]][1:],
-                     "rows")
+        return Entry(pub, internal, (sum(shapes[k][0] for k in internal),) + shapes[internal[0]][1:], "rows")
 
     out: list[Entry] = []
     if layout == "ouro":
@@ -350,17 +440,28 @@ def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -
                 p, q = f"{prefix}.{i}", f"{stage}.{i}"
                 for j in range(cfg.n_norms_per_block):
                     out.append(copy(f"{p}.norm_{j + 1}.weight", f"{q}.norms.{j}.weight"))
-                out.append(rows(f"{p}.attn.Wqkv.weight", f"{q}.attn.q_proj.weight",
-                                f"{q}.attn.k_proj.weight", f"{q}.attn.v_proj.weight"))
+                out.append(
+                    rows(
+                        f"{p}.attn.Wqkv.weight",
+                        f"{q}.attn.q_proj.weight",
+                        f"{q}.attn.k_proj.weight",
+                        f"{q}.attn.v_proj.weight",
+                    )
+                )
                 if cfg.qk_bias:
-                    out.append(Entry(f"{p}.attn.qk_bias", (f"{q}.attn.q_bias", f"{q}.attn.k_bias"),
-                                     (2, 1) + shapes[f"{q}.attn.q_bias"], "qk_bias"))
+                    out.append(
+                        Entry(
+                            f"{p}.attn.qk_bias",
+                            (f"{q}.attn.q_bias", f"{q}.attn.k_bias"),
+                            (2, 1) + shapes[f"{q}.attn.q_bias"],
+                            "qk_bias",
+                        )
+                    )
                 if cfg.qk_norm:
                     out.append(copy(f"{p}.attn.q_norm.weight", f"{q}.attn.q_norm.weight"))
                     out.append(copy(f"{p}.attn.k_norm.weight", f"{q}.attn.k_norm.weight"))
                 out.append(copy(f"{p}.attn.proj.weight", f"{q}.attn.o_proj.weight"))
-                out.append(rows(f"{p}.mlp.fc.weight", f"{q}.mlp.gate_proj.weight",
-                                f"{q}.mlp.up_proj.weight"))
+                out.append(rows(f"{p}.mlp.fc.weight", f"{q}.mlp.gate_proj.weight", f"{q}.mlp.up_proj.weight"))
                 out.append(copy(f"{p}.mlp.proj.weight", f"{q}.mlp.down_proj.weight"))
         out.append(copy("transformer.adapter.weight", "adapter.weight"))
         out.append(copy("transformer.ln_f.weight", "norm.weight"))
@@ -388,8 +489,18 @@ def join(entry: Entry, state: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.stack(parts)[:, None]  # (2, 1, H, D)
 
 
-_INITS = ("normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-          "xavier_normal_", "trunc_normal_", "constant_", "zeros_", "ones_")
+_INITS = (
+    "normal_",
+    "uniform_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "trunc_normal_",
+    "constant_",
+    "zeros_",
+    "ones_",
+)
 
 
 def meta_model(cfg: ModelConfig) -> LoopedLM:
@@ -452,8 +563,9 @@ def scan(folder: Path) -> Stored:
         files = {}
         for key, name in weight_map.items():
             if not isinstance(name, str) or Path(name).name != name or not name.endswith(".safetensors"):
-                raise LoopcertError(f"{index}: tensor {key!r} maps to {name!r}, not a .safetensors "
-                                    "file name in this folder")
+                raise LoopcertError(
+                    f"{index}: tensor {key!r} maps to {name!r}, not a .safetensors file name in this folder"
+                )
             path = folder / name
             if not path.is_file():
                 raise LoopcertError(f"{index}: shard {name!r} (holding {key!r}) is missing")
@@ -466,8 +578,9 @@ def scan(folder: Path) -> Stored:
         if listed is not None:
             absent, unlisted = sorted(listed - set(header)), sorted(set(header) - listed)
             if absent:
-                raise LoopcertError(f"{index}: tensor {absent[0]!r} is listed in shard {path.name!r} "
-                                    "but not stored there")
+                raise LoopcertError(
+                    f"{index}: tensor {absent[0]!r} is listed in shard {path.name!r} but not stored there"
+                )
             if unlisted:
                 raise LoopcertError(f"{path}: tensor {unlisted[0]!r} is not listed in {INDEX}")
         for key, (dt, sh) in header.items():
@@ -485,46 +598,57 @@ def check_stored(entries: list[Entry], stored: Stored, cfg: ModelConfig, layout:
     unexpected = sorted(present - set(expected))
     what = f"{stored.files[0].parent} ({layout} layout)"
     if missing:
-        hint = " (the config does not tie the head to the embedding)" if missing == [
-            "lm_head.weight"] else ""
-        raise LoopcertError(f"{what}: missing tensor(s) {missing[:8]}"
-                            f"{' ...' if len(missing) > 8 else ''}{hint}")
+        hint = " (the config does not tie the head to the embedding)" if missing == ["lm_head.weight"] else ""
+        raise LoopcertError(
+            f"{what}: missing tensor(s) {missing[:8]}{' ...' if len(missing) > 8 else ''}{hint}"
+        )
     if unexpected:
-        raise LoopcertError(f"{what}: unexpected tensor(s) {unexpected[:8]}"
-                            f"{' ...' if len(unexpected) > 8 else ''}")
+        raise LoopcertError(
+            f"{what}: unexpected tensor(s) {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}"
+        )
     for k in sorted(expected):
         if stored.shape[k] != expected[k].shape:
-            raise LoopcertError(f"{what}: tensor {k!r} has shape {list(stored.shape[k])}, expected "
-                                f"{list(expected[k].shape)} from config.json")
+            raise LoopcertError(
+                f"{what}: tensor {k!r} has shape {list(stored.shape[k])}, expected "
+                f"{list(expected[k].shape)} from config.json"
+            )
     for k in sorted(present | ({"lm_head.weight"} & set(stored.file_of))):
         if stored.dtype[k] not in FLOAT_DTYPES:
-            raise LoopcertError(f"{what}: tensor {k!r} has dtype {stored.dtype[k]}; weights must be "
-                                f"one of {sorted(FLOAT_DTYPES)}")
+            raise LoopcertError(
+                f"{what}: tensor {k!r} has dtype {stored.dtype[k]}; weights must be "
+                f"one of {sorted(FLOAT_DTYPES)}"
+            )
     if cfg.tie_embeddings and "lm_head.weight" in stored.file_of:
         emb = entries[0].published
         if stored.shape["lm_head.weight"] != stored.shape[emb]:
-            raise LoopcertError(f"{what}: tied lm_head.weight has shape "
-                                f"{list(stored.shape['lm_head.weight'])}, {emb!r} has "
-                                f"{list(stored.shape[emb])}")
+            raise LoopcertError(
+                f"{what}: tied lm_head.weight has shape "
+                f"{list(stored.shape['lm_head.weight'])}, {emb!r} has "
+                f"{list(stored.shape[emb])}"
+            )
 
 
 def check_finite(key: str, t: torch.Tensor, source) -> None:
     """A NaN or infinite weight would decode garbage without a word: refuse it, naming it."""
     if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
         bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-        raise LoopcertError(f"{source}: tensor {key!r} holds a non-finite value "
-                            f"({float(t[tuple(bad)])} at index {bad})")
+        raise LoopcertError(
+            f"{source}: tensor {key!r} holds a non-finite value ({float(t[tuple(bad)])} at index {bad})"
+        )
 
 
 def check_representable(key: str, cast: torch.Tensor, dtype: torch.dtype, source) -> None:
     """A finite weight too large for the requested dtype (1e6 in float16) becomes inf."""
     if not bool(torch.isfinite(cast).all()):
-        raise LoopcertError(f"{source}: tensor {key!r} overflows {str(dtype).replace('torch.', '')} "
-                            "(a finite weight beyond its range); load it in a wider dtype")
+        raise LoopcertError(
+            f"{source}: tensor {key!r} overflows {str(dtype).replace('torch.', '')} "
+            "(a finite weight beyond its range); load it in a wider dtype"
+        )
 
 
-def check_header(model_shapes: dict[str, tuple[int, ...]], header: dict[str, tuple[str, tuple]],
-                 source) -> None:
+def check_header(
+    model_shapes: dict[str, tuple[int, ...]], header: dict[str, tuple[str, tuple]], source
+) -> None:
     """Missing, unexpected, mis-shaped or non-float tensors, named from the safetensors header,
     before anything the size of the config is allocated (config.json may claim absurd sizes)."""
     missing = sorted(set(model_shapes) - set(header))
@@ -561,7 +685,8 @@ class Reader:
         try:
             if path not in self.handles:
                 self.handles[path] = self.stack.enter_context(
-                    safe_open(str(path), framework="pt", device="cpu"))
+                    safe_open(str(path), framework="pt", device="cpu")
+                )
             return self.handles[path].get_tensor(key)
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise LoopcertError(f"{path}: cannot read tensor {key!r} ({e})") from None
@@ -577,8 +702,9 @@ def load_published(folder, raw: dict, dtype: torch.dtype, *, recurrence: int | N
     """
     folder = Path(folder)
     stored = scan(folder)
-    cfg, layout = config_from_published(raw, stored.file_of, recurrence=recurrence,
-                                        where=str(folder / "config.json"), name=folder.name)
+    cfg, layout = config_from_published(
+        raw, stored.file_of, recurrence=recurrence, where=str(folder / "config.json"), name=folder.name
+    )
     model = meta_model(cfg)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     entries = key_map(cfg, layout, shapes)
@@ -595,8 +721,9 @@ def load_published(folder, raw: dict, dtype: torch.dtype, *, recurrence: int | N
             state.update(pieces)
         if cfg.tie_embeddings and "lm_head.weight" in stored.file_of:
             if not torch.equal(read("lm_head.weight"), read(entries[0].published)):
-                raise LoopcertError(f"{folder}: lm_head.weight differs from {entries[0].published!r} "
-                                    "but the config ties them")
+                raise LoopcertError(
+                    f"{folder}: lm_head.weight differs from {entries[0].published!r} but the config ties them"
+                )
     model.load_state_dict(state, strict=True, assign=True)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     assert not left, f"LoopedLM tensors outside its state_dict were never materialised: {left}"
@@ -626,8 +753,9 @@ def eos_ids(folder: Path, raw: dict) -> tuple[int, ...]:
         return ()
     ids = v if isinstance(v, list) else [v]
     if not ids or any(not is_int(i, 0) for i in ids):
-        raise LoopcertError(f"{folder / source}: eos_token_id must be an integer >= 0 or a "
-                            f"non-empty list of them, got {v!r}")
+        raise LoopcertError(
+            f"{folder / source}: eos_token_id must be an integer >= 0 or a non-empty list of them, got {v!r}"
+        )
     return tuple(ids)
 
 
@@ -640,13 +768,13 @@ def load_checkpoint(folder, *, dtype=torch.float32, recurrence: int | None = Non
     refuse_pickles(folder)
     raw = read_config(folder)
     if isinstance(raw, dict) and raw.get("format") == FORMAT:
-        raise LoopcertError(f"{folder}: a loopcert folder (R is in its config.json); use "
-                            "refdec.load_model")
+        raise LoopcertError(f"{folder}: a loopcert folder (R is in its config.json); use refdec.load_model")
     return load_published(folder, raw, parse_dtype(dtype), recurrence=recurrence)
 
 
-def write_published(model: LoopedLM, folder, layout: str | None = None, shard_size: int | None = None,
-                    *, dtype=None) -> Path:
+def write_published(
+    model: LoopedLM, folder, layout: str | None = None, shard_size: int | None = None, *, dtype=None
+) -> Path:
     """Write config.json and safetensors in a published layout (default: the one matching the
     model's block). `shard_size` (bytes) splits the tensors into model-0000i-of-0000n.safetensors
     shards with a model.safetensors.index.json. The state init (init_state, state_seed,
@@ -712,12 +840,16 @@ def describe(name_or_path) -> dict:
             if not path.is_file():
                 raise LoopcertError(f"{folder}: no {SINGLE}")
             header = read_header(path)
-            stored = Stored(dict.fromkeys(header, path), {k: v[0] for k, v in header.items()},
-                            {k: v[1] for k, v in header.items()})
+            stored = Stored(
+                dict.fromkeys(header, path),
+                {k: v[0] for k, v in header.items()},
+                {k: v[1] for k, v in header.items()},
+            )
         else:
             stored = scan(folder)
-            cfg, source = config_from_published(raw, stored.file_of, where=str(folder / "config.json"),
-                                                name=folder.name)
+            cfg, source = config_from_published(
+                raw, stored.file_of, where=str(folder / "config.json"), name=folder.name
+            )
             shapes = {k: tuple(v.shape) for k, v in meta_model(cfg).state_dict().items()}
             check_stored(key_map(cfg, source, shapes), stored, cfg, source)
         for dt in stored.dtype.values():
@@ -727,15 +859,30 @@ def describe(name_or_path) -> dict:
     else:
         raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
     return {
-        "source": source, "family": cfg.family, "block": cfg.block, "recurrence": cfg.recurrence,
+        "source": source,
+        "family": cfg.family,
+        "block": cfg.block,
+        "recurrence": cfg.recurrence,
         "layers": f"{cfg.n_prelude} prelude / {cfg.n_core} core / {cfg.n_coda} coda",
-        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
-        "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len, "rope": cfg.rope,
-        "rope_theta": cfg.rope_theta, "rope_scaling": cfg.rope_scaling, "qk_bias": cfg.qk_bias,
-        "qk_norm": cfg.qk_norm, "embed_scale": cfg.embed_scale, "tie_embeddings": cfg.tie_embeddings,
-        "ln_f_before_coda": cfg.ln_f_before_coda, "early_exit_gate": cfg.early_exit_gate,
+        "d_model": cfg.d_model,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "vocab_size": cfg.vocab_size,
+        "max_seq_len": cfg.max_seq_len,
+        "rope": cfg.rope,
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": cfg.rope_scaling,
+        "qk_bias": cfg.qk_bias,
+        "qk_norm": cfg.qk_norm,
+        "embed_scale": cfg.embed_scale,
+        "tie_embeddings": cfg.tie_embeddings,
+        "ln_f_before_coda": cfg.ln_f_before_coda,
+        "early_exit_gate": cfg.early_exit_gate,
         "init_state": cfg.init_state,
         "parameters": sum(p.numel() for p in meta_model(cfg).parameters()),
-        "stored_dtypes": stored_dtypes, "files": files, "tokenizer": tokenizer,
+        "stored_dtypes": stored_dtypes,
+        "files": files,
+        "tokenizer": tokenizer,
     }

@@ -36,9 +36,18 @@ class RopeScaling:
 
 # Far above any published looped model (Huginn: d 5280, vocab 65536, R ~ 32; Ouro: 24 layers), far
 # below sizes that would hang building the modules or overflow torch's size arithmetic.
-MAX_SIZES = {"vocab_size": 2**22, "d_model": 2**17, "n_heads": 2**12, "n_kv_heads": 2**12,
-             "head_dim": 2**12, "intermediate_size": 2**19, "n_core": 2**10, "n_prelude": 2**10,
-             "n_coda": 2**10, "recurrence": 2**14}
+MAX_SIZES = {
+    "vocab_size": 2**22,
+    "d_model": 2**17,
+    "n_heads": 2**12,
+    "n_kv_heads": 2**12,
+    "head_dim": 2**12,
+    "intermediate_size": 2**19,
+    "n_core": 2**10,
+    "n_prelude": 2**10,
+    "n_coda": 2**10,
+    "recurrence": 2**14,
+}
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,17 @@ class ModelConfig:
             bad("rope", f"must be one of {ROPES}")
         if self.init_state not in INIT_STATES:
             bad("init_state", f"must be one of {INIT_STATES}")
-        for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim",
-                     "intermediate_size", "n_core", "recurrence", "max_seq_len"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "n_core",
+            "recurrence",
+            "max_seq_len",
+        ):
             v = getattr(self, name)
             if not is_int(v, 1):
                 bad(name, "must be an integer >= 1")
@@ -144,8 +162,7 @@ class ModelConfig:
         if unknown:
             raise LoopcertError(f"unknown ModelConfig field(s) {unknown}")
         missing = sorted(
-            f.name for f in dataclasses.fields(cls)
-            if f.name not in d and f.default is dataclasses.MISSING
+            f.name for f in dataclasses.fields(cls) if f.name not in d and f.default is dataclasses.MISSING
         )
         if missing:
             raise LoopcertError(f"missing ModelConfig field(s) {missing}")
@@ -162,41 +179,112 @@ class ModelConfig:
 
 
 def _tiny(**kw) -> ModelConfig:
-    base = dict(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8,
-                intermediate_size=48, n_core=2, recurrence=6, max_seq_len=128)
+    base = dict(
+        vocab_size=13,
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=8,
+        intermediate_size=48,
+        n_core=2,
+        recurrence=6,
+        max_seq_len=128,
+    )
     base.update(kw)
     return ModelConfig(**base)
 
 
 PRESETS: dict[str, ModelConfig] = {
     # Tiny test models, one per architecture variant (vocab 13, width 32: gemma-style).
-    "tiny-ouro": _tiny(family="ouro", block="ouro", rope="half", n_core=2, recurrence=4,
-                       n_kv_heads=4, early_exit_gate=True, name="tiny-ouro"),
-    "tiny-raven": _tiny(family="raven", block="sandwich", rope="interleaved", n_prelude=1,
-                        n_core=2, n_coda=1, n_kv_heads=4, qk_bias=True, tie_embeddings=True,
-                        embed_scale=math.sqrt(32), ln_f_before_coda=True, init_state="seeded",
-                        name="tiny-raven"),
-    "tiny-raven-llama": _tiny(family="raven", block="prenorm", rope="half", n_prelude=1,
-                              n_core=2, n_coda=1, rope_theta=500000.0,
-                              rope_scaling=RopeScaling(factor=32.0, low_freq_factor=1.0,
-                                                       high_freq_factor=4.0,
-                                                       original_max_position_embeddings=16),
-                              name="tiny-raven-llama"),
-    "tiny-raven-olmo": _tiny(family="raven", block="postnorm", qk_norm=True, rope="half",
-                             n_prelude=1, n_core=2, n_coda=1, init_state="seeded",
-                             name="tiny-raven-olmo"),
+    "tiny-ouro": _tiny(
+        family="ouro",
+        block="ouro",
+        rope="half",
+        n_core=2,
+        recurrence=4,
+        n_kv_heads=4,
+        early_exit_gate=True,
+        name="tiny-ouro",
+    ),
+    "tiny-raven": _tiny(
+        family="raven",
+        block="sandwich",
+        rope="interleaved",
+        n_prelude=1,
+        n_core=2,
+        n_coda=1,
+        n_kv_heads=4,
+        qk_bias=True,
+        tie_embeddings=True,
+        embed_scale=math.sqrt(32),
+        ln_f_before_coda=True,
+        init_state="seeded",
+        name="tiny-raven",
+    ),
+    "tiny-raven-llama": _tiny(
+        family="raven",
+        block="prenorm",
+        rope="half",
+        n_prelude=1,
+        n_core=2,
+        n_coda=1,
+        rope_theta=500000.0,
+        rope_scaling=RopeScaling(
+            factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16
+        ),
+        name="tiny-raven-llama",
+    ),
+    "tiny-raven-olmo": _tiny(
+        family="raven",
+        block="postnorm",
+        qk_norm=True,
+        rope="half",
+        n_prelude=1,
+        n_core=2,
+        n_coda=1,
+        init_state="seeded",
+        name="tiny-raven-olmo",
+    ),
     # Published shapes (MODELS.md), for `inspect` and sizing; weights load from a folder.
-    "ouro-1.4b": ModelConfig(family="ouro", block="ouro", rope="half", vocab_size=49152,
-                             d_model=2048, n_heads=16, n_kv_heads=16, head_dim=128,
-                             intermediate_size=5632, n_core=24, recurrence=4,
-                             rope_theta=1e6, max_seq_len=65536, early_exit_gate=True,
-                             name="ouro-1.4b"),
-    "huginn-0125": ModelConfig(family="raven", block="sandwich", rope="interleaved",
-                               vocab_size=65536, d_model=5280, n_heads=55, n_kv_heads=55,
-                               head_dim=96, intermediate_size=17920, n_prelude=2, n_core=4,
-                               n_coda=2, recurrence=32, rope_theta=50000.0, qk_bias=True,
-                               tie_embeddings=True, embed_scale=math.sqrt(5280),
-                               ln_f_before_coda=True, max_seq_len=4096, name="huginn-0125"),
+    "ouro-1.4b": ModelConfig(
+        family="ouro",
+        block="ouro",
+        rope="half",
+        vocab_size=49152,
+        d_model=2048,
+        n_heads=16,
+        n_kv_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        n_core=24,
+        recurrence=4,
+        rope_theta=1e6,
+        max_seq_len=65536,
+        early_exit_gate=True,
+        name="ouro-1.4b",
+    ),
+    "huginn-0125": ModelConfig(
+        family="raven",
+        block="sandwich",
+        rope="interleaved",
+        vocab_size=65536,
+        d_model=5280,
+        n_heads=55,
+        n_kv_heads=55,
+        head_dim=96,
+        intermediate_size=17920,
+        n_prelude=2,
+        n_core=4,
+        n_coda=2,
+        recurrence=32,
+        rope_theta=50000.0,
+        qk_bias=True,
+        tie_embeddings=True,
+        embed_scale=math.sqrt(5280),
+        ln_f_before_coda=True,
+        max_seq_len=4096,
+        name="huginn-0125",
+    ),
 }
 TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-"))
 

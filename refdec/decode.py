@@ -10,8 +10,9 @@ from refdec.sampling import SamplingParams, greedy_token, sample, transform
 from refdec.validate import check_int, check_seed
 
 
-def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
-                        depth) -> tuple[list[int], int]:
+def check_generate_args(
+    model: LoopedLM, prompt, max_new_tokens, sampling, seed, depth
+) -> tuple[list[int], int]:
     """Validate what every decoder's generate() receives; returns (prompt ids, depth)."""
     ids = model.check_ids(prompt).tolist()
     check_int("max_new_tokens", max_new_tokens, 0)
@@ -27,8 +28,15 @@ def check_generate_args(model: LoopedLM, prompt, max_new_tokens, sampling, seed,
 
 
 @torch.no_grad()
-def generate(model: LoopedLM, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-             seed: int = 0, depth: int | None = None, eos_token_id: int | None = None) -> list[int]:
+def generate(
+    model: LoopedLM,
+    prompt,
+    max_new_tokens: int,
+    sampling: SamplingParams = SamplingParams(),
+    seed: int = 0,
+    depth: int | None = None,
+    eos_token_id: int | None = None,
+) -> list[int]:
     """New token ids (not the prompt); the EOS token is included when it ends the run."""
     ids, depth = check_generate_args(model, prompt, max_new_tokens, sampling, seed, depth)
     gen = torch.Generator().manual_seed(seed)

@@ -18,8 +18,12 @@ from refdec.errors import LoopcertError
 
 FORMAT = "loopcert"  # config.json's "format" in loopcert's own folders (refdec.io)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 def parse_dtype(dtype) -> torch.dtype:
@@ -63,6 +67,4 @@ def read_config(folder: Path) -> dict:
 def refuse_pickles(folder: Path) -> None:
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        raise LoopcertError(
-            f"{folder}: refusing pickle file(s) {pickles}; loopcert reads safetensors only"
-        )
+        raise LoopcertError(f"{folder}: refusing pickle file(s) {pickles}; loopcert reads safetensors only")

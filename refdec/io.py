@@ -56,8 +56,10 @@ def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> Loo
     """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped, non-float
     (checkpoints.check_header, as for a file's header) or non-finite key."""
     expected = model.state_dict()
-    stored = {k: (DTYPE_NAMES.get(v.dtype, str(v.dtype).replace("torch.", "")), tuple(v.shape))
-              for k, v in tensors.items()}
+    stored = {
+        k: (DTYPE_NAMES.get(v.dtype, str(v.dtype).replace("torch.", "")), tuple(v.shape))
+        for k, v in tensors.items()
+    }
     check_header({k: tuple(p.shape) for k, p in expected.items()}, stored, source)
     for k, v in tensors.items():
         check_finite(k, v, source)
@@ -93,8 +95,10 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
         return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
     if name == "default":  # the trained model shipped in the package (trainer.train, issue 5)
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():
-            raise LoopcertError(f"the default model is missing from {DEFAULT_MODEL_DIR}: "
-                                "run `python -m trainer.train` to build it")
+            raise LoopcertError(
+                f"the default model is missing from {DEFAULT_MODEL_DIR}: "
+                "run `python -m trainer.train` to build it"
+            )
         name_or_path = DEFAULT_MODEL_DIR
     folder = Path(name_or_path)
     if folder.is_dir():

@@ -59,8 +59,9 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
             s.high_freq_factor - s.low_freq_factor
         )
         mid = (1 - smooth) * inv / s.factor + smooth * inv
-        inv = torch.where(wavelen > low_wavelen, inv / s.factor,
-                          torch.where(wavelen < high_wavelen, inv, mid))
+        inv = torch.where(
+            wavelen > low_wavelen, inv / s.factor, torch.where(wavelen < high_wavelen, inv, mid)
+        )
     return inv
 
 
@@ -192,9 +193,14 @@ class Attention(nn.Module):
     def weights(self) -> AttentionWeights:
         bias, norm = self.cfg.qk_bias, self.cfg.qk_norm
         return AttentionWeights(
-            self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, self.o_proj.weight,
-            self.q_bias if bias else None, self.k_bias if bias else None,
-            self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+            self.q_proj.weight,
+            self.k_proj.weight,
+            self.v_proj.weight,
+            self.o_proj.weight,
+            self.q_bias if bias else None,
+            self.k_bias if bias else None,
+            self.q_norm.weight if norm else None,
+            self.k_norm.weight if norm else None,
         )
 
     def forward(self, x, cos, sin, attend: Attend):

@@ -119,17 +119,25 @@ class LoopedLM(nn.Module):
         seen; a parameter replaced by assignment is not: build a new Net)."""
         blocks = lambda stage: tuple(b.weights() for b in stage)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
-        return Net(self.cfg, self.embed_tokens.weight, blocks(self.prelude),
-                   None if self.adapter is None else self.adapter.weight, blocks(self.core),
-                   blocks(self.coda), self.norm.weight, head.weight)
+        return Net(
+            self.cfg,
+            self.embed_tokens.weight,
+            blocks(self.prelude),
+            None if self.adapter is None else self.adapter.weight,
+            blocks(self.core),
+            blocks(self.coda),
+            self.norm.weight,
+            head.weight,
+        )
 
     # -- the oracle ----------------------------------------------------------------------
     def check_ids(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
         try:
             t = torch.as_tensor(ids)
         except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # strings, None, ints > int64
-            raise LoopcertError(f"token ids must be a 1-D sequence of integers, got {ids!r:.80} "
-                                f"({e})") from None
+            raise LoopcertError(
+                f"token ids must be a 1-D sequence of integers, got {ids!r:.80} ({e})"
+            ) from None
         if t.dim() != 1 or t.numel() == 0:
             raise LoopcertError(f"token ids must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
         if t.dtype.is_floating_point or t.dtype == torch.bool:

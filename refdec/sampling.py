@@ -53,7 +53,8 @@ def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         return probs
     if probs.dim() != 1:
         return torch.stack([_filter(row, params) for row in probs.reshape(-1, probs.shape[-1])]).reshape(
-            probs.shape)
+            probs.shape
+        )
     return _filter(probs, params)
 
 

@@ -16,8 +16,11 @@ from refdec.errors import LoopcertError
 
 def is_int(value, minimum: int | None = None) -> bool:
     """An integer (not a bool), at least `minimum` when one is given."""
-    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            and (minimum is None or bool(value >= minimum)))
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and (minimum is None or bool(value >= minimum))
+    )
 
 
 def check_int(name: str, value, minimum: int | None = None) -> int:
@@ -35,8 +38,14 @@ def check_seed(seed, name: str = "seed") -> int:
     return int(seed)
 
 
-def is_number(value, low: float | None = None, high: float | None = None, *, low_open: bool = False,
-              high_open: bool = False) -> bool:
+def is_number(
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> bool:
     """A finite real number (not a bool) in [low, high]; an open end excludes its bound."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         return False
@@ -45,8 +54,9 @@ def is_number(value, low: float | None = None, high: float | None = None, *, low
     return high is None or bool(value < high if high_open else value <= high)
 
 
-def number_range(low: float | None = None, high: float | None = None, *, low_open: bool = False,
-                 high_open: bool = False) -> str:
+def number_range(
+    low: float | None = None, high: float | None = None, *, low_open: bool = False, high_open: bool = False
+) -> str:
     """What `is_number` with these bounds accepts, in words: "a finite number in (0, 1]"."""
     if low is not None and high is not None:
         return f"a finite number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
@@ -57,8 +67,15 @@ def number_range(low: float | None = None, high: float | None = None, *, low_ope
     return "a finite number"
 
 
-def check_number(name: str, value, low: float | None = None, high: float | None = None, *,
-                 low_open: bool = False, high_open: bool = False) -> float:
+def check_number(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """`value` as a float, or LoopcertError naming `name`, the range and the bad value."""
     if not is_number(value, low, high, low_open=low_open, high_open=high_open):
         allowed = number_range(low, high, low_open=low_open, high_open=high_open)

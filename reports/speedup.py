@@ -82,8 +82,14 @@ def definitions(res: SpeedReport) -> str:
 
 
 def targets_section(res: SpeedReport) -> str:
-    rows = [[t.name, (_x(t.measured) if t.unit == "x" else fmt(t.measured, 3))
-             + (f" ({t.note})" if t.note else ""), "met" if t.met else "**not met**"] for t in res.targets]
+    rows = [
+        [
+            t.name,
+            (_x(t.measured) if t.unit == "x" else fmt(t.measured, 3)) + (f" ({t.note})" if t.note else ""),
+            "met" if t.met else "**not met**",
+        ]
+        for t in res.targets
+    ]
     return (
         "## Targets (issues 6 and 11)\n\nThe issues set them for the default model (R = 32) on a CPU, "
         "greedy, ratios measured in one run; for other models and devices they are reference lines.\n\n"
@@ -160,7 +166,9 @@ def naive_section(res: SpeedReport) -> str:
         "machinery: R + 1 engine calls per token, each planned (lanes, index tensors, RoPE rows, a cache "
         "write by index), where the loop runs one forward per token. Every strategy pays it, so speedups "
         "over the baseline compare at equal machinery; over the loop, each setting gains:\n\n"
-        + table(rows, ["", "tokens/s"]) + "\n\n" + table(over, ["setting", "speedup over proofs.naive_kv"])
+        + table(rows, ["", "tokens/s"])
+        + "\n\n"
+        + table(over, ["setting", "speedup over proofs.naive_kv"])
     )
 
 
@@ -180,8 +188,11 @@ def costs_section(res: SpeedReport) -> str:
                 *[
                     (
                         f"{1e3 * getattr(per[w], clock):.3f} ms"
-                        + (f" ({getattr(per[w], clock) / getattr(base, clock):.2f}x)"
-                           if base and w > 1 else "")
+                        + (
+                            f" ({getattr(per[w], clock) / getattr(base, clock):.2f}x)"
+                            if base and w > 1
+                            else ""
+                        )
                     )
                     if w in per
                     else DASH
@@ -228,10 +239,7 @@ def theorem2_section(res: SpeedReport) -> str:
 
 def spectrum_section(res: SpeedReport) -> str:
     s = res.spectrum
-    rows = [
-        [r, fmt(tv), fmt(mx), _pct(a)]
-        for r, tv, mx, a in zip(s.depth, s.mean_tv, s.max_tv, s.agreement)
-    ]
+    rows = [[r, fmt(tv), fmt(mx), _pct(a)] for r, tv, mx, a in zip(s.depth, s.mean_tv, s.max_tv, s.agreement)]
     return (
         "## Depth spectrum\n\n"
         f"Over {s.positions} decoded positions (the baseline's greedy tokens), refdec's uncached "
@@ -307,16 +315,28 @@ LOSSES = {
     "than the W-lane step the rejection factor charges them at",
 }
 
-PARTS = {"host": "host planning", "cache_write": "cache writes", "cache_read": "cache reads (views)",
-         "attention": "attention over the cache", "mlp": "the MLP", "other": "the rest of the forward"}
+PARTS = {
+    "host": "host planning",
+    "cache_write": "cache writes",
+    "cache_read": "cache reads (views)",
+    "attention": "attention over the cache",
+    "mlp": "the MLP",
+    "other": "the rest of the forward",
+}
 
 
 def parts_table(c) -> str:
     rows = []
     for r in c.rows:
         for p in (r.parts_1, r.parts_w):
-            rows.append([r.context, p.width, f"{1e3 * p.total:.3f}",
-                         *[f"{1e3 * getattr(p, k):.3f} ({_pct(v)})" for k, v in p.shares().items()]])
+            rows.append(
+                [
+                    r.context,
+                    p.width,
+                    f"{1e3 * p.total:.3f}",
+                    *[f"{1e3 * getattr(p, k):.3f} ({_pct(v)})" for k, v in p.shares().items()],
+                ]
+            )
     return table(rows, ["L", "lanes", "call ms", *[f"{v} ms" for v in PARTS.values()]])
 
 
@@ -324,11 +344,12 @@ def step_cause_line(c) -> str:
     sc = c.step_cause
     if sc is None:
         return ""
-    return (f"At {sc.context} positions a {sc.width}-lane recurrence call costs "
-            f"{fmt(sc.step_cost_ratio, 3)}x a 1-lane one (the model: {fmt(sc.model_step_ratio, 3)}x); "
-            "the largest part of it is "
-            f"{PARTS[sc.part]}, {_pct(sc.share)} of the call and {fmt(sc.growth, 3)}x its 1-lane time.")
-
+    return (
+        f"At {sc.context} positions a {sc.width}-lane recurrence call costs "
+        f"{fmt(sc.step_cost_ratio, 3)}x a 1-lane one (the model: {fmt(sc.model_step_ratio, 3)}x); "
+        "the largest part of it is "
+        f"{PARTS[sc.part]}, {_pct(sc.share)} of the call and {fmt(sc.growth, 3)}x its 1-lane time."
+    )
 
 
 def context_cause(res: SpeedReport) -> str:
@@ -387,39 +408,69 @@ def context_cause(res: SpeedReport) -> str:
         f"rest). {step_cause_line(c)}\n\n"
         f"Where one recurrence call's {c.clock} time goes, at 1 lane and at the pipeline's W lanes, by "
         "context (proofs.speed.costs.call_parts: the parts timed inside the engine's calls, host planning "
-        "in Engine.phase_inputs, `other` the call's total less the parts):\n\n"
-        + parts_table(c)
+        "in Engine.phase_inputs, `other` the call's total less the parts):\n\n" + parts_table(c)
     )
-
-
 
 
 def batch_section(res: SpeedReport) -> str:
     t = res.batch
     p = t.plan
-    rows = [[r.label, r.batch, fmt(r.tokens_per_s, 4), _x(r.speedup), _x(r.over_b1),
-             _pct(r.acceptance) if r.strategy != "autoregressive" else DASH] for r in t.rows]
+    rows = [
+        [
+            r.label,
+            r.batch,
+            fmt(r.tokens_per_s, 4),
+            _x(r.speedup),
+            _x(r.over_b1),
+            _pct(r.acceptance) if r.strategy != "autoregressive" else DASH,
+        ]
+        for r in t.rows
+    ]
     base = t.samples[0] if t.samples else None
-    samples = [[s.label, s.batch, fmt(s.samples_per_s, 4), fmt(s.alone_per_s, 4), _x(s.ratio),
-                fmt(s.lane_steps_per_sample, 3),
-                fmt(base.samples_per_s * base.lane_steps_per_sample / s.lane_steps_per_sample, 4)
-                if s.lane_steps_per_sample else DASH]
-               for s in t.samples]
+    samples = [
+        [
+            s.label,
+            s.batch,
+            fmt(s.samples_per_s, 4),
+            fmt(s.alone_per_s, 4),
+            _x(s.ratio),
+            fmt(s.lane_steps_per_sample, 3),
+            fmt(base.samples_per_s * base.lane_steps_per_sample / s.lane_steps_per_sample, 4)
+            if s.lane_steps_per_sample
+            else DASH,
+        ]
+        for s in t.samples
+    ]
     b = max(p.batches)
-    costs = [[c.width, c.lanes_per_sequence, fmt(c.ms_per_step, 3), fmt(c.us_per_lane_step, 3)]
-             for c in t.width_costs]
-    bounds = [[r.label, fmt(r.lane_steps_per_token, 3), _x(r.speedup),
-               _x(t.ceiling(r.label, b)) if t.ceiling(r.label, b) is not None else DASH]
-              for r in t.rows if r.batch == b]
-    cost_part = "" if not costs else (
-        f"\n\nWhy B={b} speedups are small on this device: step cost against width at B={b} (each of "
-        "the B sequences holding 1, 2, 4, ... lanes, all at one depth). Every token of every strategy is "
-        "one lane deepened to the full depth, so a setting's decode time is about its lane-steps per "
-        "token times the per-lane-step cost at its width; ceiling: the baseline's per-lane-step cost at "
-        f"width B={b} over the cheapest of any width, times the baseline's lane-steps per token over the "
-        "setting's: what the setting would reach if its steps cost nothing but their lanes.\n\n"
-        + table(costs, ["width", "lanes per sequence", "ms/step", "us/lane-step"]) + "\n\n"
-        + table(bounds, ["setting", "lane-steps/token", "speedup", "ceiling"]))
+    costs = [
+        [c.width, c.lanes_per_sequence, fmt(c.ms_per_step, 3), fmt(c.us_per_lane_step, 3)]
+        for c in t.width_costs
+    ]
+    bounds = [
+        [
+            r.label,
+            fmt(r.lane_steps_per_token, 3),
+            _x(r.speedup),
+            _x(t.ceiling(r.label, b)) if t.ceiling(r.label, b) is not None else DASH,
+        ]
+        for r in t.rows
+        if r.batch == b
+    ]
+    cost_part = (
+        ""
+        if not costs
+        else (
+            f"\n\nWhy B={b} speedups are small on this device: step cost against width at B={b} (each of "
+            "the B sequences holding 1, 2, 4, ... lanes, all at one depth). Every token of every strategy is "
+            "one lane deepened to the full depth, so a setting's decode time is about its lane-steps per "
+            "token times the per-lane-step cost at its width; ceiling: the baseline's per-lane-step cost at "
+            f"width B={b} over the cheapest of any width, times the baseline's lane-steps per token over the "
+            "setting's: what the setting would reach if its steps cost nothing but their lanes.\n\n"
+            + table(costs, ["width", "lanes per sequence", "ms/step", "us/lane-step"])
+            + "\n\n"
+            + table(bounds, ["setting", "lane-steps/token", "speedup", "ceiling"])
+        )
+    )
     return (
         "## Batches (issue 11)\n\n"
         "`Decoder.generate_batch`: B sequences through one engine, sequence i decoding held-out prompt i "
@@ -437,8 +488,18 @@ def batch_section(res: SpeedReport) -> str:
         "the samples/s this setting would reach if a lane-step cost what it costs the first setting "
         "(a strategy that runs more lanes per sample cannot pass that on a device whose steps cost "
         "by the lane).\n\n"
-        + table(samples, ["setting", "B", "samples/s", "one at a time", "gain", "lane-steps/sample",
-                          "at the first's cost"])
+        + table(
+            samples,
+            [
+                "setting",
+                "B",
+                "samples/s",
+                "one at a time",
+                "gain",
+                "lane-steps/sample",
+                "at the first's cost",
+            ],
+        )
         + cost_part
     )
 

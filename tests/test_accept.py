@@ -411,6 +411,7 @@ def test_unchecked_hot_path_is_the_checked_functions(seed, v, gate):
     q2, _ = residual(p_d2, q1)
     props = {} if q2 is None else {"x2": sample(q2, g), "q2": q2}
     a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-    assert loopspec_verify(p_r, x1, q1, **props, rng=a) == loopspec_verify(p_r, x1, q1, **props, rng=b,
-                                                                            check=False)
+    assert loopspec_verify(p_r, x1, q1, **props, rng=a) == loopspec_verify(
+        p_r, x1, q1, **props, rng=b, check=False
+    )
     assert draw_uniform(a) == draw_uniform(b)

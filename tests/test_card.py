@@ -15,9 +15,24 @@ from trainer.train import RECIPES, TrainConfig, train
 def tiny_model(tmp_path_factory):
     root = write_corpus(tmp_path_factory.mktemp("corpus"), files=60, defs=30)
     out = tmp_path_factory.mktemp("model")
-    tc = TrainConfig(**(dict(RECIPES["huginn"]) | dict(
-        model="tiny-huginn", steps=20, seq_len=64, batch_size=4, lr=1e-2, warmup=3, mean_depth=2.0,
-        backprop_k=2, log_every=5, seq_schedule=((0.0, 64), (0.5, 128)), data_root=str(root))))
+    tc = TrainConfig(
+        **(
+            dict(RECIPES["huginn"])
+            | dict(
+                model="tiny-huginn",
+                steps=20,
+                seq_len=64,
+                batch_size=4,
+                lr=1e-2,
+                warmup=3,
+                mean_depth=2.0,
+                backprop_k=2,
+                log_every=5,
+                seq_schedule=((0.0, 64), (0.5, 128)),
+                data_root=str(root),
+            )
+        )
+    )
     train(tc, tmp_path_factory.mktemp("ckpt"), out, log=lambda *a, **k: None)
     return out
 
@@ -25,10 +40,19 @@ def tiny_model(tmp_path_factory):
 def test_card_renders_every_section(tiny_model):
     m = measure(tiny_model, n_windows=3, window=64, sample_tokens=8, log=lambda *a: None, long_windows=1)
     text = render(m, {"date": "today", "commit": "abc", "torch": "x", "python": "3"})
-    for heading in ("## Targets (issue 14)", "### Depth profile against depth R", "bpb(r) - bpb(R)",
-                    "### Depth profile by context position", "### Huginn's exit rule", "### Long context",
-                    "### State dynamics", "Jacobian gain", "Sensitivity of the readouts",
-                    "Raven fit TV", "## Greedy samples"):
+    for heading in (
+        "## Targets (issue 14)",
+        "### Depth profile against depth R",
+        "bpb(r) - bpb(R)",
+        "### Depth profile by context position",
+        "### Huginn's exit rule",
+        "### Long context",
+        "### State dynamics",
+        "Jacobian gain",
+        "Sensitivity of the readouts",
+        "Raven fit TV",
+        "## Greedy samples",
+    ):
         assert heading in text, heading
     assert len(m["targets"]) == 7
     R = m["config"]["recurrence"]
@@ -41,8 +65,15 @@ def test_card_renders_every_section(tiny_model):
 
 
 def test_target_rules_flip(tiny_model):
-    m = measure(tiny_model, n_windows=2, window=32, sample_tokens=4, log=lambda *a: None, long_windows=0,
-                samples=False)
+    m = measure(
+        tiny_model,
+        n_windows=2,
+        window=32,
+        sample_tokens=4,
+        log=lambda *a: None,
+        long_windows=0,
+        samples=False,
+    )
     good = copy.deepcopy(m)
     bpb = {1: 2.2, 2: 1.95, 3: 1.9, 4: 1.85, 6: 1.8, 8: 1.79, 16: 1.75}
     good["config"]["recurrence"] = 16
@@ -62,8 +93,25 @@ def test_target_rules_flip(tiny_model):
 
 def test_card_cli_writes_atomically(tiny_model, tmp_path):
     out = tmp_path / "CARD.md"
-    assert main(["--model-dir", str(tiny_model), "--out", str(out), "--windows", "2", "--window", "32",
-                 "--sample-tokens", "4", "--long-windows", "0"]) == 0
+    assert (
+        main(
+            [
+                "--model-dir",
+                str(tiny_model),
+                "--out",
+                str(out),
+                "--windows",
+                "2",
+                "--window",
+                "32",
+                "--sample-tokens",
+                "4",
+                "--long-windows",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "## Targets (issue 14)" in out.read_text()
     assert json.loads((tmp_path / "card.json").read_text())["targets"]
     assert main(["--model-dir", str(tmp_path / "missing")]) == 2

@@ -19,14 +19,26 @@ from proofs.certify import FULL, QUICK, CertifyPlan, default_model_name
 from proofs.speed.timing import Workload
 from refdec.sampling import SamplingParams, sample, transform
 
-TEST_PLAN = CertifyPlan("quick", greedy_presets=("tiny-raven",), greedy_prompts=1, greedy_tokens=6,
-                 bitwise_prompts=1, bitwise_tokens=6,
-                 sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),), tv=0.3,
-                 sampling_budget_s=600.0, sampling_presets=False, blackbox_mutant_samples=40,
-                 false_alarm=None, theorem1_random_cases=50, theorem1_search_examples=20,
-                 trace_prompts=2, trace_positions=16,
-                 speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
-                 mutant_names=("always-accept", "control: gate inverted"))
+TEST_PLAN = CertifyPlan(
+    "quick",
+    greedy_presets=("tiny-raven",),
+    greedy_prompts=1,
+    greedy_tokens=6,
+    bitwise_prompts=1,
+    bitwise_tokens=6,
+    sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),),
+    tv=0.3,
+    sampling_budget_s=600.0,
+    sampling_presets=False,
+    blackbox_mutant_samples=40,
+    false_alarm=None,
+    theorem1_random_cases=50,
+    theorem1_search_examples=20,
+    trace_prompts=2,
+    trace_positions=16,
+    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
+    mutant_names=("always-accept", "control: gate inverted"),
+)
 
 
 class ShallowDecoder:
@@ -40,7 +52,7 @@ class ShallowDecoder:
         for _ in range(max_new_tokens):
             law = transform(self.model.depth_logits(ids, [1])[0, -1], sampling)
             ids.append(int(law.argmax()) if sampling.greedy else sample(law, gen))
-        return ids[len(prompt):]
+        return ids[len(prompt) :]
 
 
 def shallow_factory(model):
@@ -88,9 +100,18 @@ def test_passing_run_exits_0_and_writes_both_reports(passing_run):
     assert md.startswith("# loopcert certificate: PASS")
     assert (out / "certificate.md").stat().st_mode & 0o004  # readable, not mkstemp's 0600
     names = [c["name"] for c in cert["checks"]]
-    for want in ("greedy_float64", "greedy_float32", "bitwise_fixed_width", "mutation", "theorem1_random",
-                 "theorem1_search",
-                 "theorem1_traces", "theorem2_traces", "theorem2_published", "speed"):
+    for want in (
+        "greedy_float64",
+        "greedy_float32",
+        "bitwise_fixed_width",
+        "mutation",
+        "theorem1_random",
+        "theorem1_search",
+        "theorem1_traces",
+        "theorem2_traces",
+        "theorem2_published",
+        "speed",
+    ):
         assert want in names
     assert sum(n.startswith("sampling[") for n in names) == 3  # one per fastdec setting
     s = cert["stamp"]
@@ -103,12 +124,23 @@ def test_passing_run_exits_0_and_writes_both_reports(passing_run):
 def test_report_reads_as_markdown(passing_run):
     _, out = passing_run
     md = (out / "certificate.md").read_text()
-    for heading in ("## Stamp", "## Summary", "## Greedy exactness", "## Distributional equality under "
-                    "sampling", "## Mutation power", "## Theorem 1", "## Theorem 2", "## Speed"):
+    for heading in (
+        "## Stamp",
+        "## Summary",
+        "## Greedy exactness",
+        "## Distributional equality under sampling",
+        "## Mutation power",
+        "## Theorem 1",
+        "## Theorem 2",
+        "## Speed",
+    ):
         assert heading in md
     assert "must detect a binned TV >= 0.3" in md  # the power statement
-    sampling = [c for c in json.loads((out / "certificate.json").read_text())["checks"]
-                if c["name"].startswith("sampling[")]
+    sampling = [
+        c
+        for c in json.loads((out / "certificate.json").read_text())["checks"]
+        if c["name"].startswith("sampling[")
+    ]
     for c in sampling:  # sampled on the certified model itself, at its own vocabulary, with power
         assert c["details"]["model"] == "tiny-ouro" and c["details"]["no_power"] == []
         for case in c["details"]["cases"]:
@@ -142,10 +174,18 @@ def test_reference_as_user_decoder_exits_0(small_plan, tmp_path, monkeypatch):
     assert rc == 0
 
 
-@pytest.mark.parametrize("argv", [
-    ["--dtype", "float8"], ["--decoder", "nocolon"], ["--decoder", "no_such_module_q:f"],
-    ["--device", "tpu"], ["--seed", "-1"], ["no-such-model-or-folder"], ["tiny-ouro", "--predict", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--dtype", "float8"],
+        ["--decoder", "nocolon"],
+        ["--decoder", "no_such_module_q:f"],
+        ["--device", "tpu"],
+        ["--seed", "-1"],
+        ["no-such-model-or-folder"],
+        ["tiny-ouro", "--predict", "0"],
+    ],
+)
 def test_usage_errors_exit_2(argv, tmp_path, capsys):
     assert main(["certify", *argv, "--out", str(tmp_path)]) == 2
     assert "loopcert certify: error:" in capsys.readouterr().err
@@ -179,9 +219,16 @@ def test_a_crashed_run_leaves_the_last_report(tmp_path, monkeypatch):
 
 def test_a_render_failure_leaves_both_old_files(tmp_path, monkeypatch):
     _old_reports(tmp_path)
-    monkeypatch.setattr("loopcert.commands.certify.certify",
-                        lambda *a, **k: {"verdict": "PASS", "passed": True, "failed": [],
-                                         "stamp": {"model": "m", "seconds": 0.0}, "checks": []})
+    monkeypatch.setattr(
+        "loopcert.commands.certify.certify",
+        lambda *a, **k: {
+            "verdict": "PASS",
+            "passed": True,
+            "failed": [],
+            "stamp": {"model": "m", "seconds": 0.0},
+            "checks": [],
+        },
+    )
 
     def broken(cert):
         raise KeyError("render")
@@ -205,8 +252,18 @@ def test_default_model_is_the_trained_one_when_installed():
 def test_a_time_budget_too_short_fails_as_no_power(small_plan, importable_tests, tmp_path):
     """Negative control of the power rule: the lossless reference sampled for 0.01 s cannot reach
     the target, and the certificate must say FAIL (no power) with the N it would need."""
-    rc = main(["certify", "tiny-ouro", "--decoder", "test_certify:reference_factory", "--out", str(tmp_path),
-               "--time-budget", "0.01"])
+    rc = main(
+        [
+            "certify",
+            "tiny-ouro",
+            "--decoder",
+            "test_certify:reference_factory",
+            "--out",
+            str(tmp_path),
+            "--time-budget",
+            "0.01",
+        ]
+    )
     assert rc == 1
     cert = json.loads((tmp_path / "certificate.json").read_text())
     s = next(c for c in cert["checks"] if c["name"].startswith("sampling["))

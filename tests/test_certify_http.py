@@ -155,8 +155,10 @@ def test_http_decoder_refuses_choices_decoded_for_other_seeds(good_server):
 
     def handler(req):
         body = json.loads(req.content)
-        choices = [{"tokens": [0] * body["max_tokens"], "requested_seed": body["seed"] + 2 * k}
-                   for k in range(body["n"])]
+        choices = [
+            {"tokens": [0] * body["max_tokens"], "requested_seed": body["seed"] + 2 * k}
+            for k in range(body["n"])
+        ]
         return httpx.Response(200, json={"loopcert": {"choices": choices}})
 
     try:

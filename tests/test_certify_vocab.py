@@ -30,9 +30,11 @@ from refdec.sampling import SamplingParams
 VOCABS = (61, 256, 65536)
 # The concentrated case with the smallest N at each V (tests' synthetic weights, seed 1): at T=0.1
 # V=61 and 256 put one bin at p ~ 1e-6 (millions of samples), at V=65,536 T=0.3 needs 4,864.
-CONCENTRATED = {61: ("T=0.3", SamplingParams(temperature=0.3), 3),
-                256: ("T=0.3", SamplingParams(temperature=0.3), 3),
-                65536: ("T=0.1", SamplingParams(temperature=0.1), 3)}
+CONCENTRATED = {
+    61: ("T=0.3", SamplingParams(temperature=0.3), 3),
+    256: ("T=0.3", SamplingParams(temperature=0.3), 3),
+    65536: ("T=0.1", SamplingParams(temperature=0.1), 3),
+}
 TV = QUICK.tv  # 0.05: the quick plan's target
 
 
@@ -68,8 +70,10 @@ def run_sampling(folder: str, cases, user: Candidate | None = None, seed: int = 
     """certify's sampling checks on `folder` (one per setting) under the quick plan's target."""
     plan = replace(QUICK, sampling_cases=tuple(cases), sampling_budget_s=1e6)  # power by N, not by clock
     run = CertifyRun(plan, folder, user, "cpu", torch.float32, seed, lambda _m: None)
-    return run, [run.sampling_result(chk, [run.sampling_unit_result(chk, u) for u in chk.units])
-                 for chk in run.sampling_checks()]
+    return run, [
+        run.sampling_result(chk, [run.sampling_unit_result(chk, u) for u in chk.units])
+        for chk in run.sampling_checks()
+    ]
 
 
 def assert_certified_with_power(run, results, V: int):

@@ -46,14 +46,29 @@ def ouro_checkpoint(seed=0):
     g = torch.Generator().manual_seed(seed)
     d, h, hd, i_size, n_layers = 16, 2, 12, 24, 2
     config = {
-        "architectures": ["OuroForCausalLM"], "auto_map": {"AutoModelForCausalLM": "modeling_ouro.X"},
-        "model_type": "ouro", "hidden_size": d, "num_hidden_layers": n_layers,
-        "num_attention_heads": h, "num_key_value_heads": h, "head_dim": hd,
-        "intermediate_size": i_size, "hidden_act": "silu", "vocab_size": VOCAB,
-        "rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "total_ut_steps": 3, "early_exit_threshold": 1.0,
-        "max_position_embeddings": 64, "use_sliding_window": False, "attention_bias": False,
-        "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 2,
+        "architectures": ["OuroForCausalLM"],
+        "auto_map": {"AutoModelForCausalLM": "modeling_ouro.X"},
+        "model_type": "ouro",
+        "hidden_size": d,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": h,
+        "num_key_value_heads": h,
+        "head_dim": hd,
+        "intermediate_size": i_size,
+        "hidden_act": "silu",
+        "vocab_size": VOCAB,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "total_ut_steps": 3,
+        "early_exit_threshold": 1.0,
+        "max_position_embeddings": 64,
+        "use_sliding_window": False,
+        "attention_bias": False,
+        "torch_dtype": "float32",
+        "bos_token_id": 0,
+        "eos_token_id": 2,
     }
     t = {"model.embed_tokens.weight": _randn(g, VOCAB, d)}
     for i in range(n_layers):
@@ -65,8 +80,12 @@ def ouro_checkpoint(seed=0):
         t[f"{p}.mlp.gate_proj.weight"] = _lin(g, i_size, d)
         t[f"{p}.mlp.up_proj.weight"] = _lin(g, i_size, d)
         t[f"{p}.mlp.down_proj.weight"] = _lin(g, d, i_size)
-        for n in ("input_layernorm", "input_layernorm_2", "post_attention_layernorm",
-                  "post_attention_layernorm_2"):
+        for n in (
+            "input_layernorm",
+            "input_layernorm_2",
+            "post_attention_layernorm",
+            "post_attention_layernorm_2",
+        ):
             t[f"{p}.{n}.weight"] = _norm(g, d)
     t["model.norm.weight"] = _norm(g, d)
     t["model.early_exit_gate.weight"] = _lin(g, 1, d)
@@ -83,22 +102,48 @@ def raven_checkpoint(layout, seed=0):
     d, h, kv, hd, i_size = (16, 2, 2, 8, 24) if huginn else (32, 4, 2, 8, 40)
     split = {"prelude": 1, "core_block": 2, "coda": 1}
     config = {
-        "architectures": ["RavenForCausalLM"], "model_type": "huginn_raven",
+        "architectures": ["RavenForCausalLM"],
+        "model_type": "huginn_raven",
         "auto_map": {"AutoModelForCausalLM": "raven_modeling_minimal.RavenForCausalLM"},
-        "n_embd": d, "n_heads": h, "num_key_value_heads": kv, "head_dim": hd,
-        "intermediate_size": i_size, "vocab_size": VOCAB, "padded_vocab_size": VOCAB,
-        "n_layers": 4, "n_layers_in_prelude": 1, "n_layers_in_recurrent_block": 2,
-        "n_layers_in_coda": 1, "norm_eps": 1e-6, "bias": False, "qk_bias": huginn,
-        "tie_embeddings": huginn, "mean_recurrence": 3, "injection_type": "linear",
-        "block_size": 64, "rope_base": 50000 if huginn else 500000.0, "state_init": "like-init",
+        "n_embd": d,
+        "n_heads": h,
+        "num_key_value_heads": kv,
+        "head_dim": hd,
+        "intermediate_size": i_size,
+        "vocab_size": VOCAB,
+        "padded_vocab_size": VOCAB,
+        "n_layers": 4,
+        "n_layers_in_prelude": 1,
+        "n_layers_in_recurrent_block": 2,
+        "n_layers_in_coda": 1,
+        "norm_eps": 1e-6,
+        "bias": False,
+        "qk_bias": huginn,
+        "tie_embeddings": huginn,
+        "mean_recurrence": 3,
+        "injection_type": "linear",
+        "block_size": 64,
+        "rope_base": 50000 if huginn else 500000.0,
+        "state_init": "like-init",
         "init_values": {"embed_scale": math.sqrt(d) if huginn else 1.5, "std": 0.02},
-        "block_class_name": "SandwichBlock", "mlp_class_name": "GatedMLP", "nonlin_name": "SiLU",
-        "torch_dtype": "bfloat16" if huginn else "float32", "eos_token_id": [1, 4],
+        "block_class_name": "SandwichBlock",
+        "mlp_class_name": "GatedMLP",
+        "nonlin_name": "SiLU",
+        "torch_dtype": "bfloat16" if huginn else "float32",
+        "eos_token_id": [1, 4],
     }
     if layout == "retro-llama":  # TinyLlama-style: rope_theta differs from the stale rope_base
-        config.update(rope_theta=100.0, max_position_embeddings=64, rope_scaling={
-            "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 32, "rope_type": "llama3"})
+        config.update(
+            rope_theta=100.0,
+            max_position_embeddings=64,
+            rope_scaling={
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "rope_type": "llama3",
+            },
+        )
     n_norms = 4 if huginn else 2
     t = {"transformer.wte.weight": _randn(g, VOCAB, d)}
     for stage, n in split.items():
@@ -142,7 +187,8 @@ def write(folder, config, tensors, shards=None):
             save_file({k: tensors[k] for k in keys}, str(folder / name))
             weight_map.update(dict.fromkeys(keys, name))
         (folder / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {}, "weight_map": weight_map}))
+            json.dumps({"metadata": {}, "weight_map": weight_map})
+        )
     return folder
 
 
@@ -193,10 +239,18 @@ def oracle_attention(x, wq, wk, wv, wo, spec, q_bias=None, k_bias=None, q_norm=N
     q, k, v = q.reshape(T, h, hd), k.reshape(T, kv, hd), v.reshape(T, kv, hd)
     if q_bias is not None:  # Huginn: before RoPE
         q, k = q + q_bias, k + k_bias
-    q = torch.stack([torch.stack([rotate(q[t, j], t, spec["freqs"], spec["interleaved"])
-                                  for j in range(h)]) for t in range(T)])
-    k = torch.stack([torch.stack([rotate(k[t, j], t, spec["freqs"], spec["interleaved"])
-                                  for j in range(kv)]) for t in range(T)])
+    q = torch.stack(
+        [
+            torch.stack([rotate(q[t, j], t, spec["freqs"], spec["interleaved"]) for j in range(h)])
+            for t in range(T)
+        ]
+    )
+    k = torch.stack(
+        [
+            torch.stack([rotate(k[t, j], t, spec["freqs"], spec["interleaved"]) for j in range(kv)])
+            for t in range(T)
+        ]
+    )
     out = torch.zeros(T, h, hd, dtype=x.dtype)
     for t in range(T):
         for j in range(h):
@@ -217,21 +271,28 @@ def oracle_logits(layout, config, tensors, ids, depths):
     W = {k: v.double() for k, v in tensors.items()}
     c = config
     if layout == "ouro":
-        spec = dict(h=c["num_attention_heads"], kv=c["num_key_value_heads"], hd=c["head_dim"],
-                    eps=c["rms_norm_eps"], interleaved=False,
-                    freqs=inv_freqs(c["head_dim"], c["rope_theta"]))
+        spec = dict(
+            h=c["num_attention_heads"],
+            kv=c["num_key_value_heads"],
+            hd=c["head_dim"],
+            eps=c["rms_norm_eps"],
+            interleaved=False,
+            freqs=inv_freqs(c["head_dim"], c["rope_theta"]),
+        )
         h = W["model.embed_tokens.weight"][ids]
         out = {}
         for t in range(1, max(depths) + 1):
             for i in range(c["num_hidden_layers"]):
                 p = f"model.layers.{i}"
                 n = lambda name, x: rms(x, W[f"{p}.{name}.weight"], spec["eps"])  # noqa: B023
-                a = oracle_attention(n("input_layernorm", h), *(W[f"{p}.self_attn.{m}_proj.weight"]
-                                                                  for m in "qkvo"), spec)
+                a = oracle_attention(
+                    n("input_layernorm", h), *(W[f"{p}.self_attn.{m}_proj.weight"] for m in "qkvo"), spec
+                )
                 h = h + n("input_layernorm_2", a)
                 z = n("post_attention_layernorm", h)
-                m = (silu(z @ W[f"{p}.mlp.gate_proj.weight"].T) * (z @ W[f"{p}.mlp.up_proj.weight"].T)
-                     ) @ W[f"{p}.mlp.down_proj.weight"].T
+                m = (silu(z @ W[f"{p}.mlp.gate_proj.weight"].T) * (z @ W[f"{p}.mlp.up_proj.weight"].T)) @ W[
+                    f"{p}.mlp.down_proj.weight"
+                ].T
                 h = h + n("post_attention_layernorm_2", m)
             h = rms(h, W["model.norm.weight"], spec["eps"])  # the normed state is carried on
             out[t] = h @ W["lm_head.weight"].T
@@ -239,8 +300,14 @@ def oracle_logits(layout, config, tensors, ids, depths):
 
     huginn = layout == "huginn"
     h_, kv, hd, eps = c["n_heads"], c["num_key_value_heads"], c["head_dim"], c["norm_eps"]
-    spec = dict(h=h_, kv=kv, hd=hd, eps=eps, interleaved=huginn,
-                freqs=inv_freqs(hd, c.get("rope_theta", c["rope_base"]), c.get("rope_scaling")))
+    spec = dict(
+        h=h_,
+        kv=kv,
+        hd=hd,
+        eps=eps,
+        interleaved=huginn,
+        freqs=inv_freqs(hd, c.get("rope_theta", c["rope_base"]), c.get("rope_scaling")),
+    )
 
     def block(p, x):
         n = lambda j, y: rms(y, W[f"{p}.norm_{j}.weight"], eps)  # noqa: E731
@@ -295,8 +362,19 @@ def test_rope_rotations_match_literal_values():
     freqs = inv_freqs(4, 100.0)
     assert rotate(x, 2, freqs, False).tolist() == pytest.approx(half, abs=1e-12)
     assert rotate(x, 2, freqs, True).tolist() == pytest.approx(inter, abs=1e-12)
-    cfg = ModelConfig(family="ouro", block="ouro", vocab_size=5, d_model=4, n_heads=1, n_kv_heads=1,
-                      head_dim=4, intermediate_size=4, n_core=1, recurrence=1, rope_theta=100.0)
+    cfg = ModelConfig(
+        family="ouro",
+        block="ouro",
+        vocab_size=5,
+        d_model=4,
+        n_heads=1,
+        n_kv_heads=1,
+        head_dim=4,
+        intermediate_size=4,
+        n_core=1,
+        recurrence=1,
+        rope_theta=100.0,
+    )
     cos, sin = rope_tables(cfg, torch.tensor([2]))
     for style, want in (("half", half), ("interleaved", inter)):
         got = apply_rope(x.view(1, 1, 1, 4), cos, sin, style).flatten().tolist()
@@ -305,30 +383,81 @@ def test_rope_rotations_match_literal_values():
 
 def test_llama3_frequencies_cover_all_three_branches():
     """theta 100, D 8, factor 8, original 32: wavelengths 6.3 (kept), 19.9 (blended), 63, 199 (/8)."""
-    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 32}
+    scaling = {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
     raw = inv_freqs(8, 100.0)
     want = inv_freqs(8, 100.0, scaling)
     s = (32 / (2 * math.pi / raw[1]) - 1) / 3
     assert want == pytest.approx([raw[0], (1 - s) * raw[1] / 8 + s * raw[1], raw[2] / 8, raw[3] / 8])
-    cfg = ModelConfig(family="raven", block="prenorm", rope="half", vocab_size=5, d_model=8, n_heads=1,
-                      n_kv_heads=1, head_dim=8, intermediate_size=4, n_core=1, recurrence=1,
-                      rope_theta=100.0, rope_scaling=RopeScaling(**scaling))
+    cfg = ModelConfig(
+        family="raven",
+        block="prenorm",
+        rope="half",
+        vocab_size=5,
+        d_model=8,
+        n_heads=1,
+        n_kv_heads=1,
+        head_dim=8,
+        intermediate_size=4,
+        n_core=1,
+        recurrence=1,
+        rope_theta=100.0,
+        rope_scaling=RopeScaling(**scaling),
+    )
     assert rope_inv_freq(cfg).tolist() == pytest.approx(want, rel=1e-12)
 
 
 # -- each published layout loads and computes what MODELS.md describes ---------------------------
 EXPECTED = {
-    "ouro": dict(family="ouro", block="ouro", rope="half", recurrence=3, n_kv_heads=2, head_dim=12,
-                 embed_scale=1.0, tie_embeddings=False, early_exit_gate=True, n_core=2),
-    "huginn": dict(family="raven", block="sandwich", rope="interleaved", recurrence=3, qk_bias=True,
-                   embed_scale=4.0, ln_f_before_coda=True, tie_embeddings=True, rope_theta=50000.0,
-                   max_seq_len=64, init_state="zeros"),
-    "retro-llama": dict(family="raven", block="prenorm", rope="half", n_kv_heads=2, embed_scale=1.5,
-                        rope_theta=100.0, ln_f_before_coda=False, tie_embeddings=False,
-                        rope_scaling=RopeScaling(8.0, 1.0, 4.0, 32)),
-    "retro-olmo": dict(family="raven", block="postnorm", qk_norm=True, n_kv_heads=2,
-                       rope_theta=500000.0, rope_scaling=None, ln_f_before_coda=False),
+    "ouro": dict(
+        family="ouro",
+        block="ouro",
+        rope="half",
+        recurrence=3,
+        n_kv_heads=2,
+        head_dim=12,
+        embed_scale=1.0,
+        tie_embeddings=False,
+        early_exit_gate=True,
+        n_core=2,
+    ),
+    "huginn": dict(
+        family="raven",
+        block="sandwich",
+        rope="interleaved",
+        recurrence=3,
+        qk_bias=True,
+        embed_scale=4.0,
+        ln_f_before_coda=True,
+        tie_embeddings=True,
+        rope_theta=50000.0,
+        max_seq_len=64,
+        init_state="zeros",
+    ),
+    "retro-llama": dict(
+        family="raven",
+        block="prenorm",
+        rope="half",
+        n_kv_heads=2,
+        embed_scale=1.5,
+        rope_theta=100.0,
+        ln_f_before_coda=False,
+        tie_embeddings=False,
+        rope_scaling=RopeScaling(8.0, 1.0, 4.0, 32),
+    ),
+    "retro-olmo": dict(
+        family="raven",
+        block="postnorm",
+        qk_norm=True,
+        n_kv_heads=2,
+        rope_theta=500000.0,
+        rope_scaling=None,
+        ln_f_before_coda=False,
+    ),
 }
 
 
@@ -348,36 +477,49 @@ def test_published_checkpoint_matches_oracle(tmp_path, layout, ids):
 def _swap(a, b):
     def mutate(config, tensors):
         tensors[a], tensors[b] = tensors[b].clone(), tensors[a].clone()
+
     return mutate
 
 
 def _swap_halves(key):
     def mutate(config, tensors):
         tensors[key] = torch.cat(tensors[key].chunk(2)[::-1]).contiguous()
+
     return mutate
 
 
 def _drop_field(name):
     def mutate(config, tensors):
         del config[name]
+
     return mutate
 
 
 NEGATIVE_CONTROLS = [
-    ("ouro", "norm order", _swap("model.layers.0.input_layernorm_2.weight",
-                                 "model.layers.0.post_attention_layernorm.weight")),
+    (
+        "ouro",
+        "norm order",
+        _swap("model.layers.0.input_layernorm_2.weight", "model.layers.0.post_attention_layernorm.weight"),
+    ),
     ("huginn", "qk_bias q/k", _swap_halves("transformer.core_block.0.attn.qk_bias")),
-    ("huginn", "norm_2/norm_3", _swap("transformer.coda.0.norm_2.weight",
-                                      "transformer.coda.0.norm_3.weight")),
+    (
+        "huginn",
+        "norm_2/norm_3",
+        _swap("transformer.coda.0.norm_2.weight", "transformer.coda.0.norm_3.weight"),
+    ),
     ("retro-llama", "fc gate/up", _swap_halves("transformer.prelude.0.mlp.fc.weight")),
     ("retro-llama", "no llama3 scaling", _drop_field("rope_scaling")),
-    ("retro-olmo", "norm_1/norm_2", _swap("transformer.core_block.1.norm_1.weight",
-                                          "transformer.core_block.1.norm_2.weight")),
+    (
+        "retro-olmo",
+        "norm_1/norm_2",
+        _swap("transformer.core_block.1.norm_1.weight", "transformer.core_block.1.norm_2.weight"),
+    ),
 ]
 
 
-@pytest.mark.parametrize("layout, what, mutate", NEGATIVE_CONTROLS, ids=[f"{a}-{b}" for a, b, _ in
-                                                                          NEGATIVE_CONTROLS])
+@pytest.mark.parametrize(
+    "layout, what, mutate", NEGATIVE_CONTROLS, ids=[f"{a}-{b}" for a, b, _ in NEGATIVE_CONTROLS]
+)
 def test_oracle_comparison_detects_mismapping(tmp_path, layout, what, mutate):
     """Negative control: a checkpoint altered as a mis-mapped loader would see it must not match."""
     config, tensors = checkpoint(layout)
@@ -412,7 +554,8 @@ def test_recurrence_override(tmp_path):
 def _state_equal(a, b):
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(
-        sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]) for k in sa)
+        sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]) for k in sa
+    )
 
 
 @pytest.mark.parametrize("shard_size", [None, 4000], ids=["single", "sharded"])
@@ -459,18 +602,21 @@ def test_write_published_refuses_what_the_layout_cannot_hold(tmp_path):
 def _set(key, value):
     def mutate(config, tensors):
         config[key] = value
+
     return mutate
 
 
 def _del_tensor(key):
     def mutate(config, tensors):
         del tensors[key]
+
     return mutate
 
 
 def _put_tensor(key, value):
     def mutate(config, tensors):
         tensors[key] = value
+
     return mutate
 
 
@@ -492,25 +638,40 @@ BAD = [
     ("ouro", _set("rope_scaling", {"rope_type": "yarn", "factor": 4.0}), "'rope_scaling'"),
     ("ouro", _del_tensor("model.layers.1.mlp.up_proj.weight"), "model.layers.1.mlp.up_proj.weight"),
     ("ouro", _del_tensor("lm_head.weight"), "lm_head.weight"),
-    ("ouro", _put_tensor("model.layers.0.self_attn.q_proj.bias", torch.zeros(24)),
-     "model.layers.0.self_attn.q_proj.bias"),
-    ("ouro", _put_tensor("model.layers.0.self_attn.k_proj.weight", torch.zeros(24, 15)),
-     r"'model.layers.0.self_attn.k_proj.weight' has shape \[24, 15\], expected \[24, 16\]"),
-    ("ouro", _put_tensor("model.norm.weight", torch.ones(16, dtype=torch.int64)),
-     "'model.norm.weight' has dtype I64"),
+    (
+        "ouro",
+        _put_tensor("model.layers.0.self_attn.q_proj.bias", torch.zeros(24)),
+        "model.layers.0.self_attn.q_proj.bias",
+    ),
+    (
+        "ouro",
+        _put_tensor("model.layers.0.self_attn.k_proj.weight", torch.zeros(24, 15)),
+        r"'model.layers.0.self_attn.k_proj.weight' has shape \[24, 15\], expected \[24, 16\]",
+    ),
+    (
+        "ouro",
+        _put_tensor("model.norm.weight", torch.ones(16, dtype=torch.int64)),
+        "'model.norm.weight' has dtype I64",
+    ),
     ("huginn", _drop_field("n_layers_in_coda"), "'n_layers_in_coda'"),
     ("huginn", _set("num_attention_heads", 4), "n_heads / num_attention_heads"),
     ("huginn", _set("num_key_value_heads", 1), "'num_key_value_heads'"),
     ("huginn", _set("injection_type", "add"), "'injection_type'"),
     ("huginn", _set("init_values", {"embed_scale": 1.0}), "init_values.embed_scale"),
     ("huginn", _put_tensor("lm_head.weight", torch.zeros(VOCAB, 16, dtype=torch.bfloat16)), "lm_head.weight"),
-    ("huginn", _put_tensor("transformer.core_block.0.attn.Wqkv.weight", torch.zeros(40, 16)),
-     "'transformer.core_block.0.attn.Wqkv.weight' has shape"),
+    (
+        "huginn",
+        _put_tensor("transformer.core_block.0.attn.Wqkv.weight", torch.zeros(40, 16)),
+        "'transformer.core_block.0.attn.Wqkv.weight' has shape",
+    ),
     ("huginn", _mixed_norms, "transformer.core_block.0.attn.q_norm.weight"),
     ("retro-llama", _del_embed_scale, "init_values.embed_scale"),
     ("retro-olmo", _drop_field("num_key_value_heads"), "'num_key_value_heads'"),
-    ("retro-olmo", _del_tensor("transformer.coda.0.attn.k_norm.weight"),
-     "transformer.coda.0.attn.k_norm.weight"),
+    (
+        "retro-olmo",
+        _del_tensor("transformer.coda.0.attn.k_norm.weight"),
+        "transformer.coda.0.attn.k_norm.weight",
+    ),
 ]
 
 
@@ -553,13 +714,26 @@ def _folder_case(tmp_path, case):
         (folder / shard2).write_bytes(b"\xff" * 64)
         return folder, "not a readable safetensors"
     index_path.write_text(json.dumps(index))
-    want = {"key not in its shard": "model.layers.0.self_attn.q_proj.weight",
-            "key not in index": keys[3], "path outside folder": "elsewhere"}[case]
+    want = {
+        "key not in its shard": "model.layers.0.self_attn.q_proj.weight",
+        "key not in index": keys[3],
+        "path outside folder": "elsewhere",
+    }[case]
     return folder, want
 
 
-@pytest.mark.parametrize("case", ["missing shard", "key not in its shard", "key not in index",
-                                  "path outside folder", "pickle", "no weights", "corrupt file"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing shard",
+        "key not in its shard",
+        "key not in index",
+        "path outside folder",
+        "pickle",
+        "no weights",
+        "corrupt file",
+    ],
+)
 def test_bad_folder_names_the_culprit(tmp_path, case):
     folder, message = _folder_case(tmp_path, case)
     with pytest.raises(LoopcertError, match=message):
@@ -572,8 +746,9 @@ WORDS = ["[UNK]", "<s>", "</s>", "the", "cat", "sat", "on", "mat", "a", "dog", "
 
 def add_tokenizer(folder):
     tokenizers = pytest.importorskip("tokenizers")
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)},
-                                                           unk_token="[UNK]"))
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]")
+    )
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.decoder = tokenizers.decoders.WordPiece()  # joins words with spaces
     tok.save(str(folder / "tokenizer.json"))
@@ -636,8 +811,12 @@ def test_inspect_reports_what_was_recognised(tmp_path, capsys, layout):
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     stored = "BF16" if layout == "huginn" else "F32"
     assert info["stored_dtypes"] == {stored: len(tensors)}
-    for text in (f"{model.cfg.family} / {model.cfg.block}", f"{info['parameters']:,}", stored,
-                 f"{model.cfg.n_kv_heads} key/value"):
+    for text in (
+        f"{model.cfg.family} / {model.cfg.block}",
+        f"{info['parameters']:,}",
+        stored,
+        f"{model.cfg.n_kv_heads} key/value",
+    ):
         assert text in out
 
 

@@ -44,8 +44,9 @@ def test_profile_equals_the_oracle_sequence_by_sequence(model):
     seqs, labels = seqs_and_labels(V, [7, 12, 3, 12, 9])
     starts = [0, 4, 1, 11, 2]
     depths = [1, 2, R - 1, R + 2]
-    prof = depth_profile(model, seqs, depths, labels=labels, starts=starts, buckets=[(0, 4), (4, 100)],
-                         batch=3)
+    prof = depth_profile(
+        model, seqs, depths, labels=labels, starts=starts, buckets=[(0, 4), (4, 100)], batch=3
+    )
     ref = naive(model, seqs, labels, starts, depths, R)
     assert prof.n_positions == sum(len(s) - a for s, a in zip(seqs, starts))
     for r in depths:
@@ -84,8 +85,9 @@ def test_exit_histogram_and_laws(model):
     thr = 1e-2
     prof, laws = depth_profile(model, seqs, list(range(1, R + 1)), exit_kl=thr, keep_laws=True)
     assert laws.shape == (R, 16, model.cfg.vocab_size) and laws.dtype == torch.float64
-    lp = torch.cat([torch.log_softmax(model.depth_logits(s, list(range(1, R + 1))).double(), -1)
-                    for s in seqs], 1)
+    lp = torch.cat(
+        [torch.log_softmax(model.depth_logits(s, list(range(1, R + 1))).double(), -1) for s in seqs], 1
+    )
     assert torch.allclose(laws, lp.exp(), atol=1e-12)
     kl = (lp[1:].exp() * (lp[1:] - lp[:-1])).sum(-1)  # (R-1, P): KL(p_r || p_{r-1}), r = 2..R
     first = []

@@ -45,8 +45,11 @@ def model_for(name="tiny-raven", recurrence=5, seed=3, dtype=torch.float32) -> L
 
 
 def same(a, b) -> bool:
-    return a.tokens == b.tokens and len(a.target_logits) == len(b.target_logits) and all(
-        torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+    return (
+        a.tokens == b.tokens
+        and len(a.target_logits) == len(b.target_logits)
+        and all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+    )
 
 
 # -- needle in a batch -----------------------------------------------------------------------
@@ -73,10 +76,28 @@ def batches(draw):
 
 @settings(max_examples=12)
 @given(batches())
-@example(("tiny-raven", "pipelined", 8, ([1, 2, 3, 4], 9, SAMPLINGS[1], 5),
-          [([7], 1, SAMPLINGS[0], 1), ([3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3], 9, SAMPLINGS[2], 2)], 1, None))
-@example(("tiny-ouro", "draft-verify", 16, ([5, 6], 8, SAMPLINGS[2], 9),
-          [([1, 1, 2], 0, SAMPLINGS[1], 4), ([2], 8, SAMPLINGS[1], 2**64 - 1)], 2, 3))  # EOS, 0 new tokens
+@example(
+    (
+        "tiny-raven",
+        "pipelined",
+        8,
+        ([1, 2, 3, 4], 9, SAMPLINGS[1], 5),
+        [([7], 1, SAMPLINGS[0], 1), ([3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3], 9, SAMPLINGS[2], 2)],
+        1,
+        None,
+    )
+)
+@example(
+    (
+        "tiny-ouro",
+        "draft-verify",
+        16,
+        ([5, 6], 8, SAMPLINGS[2], 9),
+        [([1, 1, 2], 0, SAMPLINGS[1], 4), ([2], 8, SAMPLINGS[1], 2**64 - 1)],
+        2,
+        3,
+    )
+)  # EOS, 0 new tokens
 def test_needle_in_a_batch_is_bitwise_the_sequence_alone(case):
     name, strategy, width, needle, others, at, eos = case
     model = model_for(name)
@@ -144,6 +165,7 @@ def poisoner(seed: int, hit_committed: bool = False):
 
     def hook(engine, lanes, lengths):
         engine.poison(gen, 1e4, lanes, {} if hit_committed else lengths)
+
     return hook
 
 
@@ -164,8 +186,9 @@ def test_garbage_in_every_unowned_slot_of_every_sequence_changes_nothing(name, s
 def test_poisoning_committed_slots_of_a_batch_is_detected():
     model = model_for("tiny-raven")
     prompts = [[1, 2, 3, 4], [5, 6]]
-    want = Decoder(model, CONFIGS["pipelined"]).generate_batch(prompts, 8, SamplingParams(), [0, 0],
-                                                               keep_logits=True)
+    want = Decoder(model, CONFIGS["pipelined"]).generate_batch(
+        prompts, 8, SamplingParams(), [0, 0], keep_logits=True
+    )
     dirty = Decoder(model, CONFIGS["pipelined"])
     dirty._step_hook = poisoner(seed=2, hit_committed=True)
     got = dirty.generate_batch(prompts, 8, SamplingParams(), [0, 0], keep_logits=True)
@@ -229,8 +252,19 @@ def test_more_sequences_than_rows_queue_and_reuse_finished_rows(strategy):
     prompts, lengths, EOS, 0 new tokens, a shared prompt held in a reused row), and each is
     bit for bit the sequence decoded alone."""
     model = model_for("tiny-raven-olmo")
-    prompts = [[1, 2, 3], [4], [1, 2, 3], [5, 6, 7, 8, 9], [1, 2, 3], [2, 2], [1, 2, 3], [7] * 10,
-               [1, 2, 3], [3], [1, 2, 3]]
+    prompts = [
+        [1, 2, 3],
+        [4],
+        [1, 2, 3],
+        [5, 6, 7, 8, 9],
+        [1, 2, 3],
+        [2, 2],
+        [1, 2, 3],
+        [7] * 10,
+        [1, 2, 3],
+        [3],
+        [1, 2, 3],
+    ]
     news = [6, 2, 9, 3, 0, 7, 1, 5, 8, 4, 6]
     sps = [SAMPLINGS[i % 3] for i in range(11)]
     seeds = list(range(100, 111))
@@ -252,8 +286,9 @@ def test_queued_sequences_reuse_the_held_prefill_and_poisoning_finds_nothing():
     model = model_for("tiny-raven")
     sp = SamplingParams(temperature=1.0)
     prompts, seeds = [[1, 2, 3, 4]] * 9, list(range(9))
-    want = Decoder(model, CONFIGS["pipelined"], max_batch=3).generate_batch(prompts, 4, sp, seeds,
-                                                                            keep_logits=True)
+    want = Decoder(model, CONFIGS["pipelined"], max_batch=3).generate_batch(
+        prompts, 4, sp, seeds, keep_logits=True
+    )
     dirty = Decoder(model, CONFIGS["pipelined"], max_batch=3)
     dirty._step_hook = poisoner(seed=5)
     got = dirty.generate_batch(prompts, 4, sp, seeds, keep_logits=True)
@@ -274,30 +309,36 @@ def test_gathered_and_viewed_reads_are_the_same_bits(monkeypatch, pieces):
     model = model_for("tiny-raven-olmo")
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 1], [2], [3, 3]]
     news, sp = [9, 6, 8, 30], SAMPLINGS[2]
-    alone = [Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate(p, n, sp, 7 + i, keep_logits=True)
-             for i, (p, n) in enumerate(zip(prompts, news))]
+    alone = [
+        Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate(p, n, sp, 7 + i, keep_logits=True)
+        for i, (p, n) in enumerate(zip(prompts, news))
+    ]
     monkeypatch.setattr(fastdec.engine, "GATHER_PIECES", pieces)
     monkeypatch.setattr(fastdec.engine, "PIECE_ELEMS", 10**12)
-    got = Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate_batch(prompts, news, sp, [7, 8, 9, 10],
-                                                                             keep_logits=True)
+    got = Decoder(model, CONFIGS["pipelined"], fixed_width=8).generate_batch(
+        prompts, news, sp, [7, 8, 9, 10], keep_logits=True
+    )
     assert all(same(a, b) for a, b in zip(got, alone))
 
 
 # -- bad input ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, match", [
-    (([[1, 2], [3]], 4, SamplingParams(), [1]), "2 prompts but 1 seeds"),
-    (([], 4, SamplingParams(), []), "empty batch"),
-    (([[1, 2], [1] * 126], 4, SamplingParams(), [0, 1]), "sequence 1: prompt of 126 tokens"),
-    (([[1, 2], [3, 13]], 4, SamplingParams(), [0, 1]), "token id 13"),
-    (([[1], [2]], 4, SamplingParams(), [0, 2**64]), f"got {2**64}"),
-    (([[1], [2]], 4, SamplingParams(), [0, -1]), "got -1"),
-    (([[1], [2]], [4, 5, 6], SamplingParams(), [0, 1]), "2 prompts but 3 max_new_tokens"),
-    (([[1], [2]], [4, -1], SamplingParams(), [0, 1]), "max_new_tokens must be an integer >= 0, got -1"),
-    (([[1], [2]], 4, [SamplingParams(), "greedy"], [0, 1]), "'greedy'"),
-    (([[1], [2]], 4, SamplingParams(), 7), "seeds must be"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([[1, 2], [3]], 4, SamplingParams(), [1]), "2 prompts but 1 seeds"),
+        (([], 4, SamplingParams(), []), "empty batch"),
+        (([[1, 2], [1] * 126], 4, SamplingParams(), [0, 1]), "sequence 1: prompt of 126 tokens"),
+        (([[1, 2], [3, 13]], 4, SamplingParams(), [0, 1]), "token id 13"),
+        (([[1], [2]], 4, SamplingParams(), [0, 2**64]), f"got {2**64}"),
+        (([[1], [2]], 4, SamplingParams(), [0, -1]), "got -1"),
+        (([[1], [2]], [4, 5, 6], SamplingParams(), [0, 1]), "2 prompts but 3 max_new_tokens"),
+        (([[1], [2]], [4, -1], SamplingParams(), [0, 1]), "max_new_tokens must be an integer >= 0, got -1"),
+        (([[1], [2]], 4, [SamplingParams(), "greedy"], [0, 1]), "'greedy'"),
+        (([[1], [2]], 4, SamplingParams(), 7), "seeds must be"),
+    ],
+)
 def test_bad_batches_raise_before_any_work(args, match):
     dec = Decoder(model_for(), CONFIGS["pipelined"], fixed_width=8, max_batch=4)
     want = dec.generate_batch([[4, 5, 6], [1]], 8, SamplingParams(1.0), [1, 2], keep_logits=True)

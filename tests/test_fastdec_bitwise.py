@@ -34,8 +34,11 @@ def model32(name, recurrence=None, seed=3):
 
 
 def same(a, b) -> bool:
-    return a.tokens == b.tokens and len(a.target_logits) == len(b.target_logits) and all(
-        torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+    return (
+        a.tokens == b.tokens
+        and len(a.target_logits) == len(b.target_logits)
+        and all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
+    )
 
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
@@ -73,6 +76,7 @@ def poisoner(seed: int, scale: float = 1e4, hit_committed: bool = False):
             engine.poison(gen, scale, [], {})
         else:
             engine.poison(gen, scale, lanes, lengths)
+
     return hook
 
 
@@ -80,12 +84,15 @@ SAMPLING = SamplingParams(temperature=1.0, top_k=8)
 
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
-@pytest.mark.parametrize("strategy, kw", [
-    ("autoregressive", {}),
-    ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}),
-    ("pipelined", {"draft_depth": 1, "second_depth": 3}),
-    ("adaptive-verify", {"draft_depth": 1, "rewind_depth": 3}),
-])
+@pytest.mark.parametrize(
+    "strategy, kw",
+    [
+        ("autoregressive", {}),
+        ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}),
+        ("pipelined", {"draft_depth": 1, "second_depth": 3}),
+        ("adaptive-verify", {"draft_depth": 1, "rewind_depth": 3}),
+    ],
+)
 def test_garbage_in_freed_slots_changes_nothing(name, strategy, kw):
     model = model32(name, recurrence=5)
     for sampling in (SamplingParams(), SAMPLING):
@@ -114,8 +121,9 @@ def test_reused_cache_equals_fresh_decoder(strategy, kw):
     dec = Decoder(model, strategy, fixed_width=8, **kw)
     dec.generate([5, 4, 3, 2, 1, 0, 9, 9, 9], 14, SAMPLING, seed=1)  # longer: stale rows everywhere
     got = dec.generate(PROMPT, N_NEW, SAMPLING, seed=7, keep_logits=True)
-    want = Decoder(model, strategy, fixed_width=8, **kw).generate(PROMPT, N_NEW, SAMPLING, seed=7,
-                                                                    keep_logits=True)
+    want = Decoder(model, strategy, fixed_width=8, **kw).generate(
+        PROMPT, N_NEW, SAMPLING, seed=7, keep_logits=True
+    )
     assert same(got, want)
 
 
@@ -124,10 +132,12 @@ def test_gather_reads_equal_view_reads_bitwise(name):
     """reads="gather" is the path CUDA graphs capture; on CPU it must agree with the views."""
     model = model32(name)
     kw = {"draft_depth": 1, "second_depth": 2}
-    a = Decoder(model, "pipelined", fixed_width=8, **kw).generate(PROMPT, N_NEW, SAMPLING, seed=3,
-                                                                  keep_logits=True)
-    b = Decoder(model, "pipelined", fixed_width=8, reads="gather", **kw).generate(PROMPT, N_NEW, SAMPLING,
-                                                                                  seed=3, keep_logits=True)
+    a = Decoder(model, "pipelined", fixed_width=8, **kw).generate(
+        PROMPT, N_NEW, SAMPLING, seed=3, keep_logits=True
+    )
+    b = Decoder(model, "pipelined", fixed_width=8, reads="gather", **kw).generate(
+        PROMPT, N_NEW, SAMPLING, seed=3, keep_logits=True
+    )
     assert same(a, b)
 
 

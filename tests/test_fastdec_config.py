@@ -16,15 +16,18 @@ def test_labels():
     assert DecodeConfig("draft-verify", draft_depth=4).label == "draft-verify d1=4 k=4"
     adaptive = DecodeConfig("adaptive-verify", draft_depth=2, rewind_depth=8)
     assert adaptive.label == "adaptive-verify d1=2 k=4 V=8"
-    assert (DecodeConfig("pipelined", draft_depth=2, second_depth=8, gate="inverted").label
-            == "pipelined d1=2 d2=8 gate=inverted")
+    assert (
+        DecodeConfig("pipelined", draft_depth=2, second_depth=8, gate="inverted").label
+        == "pipelined d1=2 d2=8 gate=inverted"
+    )
     assert DecodeConfig("pipelined", draft_depth=2, gate=False).label == "pipelined d1=2 gate=off"
     unfiltered = DecodeConfig("pipelined", draft_depth=1, draft_filter=False)
     assert unfiltered.label == "pipelined d1=1 unfiltered draft"
     assert DecodeConfig("pipelined", draft_depth=16, rewind_depth=31).label == "pipelined d1=16 rewind=31"
     assert DecodeConfig("draft-verify", depth=9, draft_depth=3).label == "draft-verify d1=3 k=4 R=9"
-    labels = {DecodeConfig("pipelined", draft_depth=a, second_depth=b).label
-              for a in (1, 2) for b in (None, 4)}
+    labels = {
+        DecodeConfig("pipelined", draft_depth=a, second_depth=b).label for a in (1, 2) for b in (None, 4)
+    }
     assert len(labels) == 4
 
 
@@ -35,20 +38,23 @@ def test_one_default_draft_depth():
     assert DecodeConfig("draft-verify", depth=48).resolve(32).draft_depth == 3  # from the target depth
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"strategy": "fast"}, "'fast'"),
-    ({"draft_depth": 0}, "draft_depth must be an integer >= 1, got 0"),
-    ({"strategy": "pipelined", "depth": 4, "draft_depth": 4}, "draft_depth=4 must be < depth=4"),
-    ({"strategy": "draft-verify", "second_depth": 3}, "second_depth=3 applies to strategy 'pipelined'"),
-    ({"strategy": "pipelined", "draft_depth": 3, "second_depth": 3}, "second_depth=3 must satisfy"),
-    ({"gate": "maybe"}, "'maybe'"),
-    ({"draft_ahead": True}, "draft_ahead must be an integer >= 1, got True"),
-    ({"depth": 4, "rewind_depth": 5}, "rewind_depth=5"),
-    ({"telemetry_depths": 3}, "telemetry_depths"),
-    ({"depth": 4, "telemetry_depths": (9,)}, "telemetry_depths=(9,)"),
-    ({"strategy": "adaptive-verify", "depth": 4, "draft_depth": 2}, "verify depth 4"),
-    ({"draft_filter": "yes"}, "draft_filter"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"strategy": "fast"}, "'fast'"),
+        ({"draft_depth": 0}, "draft_depth must be an integer >= 1, got 0"),
+        ({"strategy": "pipelined", "depth": 4, "draft_depth": 4}, "draft_depth=4 must be < depth=4"),
+        ({"strategy": "draft-verify", "second_depth": 3}, "second_depth=3 applies to strategy 'pipelined'"),
+        ({"strategy": "pipelined", "draft_depth": 3, "second_depth": 3}, "second_depth=3 must satisfy"),
+        ({"gate": "maybe"}, "'maybe'"),
+        ({"draft_ahead": True}, "draft_ahead must be an integer >= 1, got True"),
+        ({"depth": 4, "rewind_depth": 5}, "rewind_depth=5"),
+        ({"telemetry_depths": 3}, "telemetry_depths"),
+        ({"depth": 4, "telemetry_depths": (9,)}, "telemetry_depths=(9,)"),
+        ({"strategy": "adaptive-verify", "depth": 4, "draft_depth": 2}, "verify depth 4"),
+        ({"draft_filter": "yes"}, "draft_filter"),
+    ],
+)
 def test_bad_fields_name_the_field(kw, match):
     with pytest.raises(LoopcertError, match=re.escape(match)):
         DecodeConfig(**kw)

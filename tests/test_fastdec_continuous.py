@@ -71,11 +71,31 @@ def schedules(draw):
 
 @settings(max_examples=12, deadline=None)
 @given(schedules())
-@example(("tiny-raven", "pipelined", 8,  # three on one prompt, joining late, on two reused rows
-          [(0, [1, 2, 3], 6, SAMPLINGS[1], 5, None), (3, [1, 2, 3], 4, SAMPLINGS[2], 6, None),
-           (4, [1, 2, 3], 5, SAMPLINGS[0], 7, None), (9, [4], 3, SAMPLINGS[1], 8, None)], 2, []))
-@example(("tiny-ouro", "draft-verify", 16,  # the leader is dropped while its follower waits
-          [(0, [5, 6, 7], 8, SAMPLINGS[2], 9, None), (0, [5, 6, 7], 8, SAMPLINGS[1], 10, None)], 3, [(0, 0)]))
+@example(
+    (
+        "tiny-raven",
+        "pipelined",
+        8,  # three on one prompt, joining late, on two reused rows
+        [
+            (0, [1, 2, 3], 6, SAMPLINGS[1], 5, None),
+            (3, [1, 2, 3], 4, SAMPLINGS[2], 6, None),
+            (4, [1, 2, 3], 5, SAMPLINGS[0], 7, None),
+            (9, [4], 3, SAMPLINGS[1], 8, None),
+        ],
+        2,
+        [],
+    )
+)
+@example(
+    (
+        "tiny-ouro",
+        "draft-verify",
+        16,  # the leader is dropped while its follower waits
+        [(0, [5, 6, 7], 8, SAMPLINGS[2], 9, None), (0, [5, 6, 7], 8, SAMPLINGS[1], 10, None)],
+        3,
+        [(0, 0)],
+    )
+)
 def test_a_sequence_joining_a_running_batch_is_bitwise_the_sequence_alone(case):
     name, strategy, width, seqs, rows, drops = case
     model = model_for(name)
@@ -119,11 +139,13 @@ def test_each_sequence_joining_at_any_step_is_generate_alone_for_every_seed(name
 def test_garbage_in_every_unowned_slot_changes_nothing(strategy):
     model = model_for("tiny-raven")
     sp = SamplingParams(temperature=1.0, top_k=8)
-    sched = [(0, [1, 2, 3, 4], 10, sp, 3, None),
-             (0, [1, 2, 3, 4], 1, sp, 4, None),  # ends at once: its row is reused
-             (1, [1, 2, 3, 4], 6, sp, 5, None),
-             (2, [6, 7, 8, 9, 1, 2], 7, sp, 6, None),
-             (5, [5], 4, sp, 7, None)]
+    sched = [
+        (0, [1, 2, 3, 4], 10, sp, 3, None),
+        (0, [1, 2, 3, 4], 1, sp, 4, None),  # ends at once: its row is reused
+        (1, [1, 2, 3, 4], 6, sp, 5, None),
+        (2, [6, 7, 8, 9, 1, 2], 7, sp, 6, None),
+        (5, [5], 4, sp, 7, None),
+    ]
     want = run_schedule(Decoder(model, CONFIGS[strategy]), sched, 3)
     dirty = Decoder(model, CONFIGS[strategy])
     dirty._step_hook = poisoner(seed=2)

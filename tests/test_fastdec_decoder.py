@@ -36,8 +36,9 @@ SETTINGS = {
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_sampling_is_deterministic_per_seed(strategy):
     dec = Decoder(model_for(), strategy, **SETTINGS[strategy])
-    runs = {seed: [dec.generate([1, 2, 3], 16, SAMPLING, seed=seed).tokens for _ in range(2)]
-            for seed in range(3)}
+    runs = {
+        seed: [dec.generate([1, 2, 3], 16, SAMPLING, seed=seed).tokens for _ in range(2)] for seed in range(3)
+    }
     for a, b in runs.values():
         assert a == b
     assert len({tuple(r[0]) for r in runs.values()}) > 1  # different seeds differ
@@ -51,8 +52,9 @@ def test_unfiltered_drafts_are_a_different_but_valid_run(strategy):
     params = SamplingParams(temperature=1.0, top_k=2)
     kw = SETTINGS[strategy]
     a = Decoder(model, strategy, **kw).generate([1, 2], 24, params, seed=4, keep_logits=True)
-    b = Decoder(model, strategy, draft_filter=False, **kw).generate([1, 2], 24, params, seed=4,
-                                                                   keep_logits=True)
+    b = Decoder(model, strategy, draft_filter=False, **kw).generate(
+        [1, 2], 24, params, seed=4, keep_logits=True
+    )
     assert a.tokens != b.tokens
     for res in (a, b):
         for tok, logits in zip(res.tokens, res.target_logits):
@@ -112,7 +114,7 @@ def converged(name="tiny-raven-llama", recurrence=8) -> LoopedLM:
     """A Raven model whose adapter ignores the state: every depth >= 1 gives the same logits."""
     model = LoopedLM(get_preset(name).replace(recurrence=recurrence)).init_weights(0)
     with torch.no_grad():
-        model.adapter.weight[:, :model.cfg.d_model] = 0.0
+        model.adapter.weight[:, : model.cfg.d_model] = 0.0
     return model
 
 
@@ -133,40 +135,46 @@ def test_stats_when_every_draft_is_right():
 # -- bad input -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"strategy": "speculative"}, "speculative"),
-    ({"strategy": "draft-verify", "draft_depth": 6}, "draft_depth=6"),
-    ({"strategy": "pipelined", "draft_depth": 7, "depth": 5}, "draft_depth=7"),
-    ({"strategy": "pipelined", "draft_depth": 0}, "draft_depth must be an integer >= 1, got 0"),
-    ({"strategy": "pipelined", "draft_depth": 2, "second_depth": 2}, "second_depth=2"),
-    ({"strategy": "pipelined", "draft_depth": 2, "second_depth": 6}, "second_depth=6"),
-    ({"strategy": "draft-verify", "draft_depth": 2, "second_depth": 4}, "second_depth=4"),
-    ({"strategy": "draft-verify", "draft_ahead": 0}, "draft_ahead must be an integer >= 1, got 0"),
-    ({"strategy": "draft-verify", "draft_ahead": 2.5}, "2.5"),
-    ({"rewind_depth": 7}, "rewind_depth=7"),
-    ({"rewind_depth": 0}, "rewind_depth=0"),
-    ({"strategy": "adaptive-verify", "draft_depth": 3}, "verify depth 6"),
-    ({"strategy": "pipelined", "gate": "sometimes"}, "sometimes"),
-    ({"fixed_width": 3}, "fixed_width"),
-    ({"depth": 0}, "depth must be an integer >= 1, got 0"),
-    ({"cuda_graphs": True}, "cuda_graphs"),
-    ({"reads": "copy"}, "copy"),
-    ({"dtype": "float8"}, "float8"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"strategy": "speculative"}, "speculative"),
+        ({"strategy": "draft-verify", "draft_depth": 6}, "draft_depth=6"),
+        ({"strategy": "pipelined", "draft_depth": 7, "depth": 5}, "draft_depth=7"),
+        ({"strategy": "pipelined", "draft_depth": 0}, "draft_depth must be an integer >= 1, got 0"),
+        ({"strategy": "pipelined", "draft_depth": 2, "second_depth": 2}, "second_depth=2"),
+        ({"strategy": "pipelined", "draft_depth": 2, "second_depth": 6}, "second_depth=6"),
+        ({"strategy": "draft-verify", "draft_depth": 2, "second_depth": 4}, "second_depth=4"),
+        ({"strategy": "draft-verify", "draft_ahead": 0}, "draft_ahead must be an integer >= 1, got 0"),
+        ({"strategy": "draft-verify", "draft_ahead": 2.5}, "2.5"),
+        ({"rewind_depth": 7}, "rewind_depth=7"),
+        ({"rewind_depth": 0}, "rewind_depth=0"),
+        ({"strategy": "adaptive-verify", "draft_depth": 3}, "verify depth 6"),
+        ({"strategy": "pipelined", "gate": "sometimes"}, "sometimes"),
+        ({"fixed_width": 3}, "fixed_width"),
+        ({"depth": 0}, "depth must be an integer >= 1, got 0"),
+        ({"cuda_graphs": True}, "cuda_graphs"),
+        ({"reads": "copy"}, "copy"),
+        ({"dtype": "float8"}, "float8"),
+    ],
+)
 def test_bad_settings_raise_one_clear_error(kw, match):
     with pytest.raises(LoopcertError, match=re.escape(match)):
         Decoder(model_for(), **kw)
 
 
-@pytest.mark.parametrize("args, match", [
-    (([], 4), "non-empty"),
-    (([1, 13], 4), "token id 13"),
-    (([1, -1], 4), "token id -1"),
-    (([1] * 120, 9), "max_seq_len=128"),  # context overflow
-    (([1, 2], -1), "max_new_tokens"),
-    (([1, 2], 4, SamplingParams(), -3), "seed"),
-    (([1, 2], 4, "greedy"), "SamplingParams"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([], 4), "non-empty"),
+        (([1, 13], 4), "token id 13"),
+        (([1, -1], 4), "token id -1"),
+        (([1] * 120, 9), "max_seq_len=128"),  # context overflow
+        (([1, 2], -1), "max_new_tokens"),
+        (([1, 2], 4, SamplingParams(), -3), "seed"),
+        (([1, 2], 4, "greedy"), "SamplingParams"),
+    ],
+)
 def test_bad_generate_args_raise_and_write_nothing(args, match):
     dec = Decoder(model_for(), "pipelined", draft_depth=1, second_depth=3, fixed_width=4)
     want = dec.generate([4, 5, 6], 8, SAMPLING, seed=1, keep_logits=True)
@@ -200,8 +208,26 @@ def test_depth_beyond_r_and_dtype_conversion():
 
 
 def test_cli_speculate_prints_tokens_then_stats(capsys):
-    rc = main(["speculate", "tiny-raven", "--prompt-ids", "1", "2", "3", "--max-new-tokens", "6",
-               "--draft-loops", "2", "--verify-loops", "6", "--draft-ahead", "4", "--rewind-L", "4"])
+    rc = main(
+        [
+            "speculate",
+            "tiny-raven",
+            "--prompt-ids",
+            "1",
+            "2",
+            "3",
+            "--max-new-tokens",
+            "6",
+            "--draft-loops",
+            "2",
+            "--verify-loops",
+            "6",
+            "--draft-ahead",
+            "4",
+            "--rewind-L",
+            "4",
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     assert len(out[0].split()) == 6 and all(t.isdigit() for t in out[0].split())
@@ -213,14 +239,32 @@ def test_cli_speculate_prints_tokens_then_stats(capsys):
     assert out[0] == " ".join(map(str, want))
 
 
-@pytest.mark.parametrize("flags", [
-    ["--draft-depth", "1", "--depth", "6", "--second-depth", "3", "--rewind-depth", "4"],
-    # the seed's names, kept as aliases
-    ["--draft-loops", "1", "--verify-loops", "6", "--second-loops", "3", "--rewind-L", "4"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--draft-depth", "1", "--depth", "6", "--second-depth", "3", "--rewind-depth", "4"],
+        # the seed's names, kept as aliases
+        ["--draft-loops", "1", "--verify-loops", "6", "--second-loops", "3", "--rewind-L", "4"],
+    ],
+)
 def test_cli_speculate_flags_are_named_like_the_api(capsys, flags):
-    rc = main(["speculate", "tiny-raven", "--prompt-ids", "1", "2", "3", "--max-new-tokens", "5",
-               "--strategy", "pipelined", "--draft-ahead", "2", *flags])
+    rc = main(
+        [
+            "speculate",
+            "tiny-raven",
+            "--prompt-ids",
+            "1",
+            "2",
+            "3",
+            "--max-new-tokens",
+            "5",
+            "--strategy",
+            "pipelined",
+            "--draft-ahead",
+            "2",
+            *flags,
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     stats = dict(line.split(": ", 1) for line in out[1:])
@@ -235,16 +279,39 @@ def test_cli_speculate_decodes_several_prompts_as_one_batch(capsys, tmp_path):
     equal to the same prompt decoded alone."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("class A:\n\nimport os\n")
-    rc = main(["speculate", "default", "--prompt", "def f", "--prompt", "x = ", "--prompts-file",
-               str(prompts), "--strategy", "pipelined", "--depth", "4", "--draft-depth", "1",
-               "--max-new-tokens", "5", "--temperature", "1", "--seed", "7", "--fixed-width", "8"])
+    rc = main(
+        [
+            "speculate",
+            "default",
+            "--prompt",
+            "def f",
+            "--prompt",
+            "x = ",
+            "--prompts-file",
+            str(prompts),
+            "--strategy",
+            "pipelined",
+            "--depth",
+            "4",
+            "--draft-depth",
+            "1",
+            "--max-new-tokens",
+            "5",
+            "--temperature",
+            "1",
+            "--seed",
+            "7",
+            "--fixed-width",
+            "8",
+        ]
+    )
     lines = capsys.readouterr().out.splitlines()
     heads = [k for k, line in enumerate(lines) if re.fullmatch(r"# \d+", line)]
     assert rc == 0 and [lines[k] for k in heads] == ["# 0", "# 1", "# 2", "# 3"]
     dec = Decoder(load_model("default"), "pipelined", depth=4, draft_depth=1, fixed_width=8)
     for i, text in enumerate(["def f", "x = ", "class A:", "import os"]):
         want = dec.generate(list(text.encode()), 5, SamplingParams(temperature=1.0), seed=7 + i).tokens
-        tail = lines[heads[i] + 1:heads[i + 1] if i + 1 < len(heads) else None]
+        tail = lines[heads[i] + 1 : heads[i + 1] if i + 1 < len(heads) else None]
         stats = dict(ln.split(": ", 1) for ln in tail if ": " in ln and ln.split(": ", 1)[0].isidentifier())
         assert stats["tokens"] == "5" and "\n".join(tail).startswith(bytes(want).decode(errors="replace"))
     assert main(["speculate", "tiny-raven", "--prompts-file", str(tmp_path / "missing.txt")]) == 2
@@ -252,9 +319,31 @@ def test_cli_speculate_decodes_several_prompts_as_one_batch(capsys, tmp_path):
 
 
 def test_cli_speculate_pipelined_sampling_and_errors(capsys):
-    rc = main(["speculate", "tiny-ouro", "--prompt-ids", "1", "2", "--strategy", "pipelined",
-               "--draft-loops", "1", "--second-loops", "2", "--gate", "off", "--temperature", "0.9",
-               "--top-k", "5", "--seed", "3", "--fixed-width", "8"])
+    rc = main(
+        [
+            "speculate",
+            "tiny-ouro",
+            "--prompt-ids",
+            "1",
+            "2",
+            "--strategy",
+            "pipelined",
+            "--draft-loops",
+            "1",
+            "--second-loops",
+            "2",
+            "--gate",
+            "off",
+            "--temperature",
+            "0.9",
+            "--top-k",
+            "5",
+            "--seed",
+            "3",
+            "--fixed-width",
+            "8",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "gate_checks: " in out and "steps_per_width: 8=" in out
     assert main(["speculate", "tiny-ouro", "--prompt-ids", "1", "--draft-loops", "4"]) == 2

@@ -22,13 +22,16 @@ def test_capacity_is_a_power_of_two_at_least_64():
     assert [capacity_for(n) for n in (1, 64, 65, 200)] == [64, 64, 128, 256]
 
 
-@pytest.mark.parametrize("levels, runs", [
-    ([], []),
-    ([3], [(0, 1, 3, 0)]),
-    ([0, 0, 0], [(0, 3, 0, 0)]),  # prefill / verify batch: one level, stride 0
-    ([1, 3, 5, 7], [(0, 4, 1, 2)]),  # a LoopSpec wavefront with d1 = 2
-    ([1, 2, 4, 6, 9], [(0, 2, 1, 1), (2, 2, 4, 2), (4, 1, 9, 0)]),
-])
+@pytest.mark.parametrize(
+    "levels, runs",
+    [
+        ([], []),
+        ([3], [(0, 1, 3, 0)]),
+        ([0, 0, 0], [(0, 3, 0, 0)]),  # prefill / verify batch: one level, stride 0
+        ([1, 3, 5, 7], [(0, 4, 1, 2)]),  # a LoopSpec wavefront with d1 = 2
+        ([1, 2, 4, 6, 9], [(0, 2, 1, 1), (2, 2, 4, 2), (4, 1, 9, 0)]),
+    ],
+)
 def test_split_runs(levels, runs):
     assert split_runs(levels) == runs
 
@@ -46,7 +49,7 @@ def test_attention_rows_do_not_depend_on_their_batch():
     shuffled = attention(q[perm], k[perm], v[perm], hidden[perm])
     assert torch.equal(shuffled, full[perm])
     for i in (0, 5):
-        assert torch.equal(attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], hidden[i:i + 1])[0], full[i])
+        assert torch.equal(attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], hidden[i : i + 1])[0], full[i])
 
 
 def test_masked_garbage_is_never_seen():
@@ -63,8 +66,17 @@ def test_masked_garbage_is_never_seen():
 
 
 def _timeline(levels=5, layers=2, n_side=2, seed=0, rows=3):
-    tl = Timeline(levels, layers, kv_heads=2, head_dim=4, capacity=16, n_side=n_side,
-                  dtype=torch.float32, device="cpu", rows=rows)
+    tl = Timeline(
+        levels,
+        layers,
+        kv_heads=2,
+        head_dim=4,
+        capacity=16,
+        n_side=n_side,
+        dtype=torch.float32,
+        device="cpu",
+        rows=rows,
+    )
     g = torch.Generator().manual_seed(seed)
     for t in (tl.k, tl.v, tl.side_k, tl.side_v):
         t.copy_(torch.randn(t.shape, generator=g))
@@ -78,8 +90,15 @@ def test_run_view_equals_gather_without_copying():
     assert torch.equal(k[1], tl.k[0, 3, 1, :, :16]) and torch.equal(v[0], tl.v[0, 1, 1, :, :16])
     level = torch.tensor([1, 3])
     rows = torch.tensor([0, 0])
-    gk, gv = tl.gather(1, rows, level, torch.tensor([4, 5]), torch.tensor([2, 2]),
-                       torch.tensor([False, False]), torch.arange(16))
+    gk, gv = tl.gather(
+        1,
+        rows,
+        level,
+        torch.tensor([4, 5]),
+        torch.tensor([2, 2]),
+        torch.tensor([False, False]),
+        torch.arange(16),
+    )
     assert torch.equal(gk, k) and torch.equal(gv, v)
 
 
@@ -90,8 +109,15 @@ def test_one_level_across_sequences_is_one_view():
     assert k.data_ptr() == tl.k[0, 2, 0].data_ptr()
     for b in range(3):
         assert torch.equal(k[b], tl.k[b, 2, 0, :, :9]) and torch.equal(v[b], tl.v[b, 2, 0, :, :9])
-    gk, _ = tl.gather(0, torch.tensor([0, 1, 2]), torch.tensor([2, 2, 2]), torch.tensor([3, 3, 3]),
-                      torch.tensor([2, 2, 2]), torch.tensor([False] * 3), torch.arange(9))
+    gk, _ = tl.gather(
+        0,
+        torch.tensor([0, 1, 2]),
+        torch.tensor([2, 2, 2]),
+        torch.tensor([3, 3, 3]),
+        torch.tensor([2, 2, 2]),
+        torch.tensor([False] * 3),
+        torch.arange(9),
+    )
     assert torch.equal(gk, k)
 
 
@@ -101,8 +127,15 @@ def test_side_rows_overlay_their_position_only():
     expect = tl.k[2, 3, 0, :, :16].clone()
     expect[:, 7] = tl.side_k[2, 1, 3, 0]
     assert torch.equal(sk[0], expect)
-    gk, _ = tl.gather(0, torch.tensor([2]), torch.tensor([3]), torch.tensor([7]), torch.tensor([1]),
-                      torch.tensor([True]), torch.arange(16))
+    gk, _ = tl.gather(
+        0,
+        torch.tensor([2]),
+        torch.tensor([3]),
+        torch.tensor([7]),
+        torch.tensor([1]),
+        torch.tensor([True]),
+        torch.arange(16),
+    )
     assert torch.equal(gk[0], expect)
 
 
@@ -112,8 +145,15 @@ def test_write_and_promote():
     v = torch.full((2, 2, 4), 2.0)
     # call row 0: sequence 1's main lane at (level 2, pos 5); call row 1: sequence 2's side lane
     # in slot 0 at level 1 (main -> trash)
-    tl.write(1, k, v, torch.tensor([1, 2]), torch.tensor([2, 1]), torch.tensor([5, tl.trash_pos]),
-             torch.tensor([tl.trash_slot, 0]))
+    tl.write(
+        1,
+        k,
+        v,
+        torch.tensor([1, 2]),
+        torch.tensor([2, 1]),
+        torch.tensor([5, tl.trash_pos]),
+        torch.tensor([tl.trash_slot, 0]),
+    )
     assert torch.equal(tl.k[1, 2, 1, :, 5], k[0]) and torch.equal(tl.v[1, 2, 1, :, 5], v[0])
     assert torch.equal(tl.side_k[2, 0, 1, 1], k[1])
     before = tl.k.clone()
@@ -173,9 +213,25 @@ def test_engine_rollback_then_redecode_equals_fresh(name):
 
 
 def test_stats_rates():
-    s = Stats("pipelined", depth=8, draft_depth=2, second_depth=4, tokens=10, from_first=6, from_second=2,
-              from_restart=2, proposals=9, accepted=6, rounds=4, gate_checks=5, gate_opens=2,
-              rewind_checks=3, rewind_hits=2, steps=20, lane_steps=60)
+    s = Stats(
+        "pipelined",
+        depth=8,
+        draft_depth=2,
+        second_depth=4,
+        tokens=10,
+        from_first=6,
+        from_second=2,
+        from_restart=2,
+        proposals=9,
+        accepted=6,
+        rounds=4,
+        gate_checks=5,
+        gate_opens=2,
+        rewind_checks=3,
+        rewind_hits=2,
+        steps=20,
+        lane_steps=60,
+    )
     assert s.gamma == pytest.approx(10 * 8 / (6 * 2 + 2 * 4 + 2 * 8))
     assert (s.rejections, s.acceptance_rate, s.mean_accepted_length) == (3, 6 / 9, 1.5)
     assert (s.gate_open_rate, s.mean_live_lanes, s.rewind_hit_rate) == (0.4, 3.0, 2 / 3)

@@ -68,28 +68,74 @@ def test_autoregressive_greedy_equals_refdec(case):
 
 
 @given(cases("draft-verify"))
-@example(("tiny-raven", 6, 0, [1, 2, 3], 7, None, {"depth": None, "rewind_depth": 3, "draft_depth": 2,
-                                                   "draft_ahead": 3}))
-@example(("tiny-raven-olmo", 12, 2, list(range(13)) + list(range(11)), 8, 5,  # a 24-token prompt
-          {"depth": None, "rewind_depth": 12, "draft_depth": 3, "draft_ahead": 5}))
+@example(
+    (
+        "tiny-raven",
+        6,
+        0,
+        [1, 2, 3],
+        7,
+        None,
+        {"depth": None, "rewind_depth": 3, "draft_depth": 2, "draft_ahead": 3},
+    )
+)
+@example(
+    (
+        "tiny-raven-olmo",
+        12,
+        2,
+        list(range(13)) + list(range(11)),
+        8,
+        5,  # a 24-token prompt
+        {"depth": None, "rewind_depth": 12, "draft_depth": 3, "draft_ahead": 5},
+    )
+)
 def test_draft_verify_greedy_equals_refdec(case):
     check_greedy(case, "draft-verify")
 
 
 @given(cases("pipelined"))
-@example(("tiny-raven-llama", 4, 0, [1, 2, 3, 4, 5], 7, None,  # second proposals win here (promotion)
-          {"depth": None, "rewind_depth": 2, "draft_depth": 1, "second_depth": 3, "gate": True}))
-@example(("tiny-ouro", 12, 1, [0], 7, 11, {"depth": 14, "rewind_depth": None, "draft_depth": 1,
-                                            "second_depth": 13, "gate": False}))
+@example(
+    (
+        "tiny-raven-llama",
+        4,
+        0,
+        [1, 2, 3, 4, 5],
+        7,
+        None,  # second proposals win here (promotion)
+        {"depth": None, "rewind_depth": 2, "draft_depth": 1, "second_depth": 3, "gate": True},
+    )
+)
+@example(
+    (
+        "tiny-ouro",
+        12,
+        1,
+        [0],
+        7,
+        11,
+        {"depth": 14, "rewind_depth": None, "draft_depth": 1, "second_depth": 13, "gate": False},
+    )
+)
 def test_pipelined_greedy_equals_refdec(case):
     check_greedy(case, "pipelined")
 
 
 def test_second_proposals_are_exercised():
     """The pinned pipelined example really promotes second proposals (else the test above is weak)."""
-    s = check_greedy(("tiny-raven-llama", 4, 0, [1, 2, 3, 4, 5], 7, None,
-                      {"depth": None, "rewind_depth": 2, "draft_depth": 1, "second_depth": 3, "gate": True}),
-                     "pipelined", events=False)
+    s = check_greedy(
+        (
+            "tiny-raven-llama",
+            4,
+            0,
+            [1, 2, 3, 4, 5],
+            7,
+            None,
+            {"depth": None, "rewind_depth": 2, "draft_depth": 1, "second_depth": 3, "gate": True},
+        ),
+        "pipelined",
+        events=False,
+    )
     assert s.from_second > 0 and s.rejections > 0
 
 

@@ -42,16 +42,23 @@ def assert_same_result(a, b):
     assert all(torch.equal(x, y) for x, y in zip(a.target_logits, b.target_logits))
 
 
-STRATEGIES = [("pipelined", {"draft_depth": 1, "second_depth": 3}),
-              ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}), ("autoregressive", {})]
+STRATEGIES = [
+    ("pipelined", {"draft_depth": 1, "second_depth": 3}),
+    ("draft-verify", {"draft_depth": 2, "draft_ahead": 4}),
+    ("autoregressive", {}),
+]
 
 
 def cache_rows(engine):
     """Every non-trash cache row (padded rows may race on the trash row; it is never read)."""
     out = []
     for tl in engine.cache.timelines():
-        out += [tl.k[..., :tl.capacity, :], tl.v[..., :tl.capacity, :], tl.side_k[:, :tl.n_side],
-                tl.side_v[:, :tl.n_side]]
+        out += [
+            tl.k[..., : tl.capacity, :],
+            tl.v[..., : tl.capacity, :],
+            tl.side_k[:, : tl.n_side],
+            tl.side_v[:, : tl.n_side],
+        ]
     return out
 
 
@@ -61,8 +68,16 @@ def test_graph_replay_equals_eager_at_every_width(name, width):
     model = cuda_model(name)
     runs = []
     for graphs in (True, False):
-        dec = Decoder(model, "pipelined", draft_depth=1, second_depth=2, fixed_width=width, device="cuda",
-                      cuda_graphs=graphs, reads="gather")
+        dec = Decoder(
+            model,
+            "pipelined",
+            draft_depth=1,
+            second_depth=2,
+            fixed_width=width,
+            device="cuda",
+            cuda_graphs=graphs,
+            reads="gather",
+        )
         engine = dec.engine(len(PROMPT) + N_NEW)
         log = []
         record(engine, log)
@@ -84,15 +99,18 @@ def test_graph_replay_equals_eager_at_every_width(name, width):
 
 
 @pytest.mark.parametrize("strategy, kw", STRATEGIES)
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0),
-                                      SamplingParams(temperature=0.8, top_k=5, top_p=0.9)])
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=5, top_p=0.9)]
+)
 def test_graphed_sampling_equals_eager_sampling(strategy, kw, sampling):
     model = cuda_model("tiny-raven")
     for seed in (0, 11):
         a = Decoder(model, strategy, device="cuda", cuda_graphs=True, **kw).generate(
-            PROMPT, 16, sampling, seed=seed, keep_logits=True)
+            PROMPT, 16, sampling, seed=seed, keep_logits=True
+        )
         b = Decoder(model, strategy, device="cuda", cuda_graphs=False, reads="gather", **kw).generate(
-            PROMPT, 16, sampling, seed=seed, keep_logits=True)
+            PROMPT, 16, sampling, seed=seed, keep_logits=True
+        )
         assert_same_result(a, b)
 
 
@@ -120,13 +138,26 @@ def test_batched_graph_replay_equals_eager_at_every_batch_and_width(rows, width)
     prompts = BATCH_PROMPTS[:rows]
     runs = []
     for graphs in (True, False):
-        dec = Decoder(model, "pipelined", draft_depth=1, second_depth=2, fixed_width=width, device="cuda",
-                      cuda_graphs=graphs, reads="gather")
+        dec = Decoder(
+            model,
+            "pipelined",
+            draft_depth=1,
+            second_depth=2,
+            fixed_width=width,
+            device="cuda",
+            cuda_graphs=graphs,
+            reads="gather",
+        )
         engine = dec.engine(6 + N_NEW, rows)
         log = []
         record(engine, log)
-        res = dec.generate_batch(prompts, [N_NEW, 3, N_NEW, 5][:rows], SamplingParams(temperature=1.0),
-                                 list(range(rows)), keep_logits=True)
+        res = dec.generate_batch(
+            prompts,
+            [N_NEW, 3, N_NEW, 5][:rows],
+            SamplingParams(temperature=1.0),
+            list(range(rows)),
+            keep_logits=True,
+        )
         torch.cuda.synchronize()
         runs.append((res, engine, log))
     (g_res, g_eng, g_log), (e_res, e_eng, e_log) = runs

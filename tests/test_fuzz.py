@@ -76,10 +76,19 @@ def works_or_loopcert_error(fn, *args, **kwargs):
 
 # -- values a user might type, good and bad ------------------------------------------------------
 HUGE = st.sampled_from([2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**70, 10**30, -(2**63) - 1])
-JSON_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), HUGE, st.text(max_size=6),
-                        st.floats(allow_nan=True, allow_infinity=True))
-JSON_VALUE = st.recursive(JSON_SCALAR, lambda inner: st.lists(inner, max_size=3)
-                          | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+JSON_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 300),
+    HUGE,
+    st.text(max_size=6),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+JSON_VALUE = st.recursive(
+    JSON_SCALAR,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 # -- refdec.load_model on a mutated folder ----------------------------------------------------------
@@ -94,8 +103,9 @@ def originals(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-originals")
     refdec.save_model(refdec.load_model("tiny-raven"), root / "loopcert")
     write_published(refdec.load_model("tiny-ouro"), root / "ouro", "ouro")
-    return Originals({kind: {p.name: p.read_bytes() for p in (root / kind).iterdir()}
-                      for kind in ("loopcert", "ouro")})
+    return Originals(
+        {kind: {p.name: p.read_bytes() for p in (root / kind).iterdir()} for kind in ("loopcert", "ouro")}
+    )
 
 
 def lay_out(tmp_path, files: dict[str, bytes]):
@@ -156,18 +166,38 @@ def _tensor_mutation(data, tensors: dict[str, torch.Tensor]) -> str:
     elif how == "extra":
         tensors[key + data.draw(st.sampled_from([".x", "_", "2"]))] = torch.zeros(3)
     elif how == "dtype":
-        dt = data.draw(st.sampled_from([torch.int8, torch.int32, torch.int64, torch.bool, torch.uint8,
-                                        torch.float16, torch.bfloat16, torch.float64]))
+        dt = data.draw(
+            st.sampled_from(
+                [
+                    torch.int8,
+                    torch.int32,
+                    torch.int64,
+                    torch.bool,
+                    torch.uint8,
+                    torch.float16,
+                    torch.bfloat16,
+                    torch.float64,
+                ]
+            )
+        )
         tensors[key] = t.to(dt)
     elif how == "shape":
         n = t.numel()
-        shape = data.draw(st.sampled_from([s for s in [(n,), (1, n), (n + 1,), (n - 1,), (0,), ()]
-                                           if s != tuple(t.shape) and min(s, default=0) >= 0]))
+        shape = data.draw(
+            st.sampled_from(
+                [
+                    s
+                    for s in [(n,), (1, n), (n + 1,), (n - 1,), (0,), ()]
+                    if s != tuple(t.shape) and min(s, default=0) >= 0
+                ]
+            )
+        )
         tensors[key] = torch.zeros(shape, dtype=t.dtype) if math.prod(shape) != n else t.reshape(shape)
     elif how == "nonfinite":
         t = t.clone()
         t.view(-1)[data.draw(st.integers(0, t.numel() - 1))] = data.draw(
-            st.sampled_from([math.nan, math.inf, -math.inf]))
+            st.sampled_from([math.nan, math.inf, -math.inf])
+        )
         tensors[key] = t
     else:
         tensors[key] = t[:0]
@@ -204,19 +234,26 @@ def test_mutated_safetensors_bytes(originals, tmp_path, kind, data):
         i = data.draw(st.integers(0, len(raw) - 1))
         raw[i] ^= data.draw(st.integers(1, 255))
     elif how == "header-length":
-        raw[:8] = struct.pack("<Q", data.draw(st.sampled_from(
-            [0, 1, header_len - 1, header_len + 1, len(raw), 2**40, 2**64 - 1])))
+        raw[:8] = struct.pack(
+            "<Q",
+            data.draw(st.sampled_from([0, 1, header_len - 1, header_len + 1, len(raw), 2**40, 2**64 - 1])),
+        )
     elif how == "header-json":  # a header that parses but lies: absurd shapes, offsets, dtypes
-        header = json.loads(raw[8:8 + header_len])
+        header = json.loads(raw[8 : 8 + header_len])
         key = data.draw(st.sampled_from(sorted(k for k in header if k != "__metadata__")))
         field = data.draw(st.sampled_from(["shape", "dtype", "data_offsets"]))
-        header[key][field] = data.draw(st.sampled_from(
-            {"shape": [[2**40, 2**40], [], [0], [-1], [10**12]],
-             "dtype": ["F8_E4M3", "I64", "BOOL", "F64", "Q4", ""],
-             "data_offsets": [[0, 0], [0, 2**62], [10, 5], [-1, 4]]}[field]))
+        header[key][field] = data.draw(
+            st.sampled_from(
+                {
+                    "shape": [[2**40, 2**40], [], [0], [-1], [10**12]],
+                    "dtype": ["F8_E4M3", "I64", "BOOL", "F64", "Q4", ""],
+                    "data_offsets": [[0, 0], [0, 2**62], [10, 5], [-1, 4]],
+                }[field]
+            )
+        )
         blob = json.dumps(header).encode()
         blob += b" " * (-len(blob) % 8)
-        raw = struct.pack("<Q", len(blob)) + blob + raw[8 + header_len:]
+        raw = struct.pack("<Q", len(blob)) + blob + raw[8 + header_len :]
     else:
         raw += b"\x00" * data.draw(st.integers(1, 64))
     files["model.safetensors"] = bytes(raw)
@@ -232,19 +269,36 @@ def tiny_model():
     return refdec.load_model("tiny-raven")
 
 
-TOKEN = st.one_of(st.integers(-2, 14), HUGE, st.floats(-2, 14), st.text(max_size=2), st.none(),
-                  st.booleans())
-PROMPT = st.one_of(st.lists(st.integers(0, 12), min_size=1, max_size=6), st.lists(TOKEN, max_size=4),
-                   st.text(max_size=4), st.none(), st.integers(0, 12),
-                   st.lists(st.integers(0, 12), min_size=1, max_size=3).map(torch.tensor),
-                   st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=2), min_size=1, max_size=2),
-                   st.integers(120, 140).map(lambda n: [1] * n))  # at and past the context (128)
-COUNT = st.one_of(st.integers(-2, 4), st.sampled_from([127, 128, 129, 10**6]), HUGE, st.floats(0, 4),
-                  st.none(), st.booleans(), st.text(max_size=2))
-SEED = st.one_of(st.integers(0, 2**64 - 1), st.integers(-3, 3), HUGE, st.floats(0, 3), st.none(),
-                 st.text(max_size=2))
-SAMPLING = st.one_of(st.just(SamplingParams()), st.just(SamplingParams(temperature=0.7, top_k=3)),
-                     st.none(), st.text(max_size=3), st.floats())
+TOKEN = st.one_of(st.integers(-2, 14), HUGE, st.floats(-2, 14), st.text(max_size=2), st.none(), st.booleans())
+PROMPT = st.one_of(
+    st.lists(st.integers(0, 12), min_size=1, max_size=6),
+    st.lists(TOKEN, max_size=4),
+    st.text(max_size=4),
+    st.none(),
+    st.integers(0, 12),
+    st.lists(st.integers(0, 12), min_size=1, max_size=3).map(torch.tensor),
+    st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=2), min_size=1, max_size=2),
+    st.integers(120, 140).map(lambda n: [1] * n),
+)  # at and past the context (128)
+COUNT = st.one_of(
+    st.integers(-2, 4),
+    st.sampled_from([127, 128, 129, 10**6]),
+    HUGE,
+    st.floats(0, 4),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=2),
+)
+SEED = st.one_of(
+    st.integers(0, 2**64 - 1), st.integers(-3, 3), HUGE, st.floats(0, 3), st.none(), st.text(max_size=2)
+)
+SAMPLING = st.one_of(
+    st.just(SamplingParams()),
+    st.just(SamplingParams(temperature=0.7, top_k=3)),
+    st.none(),
+    st.text(max_size=3),
+    st.floats(),
+)
 DEPTH = st.one_of(st.none(), st.integers(-1, 8), HUGE, st.floats(0, 8), st.text(max_size=2))
 
 
@@ -261,15 +315,22 @@ def _small(n) -> bool:
 @example(prompt=[None], n=2, sampling=SamplingParams(), seed=0, depth=None)
 @example(prompt=[1], n=2, sampling=SamplingParams(), seed=0, depth=2**70)
 def test_refdec_generate_arguments(prompt, n, sampling, seed, depth):
-    got = works_or_loopcert_error(refdec.generate, tiny_model(), prompt, n if not _small(n) or n <= 2 else 2,
-                                  sampling, seed, depth)
+    got = works_or_loopcert_error(
+        refdec.generate, tiny_model(), prompt, n if not _small(n) or n <= 2 else 2, sampling, seed, depth
+    )
     if prompt == [1, 2] and n == 2 and depth is None and seed in (2**70, -1):
         assert isinstance(got, LoopcertError) and f"got {seed}" in str(got)
 
 
 @FUZZ
-@given(strategy=st.sampled_from(["autoregressive", "draft-verify", "pipelined"]), prompt=PROMPT, n=COUNT,
-       sampling=SAMPLING, seed=SEED, eos=st.one_of(st.none(), st.integers(-1, 14), HUGE, st.text(max_size=1)))
+@given(
+    strategy=st.sampled_from(["autoregressive", "draft-verify", "pipelined"]),
+    prompt=PROMPT,
+    n=COUNT,
+    sampling=SAMPLING,
+    seed=SEED,
+    eos=st.one_of(st.none(), st.integers(-1, 14), HUGE, st.text(max_size=1)),
+)
 @example(strategy="pipelined", prompt=[1, 2], n=2, sampling=SamplingParams(), seed=2**64, eos=None)
 def test_fastdec_generate_arguments(strategy, prompt, n, sampling, seed, eos):
     tiny = tiny_model()
@@ -281,10 +342,12 @@ def test_fastdec_generate_arguments(strategy, prompt, n, sampling, seed, eos):
 
 
 @FUZZ
-@given(prompts=st.one_of(st.lists(PROMPT, max_size=3), st.none(), st.integers(), st.text(max_size=2)),
-       n=st.one_of(COUNT, st.lists(COUNT, max_size=3)),
-       sampling=st.one_of(SAMPLING, st.lists(SAMPLING, max_size=3)),
-       seeds=st.one_of(st.lists(SEED, max_size=3), st.none(), st.integers()))
+@given(
+    prompts=st.one_of(st.lists(PROMPT, max_size=3), st.none(), st.integers(), st.text(max_size=2)),
+    n=st.one_of(COUNT, st.lists(COUNT, max_size=3)),
+    sampling=st.one_of(SAMPLING, st.lists(SAMPLING, max_size=3)),
+    seeds=st.one_of(st.lists(SEED, max_size=3), st.none(), st.integers()),
+)
 @example(prompts=[[1, 2], [3]], n=2, sampling=SamplingParams(), seeds=[0, 2**64])
 @example(prompts=[[1, 2], ["x"]], n=[2, 1], sampling=SamplingParams(), seeds=[0, 1])
 def test_fastdec_generate_batch_arguments(prompts, n, sampling, seeds):
@@ -295,19 +358,86 @@ def test_fastdec_generate_batch_arguments(prompts, n, sampling, seeds):
 
 
 # -- the CLI -------------------------------------------------------------------------------------
-CLI_VALUE = st.sampled_from(["0", "1", "2", "-1", "3.5", "", "x", "1e400", "nan", str(2**70), "99999999",
-                             "cuda", "cuda:7", "cpu", "float64", "bfloat16", "int8", "tiny-raven", "default",
-                             "/nonexistent", "on", "off", "pipelined", "autoregressive"])
+CLI_VALUE = st.sampled_from(
+    [
+        "0",
+        "1",
+        "2",
+        "-1",
+        "3.5",
+        "",
+        "x",
+        "1e400",
+        "nan",
+        str(2**70),
+        "99999999",
+        "cuda",
+        "cuda:7",
+        "cpu",
+        "float64",
+        "bfloat16",
+        "int8",
+        "tiny-raven",
+        "default",
+        "/nonexistent",
+        "on",
+        "off",
+        "pipelined",
+        "autoregressive",
+    ]
+)
 FLAGS = {
-    "generate": ["--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                 "--seed", "--seed-weights", "--device", "--dtype", "--depth", "--eos", "--threads"],
-    "speculate": ["--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                  "--seed", "--device", "--dtype", "--strategy", "--draft-depth", "--depth", "--second-depth",
-                  "--gate", "--draft-ahead", "--rewind-depth", "--fixed-width", "--eos", "--threads"],
+    "generate": [
+        "--prompt",
+        "--prompt-ids",
+        "--max-new-tokens",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--seed",
+        "--seed-weights",
+        "--device",
+        "--dtype",
+        "--depth",
+        "--eos",
+        "--threads",
+    ],
+    "speculate": [
+        "--prompt",
+        "--prompt-ids",
+        "--max-new-tokens",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--seed",
+        "--device",
+        "--dtype",
+        "--strategy",
+        "--draft-depth",
+        "--depth",
+        "--second-depth",
+        "--gate",
+        "--draft-ahead",
+        "--rewind-depth",
+        "--fixed-width",
+        "--eos",
+        "--threads",
+    ],
     "inspect": ["--threads"],
     "certify": ["--device", "--dtype", "--seed", "--decoder", "--out", "--threads", "--quick", "--full"],
-    "bench": ["--device", "--dtype", "--seed-weights", "--tokens", "--repeats", "--tolerance", "--threads",
-              "--quick", "--gate", "--write-baseline", "--baseline"],
+    "bench": [
+        "--device",
+        "--dtype",
+        "--seed-weights",
+        "--tokens",
+        "--repeats",
+        "--tolerance",
+        "--threads",
+        "--quick",
+        "--gate",
+        "--write-baseline",
+        "--baseline",
+    ],
 }
 SWITCHES = {"--quick", "--full", "--gate", "--write-baseline"}
 
@@ -317,8 +447,11 @@ class Reached(Exception):
 
 
 @FUZZ
-@given(command=st.sampled_from(sorted(FLAGS)), model=st.sampled_from(["tiny-raven", "tiny-ouro", "nope", ""]),
-       data=st.data())
+@given(
+    command=st.sampled_from(sorted(FLAGS)),
+    model=st.sampled_from(["tiny-raven", "tiny-ouro", "nope", ""]),
+    data=st.data(),
+)
 def test_cli_argument_combinations(monkeypatch, tmp_path, command, model, data):
     import loopcert.commands.bench as bench_cmd
     import proofs.certify as certify_mod
@@ -372,14 +505,17 @@ def test_a_weight_beyond_the_dtype_is_named(originals, tmp_path):
         refdec.load_model(folder, dtype="float16")
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda m: refdec.generate(m, [1], 2, seed=2**64), r"seed must be < 2\*\*64 .*got 1844"),
-    (lambda m: Decoder(m).generate([1], 2, seed=2**70), r"got 1180591620717411303424"),
-    (lambda m: refdec.generate(m, [2**70], 2), "token ids must be .* integers"),
-    (lambda m: refdec.generate(m, "ab", 2), "token ids"),
-    (lambda m: refdec.generate(m, [1], 2, depth=2**20), r"depth must be <= 16384"),
-    (lambda m: refdec.load_model("tiny-raven", seed=2**64), "weights seed"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda m: refdec.generate(m, [1], 2, seed=2**64), r"seed must be < 2\*\*64 .*got 1844"),
+        (lambda m: Decoder(m).generate([1], 2, seed=2**70), r"got 1180591620717411303424"),
+        (lambda m: refdec.generate(m, [2**70], 2), "token ids must be .* integers"),
+        (lambda m: refdec.generate(m, "ab", 2), "token ids"),
+        (lambda m: refdec.generate(m, [1], 2, depth=2**20), r"depth must be <= 16384"),
+        (lambda m: refdec.load_model("tiny-raven", seed=2**64), "weights seed"),
+    ],
+)
 def test_bad_generate_arguments_are_named(call, match):
     with pytest.raises(LoopcertError, match=match):
         call(tiny_model())

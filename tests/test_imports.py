@@ -86,8 +86,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def violations(graph: dict[str, set[str]], layers=LAYERS) -> dict[str, list]:
     """upward: (module, imported module of a later layer); cycles: modules in a circle."""
     rank = {pkg: i for i, pkg in enumerate(layers)}
-    upward = sorted((m, t) for m, ts in graph.items() for t in ts
-                    if rank[t.split(".")[0]] > rank[m.split(".")[0]])
+    upward = sorted(
+        (m, t) for m, ts in graph.items() for t in ts if rank[t.split(".")[0]] > rank[m.split(".")[0]]
+    )
     return {"upward": upward, "cycles": cycles(graph)}
 
 

@@ -19,8 +19,10 @@ from loopcert.commands.common import Interrupted, uninterrupted
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = {"certify": ("certificate.json", "certificate.md"), "bench": ("speedup.json", "speedup.md")}
-KEPT = {"certify": "no certificate written, the previous one is left in place",
-        "bench": "no report written, the previous one is left in place"}
+KEPT = {
+    "certify": "no certificate written, the previous one is left in place",
+    "bench": "no report written, the previous one is left in place",
+}
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -34,9 +36,12 @@ def lines_of(stream, q: queue.Queue) -> None:
 
 
 # Each command and each signal once in the default run (~9 s each, mostly imports); all four nightly.
-CASES = [("certify", signal.SIGINT), ("bench", signal.SIGTERM),
-         pytest.param("certify", signal.SIGTERM, marks=pytest.mark.slow),
-         pytest.param("bench", signal.SIGINT, marks=pytest.mark.slow)]
+CASES = [
+    ("certify", signal.SIGINT),
+    ("bench", signal.SIGTERM),
+    pytest.param("certify", signal.SIGTERM, marks=pytest.mark.slow),
+    pytest.param("bench", signal.SIGINT, marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("command, sig", CASES)
@@ -48,8 +53,9 @@ def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
     before = snapshot(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "loopcert", command, "tiny-raven", "--quick", "--out", str(out)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     q: queue.Queue = queue.Queue()
     threading.Thread(target=lines_of, args=(proc.stdout, q), daemon=True).start()
     try:
@@ -62,7 +68,8 @@ def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
         proc.kill()
     assert proc.returncode == 128 + sig, err
     assert [line for line in err.splitlines() if line.strip()] == [
-        f"loopcert {command}: interrupted by {signal.Signals(sig).name}; {KEPT[command]}"]
+        f"loopcert {command}: interrupted by {signal.Signals(sig).name}; {KEPT[command]}"
+    ]
     assert snapshot(out) == before  # the old report, byte for byte; no partial or temporary file
 
 

@@ -33,6 +33,7 @@ def test_a_cache_bug_is_caught(monkeypatch):
     sp = SamplingParams(1.0)
     good = d.generate([1, 2, 3], 10, sp, seed=4)
     from proofs import naive_kv
+
     orig = naive_kv._Timeline.attend_at
 
     def stale(self, start):
@@ -40,6 +41,7 @@ def test_a_cache_bug_is_caught(monkeypatch):
 
         def attend(q, k, v):
             return inner(q, torch.zeros_like(k), v) if start > 3 else inner(q, k, v)
+
         return attend
 
     monkeypatch.setattr(naive_kv._Timeline, "attend_at", stale)

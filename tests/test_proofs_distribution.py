@@ -24,8 +24,10 @@ from refdec.checkpoints import write_published
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
-CASES = [Case("T=0.5", SamplingParams(temperature=0.5), (1, 2, 3)),
-         Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), (1, 2, 3))]
+CASES = [
+    Case("T=0.5", SamplingParams(temperature=0.5), (1, 2, 3)),
+    Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), (1, 2, 3)),
+]
 TARGET = Target(0.15)  # loose: a few hundred samples per case keep the default run fast
 
 
@@ -115,8 +117,9 @@ def test_generate_batch_is_used_and_gives_the_per_seed_samples(oracle, laws):
     a = check_distribution("s", dec, laws, TARGET, 5)
     b = check_distribution("s", PerSeed(), laws, TARGET, 5)
     assert a.details["cases"][0]["batched"] and not b.details["cases"][0]["batched"]
-    assert [v["counts"] for c in a.details["cases"] for v in c["views"]] == \
-        [v["counts"] for c in b.details["cases"] for v in c["views"]]
+    assert [v["counts"] for c in a.details["cases"] for v in c["views"]] == [
+        v["counts"] for c in b.details["cases"] for v in c["views"]
+    ]
     u = uniforms(range(10_000))
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
 
@@ -156,8 +159,10 @@ def test_power_on_the_certified_models_own_vocabulary(published, V):
     oracle = published[V]
     assert oracle.V == V
     target = Target(0.05)
-    cases = [Case("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), (1, 2, 3)),
-             Case("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), (1, 2, 3))]
+    cases = [
+        Case("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), (1, 2, 3)),
+        Case("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), (1, 2, 3)),
+    ]
     laws = [case_law(oracle, c) for c in cases]
     a = alpha_per_test(laws, target)
     for law in laws:
@@ -215,11 +220,17 @@ def test_run_generate_passes_a_list_prompt():
     assert seen["prompt"] == [1, 2]
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("nocolon", "module:factory"), ("a:b:c", "module:factory"), (":f", "module:factory"),
-    ("no_such_module_xyz:f", "cannot import"), ("math:no_such_attr", "no attribute"),
-    ("math:pi", "not callable"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("nocolon", "module:factory"),
+        ("a:b:c", "module:factory"),
+        (":f", "module:factory"),
+        ("no_such_module_xyz:f", "cannot import"),
+        ("math:no_such_attr", "no attribute"),
+        ("math:pi", "not callable"),
+    ],
+)
 def test_load_factory_bad_specs(spec, match):
     with pytest.raises(LoopcertError, match=match):
         load_factory(spec)

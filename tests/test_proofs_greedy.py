@@ -101,8 +101,9 @@ def test_fastdec_grid_depths_scale_with_R():
 
 
 def test_fastdec_grid_is_greedy_exact_in_float64(oracle):
-    runs = [("tiny-ouro", c.label, c.build(oracle.model), oracle, torch.float64)
-            for c in fastdec_grid(4, False)]
+    runs = [
+        ("tiny-ouro", c.label, c.build(oracle.model), oracle, torch.float64) for c in fastdec_grid(4, False)
+    ]
     r = check_greedy("greedy", runs, lambda _o: PROMPTS[:2], 8)
     assert r.passed, r.details["divergences"]
 
@@ -128,8 +129,9 @@ def test_bitwise_catches_a_decoder_off_by_one_token():
             toks[-1] = (toks[-1] + 1) % 13
             return toks
 
-    bad = Candidate("off-by-one", lambda m, fixed_width=None: OffByOne(honest.build(m, fixed_width)),
-                    fixed_width=True)
+    bad = Candidate(
+        "off-by-one", lambda m, fixed_width=None: OffByOne(honest.build(m, fixed_width)), fixed_width=True
+    )
     r = check_bitwise("bitwise", [bad], model32, PROMPTS[:2], 6)
     assert not r.passed and r.measured == 2
     assert r.details["mismatches"][0]["first_difference"] == 5

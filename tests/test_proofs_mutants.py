@@ -31,8 +31,14 @@ def test_library_has_at_least_8_mutants_and_the_named_controls():
     for word in ("inverted", "unfiltered", "depths"):
         assert word in text
     assert all(m.case is None or m.case in {"T=0.5", "top-k=2", "top-p=0.5", "T=1.5 n=2"} for m in LIBRARY)
-    for field_bug in ("int8", "reported q", "accept iff equal", "first draft unverified",
-                      "rejected lane", "top-k default"):
+    for field_bug in (
+        "int8",
+        "reported q",
+        "accept iff equal",
+        "first draft unverified",
+        "rejected lane",
+        "top-k default",
+    ):
         assert any(field_bug in m.name for m in mutants), field_bug
 
 
@@ -62,8 +68,9 @@ def test_a_surviving_mutant_fails_the_check(model):
 
 def test_a_flagged_control_fails_the_check(model):
     """Negative control: a wrong decoder filed as a control is flagged, so the check must fail."""
-    fake = Mutant("control: secretly wrong", "u = 0", {"d1": 1, "bugs": Bugs(always_accept=True)},
-                  control=True)
+    fake = Mutant(
+        "control: secretly wrong", "u = 0", {"d1": 1, "bugs": Bugs(always_accept=True)}, control=True
+    )
     r = check_mutants(QUICK, 0, (fake,), model=model)
     assert not r.passed and r.details["controls_flagged"] == 1
 
@@ -71,11 +78,22 @@ def test_a_flagged_control_fails_the_check(model):
 def test_quick_kills_every_mutant_it_promises_and_reports_the_rest(model):
     """The issue-12 mutants at the quick plan's target: each one whose binned shift reaches its
     detectable TV dies; the subtle ones (int8 draft, rejected lane) are reported below power."""
-    lib = tuple(m for m in LIBRARY if m.model == "tiny-ouro" and not m.fastdec and not m.control
-                and m.specref.get("bugs") is not None and m.name in {
-                    "draft int8, scored exact", "reported q is not the sampled q",
-                    "accept iff equal to a target sample", "first draft unverified",
-                    "rejected lane left in place"})
+    lib = tuple(
+        m
+        for m in LIBRARY
+        if m.model == "tiny-ouro"
+        and not m.fastdec
+        and not m.control
+        and m.specref.get("bugs") is not None
+        and m.name
+        in {
+            "draft int8, scored exact",
+            "reported q is not the sampled q",
+            "accept iff equal to a target sample",
+            "first draft unverified",
+            "rejected lane left in place",
+        }
+    )
     r = check_mutants(QUICK, 0, lib, model=model)
     assert r.passed, r.details["wrong"]
     for row in r.details["rows"]:

@@ -123,8 +123,16 @@ BUGGY = [
 ]
 
 
-BUG_IDS = ["always-accept", "resample-target", "target-no-top-k", "target-no-temperature",
-           "scored-other-depth", "second-wrong-base", "unnormalised-residual", "stale-kv"]
+BUG_IDS = [
+    "always-accept",
+    "resample-target",
+    "target-no-top-k",
+    "target-no-temperature",
+    "scored-other-depth",
+    "second-wrong-base",
+    "unnormalised-residual",
+    "stale-kv",
+]
 
 
 FIELD = [  # issue 12: bugs of serving stacks' speculative samplers
@@ -158,8 +166,10 @@ def test_step_law_of_each_bug_matches_its_sampler(oracle, kw, bugs, s):
 def test_each_bug_changes_the_law_of_three_tokens(oracle, kw, bugs, s):
     law = exact_law(oracle, PROMPT, 3, s)
     got = SpecRef(oracle, bugs=bugs, **kw).sequence_law(PROMPT, 3, s)
-    tv = 0.5 * (sum(abs(p - (law.probs[law.index[c]] if c in law.index else 0.0)) for c, p in got.items())
-                + sum(float(q) for c, q in zip(law.cells, law.probs) if c not in got))
+    tv = 0.5 * (
+        sum(abs(p - (law.probs[law.index[c]] if c in law.index else 0.0)) for c, p in got.items())
+        + sum(float(q) for c, q in zip(law.cells, law.probs) if c not in got)
+    )
     assert tv > 0.05
 
 
@@ -171,8 +181,9 @@ def test_each_field_bug_changes_the_law_and_position_matters(oracle, kw, bugs, s
     assert 0.5 * sum(abs(got.get(c, 0.0) - ref.get(c, 0.0)) for c in set(got) | set(ref)) > 0.005
     if bugs.first_unverified:  # the round's first token is the draft, the others are verified
         assert torch.allclose(dec.step_law(PROMPT, s, 0).diagonal(), oracle.law(PROMPT, kw["d1"], s))
-        assert torch.allclose(dec.step_law(PROMPT, s, 1).diagonal(), oracle.law(PROMPT, oracle.R, s),
-                              atol=1e-12)
+        assert torch.allclose(
+            dec.step_law(PROMPT, s, 1).diagonal(), oracle.law(PROMPT, oracle.R, s), atol=1e-12
+        )
 
 
 def test_target_top_k_default_only_acts_when_the_user_set_no_top_k(oracle):

@@ -29,8 +29,9 @@ def laws():
 
 def test_traces_are_laws_at_every_depth(laws):
     R, P, V = laws.shape
-    assert (R, V) == (6, 13) and P == sum(len(p) for p in model_prompts(refdec.load_model("tiny-raven"),
-                                                                            "tiny-raven", 4))
+    assert (R, V) == (6, 13) and P == sum(
+        len(p) for p in model_prompts(refdec.load_model("tiny-raven"), "tiny-raven", 4)
+    )
     assert_close(laws.sum(-1), 1.0)
 
 
@@ -69,8 +70,11 @@ def test_theorem2_check_fails_when_the_envelope_is_too_low(laws, monkeypatch):
     from proofs import model_theorems
 
     real = model_theorems.fit_depth_curve
-    monkeypatch.setattr(model_theorems, "fit_depth_curve",
-                        lambda curve: dataclasses.replace(real(curve), beta=real(curve).beta / 10))
+    monkeypatch.setattr(
+        model_theorems,
+        "fit_depth_curve",
+        lambda curve: dataclasses.replace(real(curve), beta=real(curve).beta / 10),
+    )
     r = check_theorem2_traces(laws, depth_pairs(6, False), "tiny-raven")
     assert not r.passed and r.measured > 1.0
 

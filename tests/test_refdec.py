@@ -31,6 +31,7 @@ def model(request):
 
 # -- depth semantics --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", TINY_PRESETS)
 @pytest.mark.parametrize("r", [1, 2, 5])
 def test_depth_r_equals_the_same_weights_configured_with_R_equal_r(name, r):
@@ -69,6 +70,7 @@ def test_readout_at_depth_r_sees_only_depth_r_states():
 
 # -- causality -----------------------------------------------------------------------------
 
+
 @given(st.sampled_from(TINY_PRESETS), st.integers(2, 10), st.data())
 def test_changing_token_j_never_changes_earlier_positions(name, t, data):
     m = tiny(name)
@@ -85,13 +87,15 @@ def test_changing_token_j_never_changes_earlier_positions(name, t, data):
 
 # -- initial state ---------------------------------------------------------------------------
 
+
 def test_seeded_state_is_a_function_of_seed_and_position_only():
     a = seeded_state(3, torch.tensor([0, 1, 2, 3, 4]), 16, 1.0)
     b = seeded_state(3, torch.tensor([4, 2, 0]), 16, 1.0)
     assert torch.equal(a[[4, 2, 0]], b)
     assert not torch.equal(a, seeded_state(4, torch.arange(5), 16, 1.0))
-    assert not torch.equal(seeded_state(0, torch.tensor([1 << 19]), 16, 1.0),
-                           seeded_state(1, torch.tensor([0]), 16, 1.0))
+    assert not torch.equal(
+        seeded_state(0, torch.tensor([1 << 19]), 16, 1.0), seeded_state(1, torch.tensor([0]), 16, 1.0)
+    )
     assert not torch.equal(a[0], a[1])
     assert float(a.abs().max()) <= 3 * (2 / 5) ** 0.5 + 1e-12  # clipped at 3 std
 
@@ -116,11 +120,12 @@ def test_seeded_initial_state_makes_prefixes_consistent():
 
 # -- the reference decoder -------------------------------------------------------------------
 
+
 def argmax_chain(m, prompt, n, depth):
     ids = list(prompt)
     for _ in range(n):
         ids.append(int(m.depth_logits(ids, [depth])[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
@@ -164,6 +169,7 @@ def test_zero_new_tokens():
 
 
 # -- io -----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
 def test_save_load_round_trip_is_bitwise(name, tmp_path):
@@ -240,10 +246,22 @@ def test_unknown_name(tmp_path):
 
 # -- config validation and bad input ------------------------------------------------------------
 
-@pytest.mark.parametrize("field,value", [("family", "gpt"), ("n_kv_heads", 3), ("head_dim", 7),
-                                         ("recurrence", 0), ("block", "fancy"), ("rope", "alibi"),
-                                         ("init_state", "random"), ("norm_eps", -1.0),
-                                         ("n_prelude", -1), ("vocab_size", 2.5)])
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("family", "gpt"),
+        ("n_kv_heads", 3),
+        ("head_dim", 7),
+        ("recurrence", 0),
+        ("block", "fancy"),
+        ("rope", "alibi"),
+        ("init_state", "random"),
+        ("norm_eps", -1.0),
+        ("n_prelude", -1),
+        ("vocab_size", 2.5),
+    ],
+)
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(LoopcertError, match=field):
         get_preset("tiny-raven").replace(**{field: value})
@@ -260,18 +278,21 @@ def test_config_dict_round_trip():
         assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda m: refdec.generate(m, [], 3), "non-empty"),
-    (lambda m: refdec.generate(m, [1, 13], 3), "13"),
-    (lambda m: refdec.generate(m, [1, -1], 3), "-1"),
-    (lambda m: refdec.generate(m, [1], 3, depth=0), "depth"),
-    (lambda m: refdec.generate(m, [1], -2), "max_new_tokens"),
-    (lambda m: refdec.generate(m, [1], 3, sampling="greedy"), "sampling"),
-    (lambda m: refdec.generate(m, [1], 3, seed=-1), "seed"),
-    (lambda m: refdec.generate(m, [1], 500), "max_seq_len"),
-    (lambda m: m.depth_logits([1.5], [1]), "integers"),
-    (lambda m: m.depth_logits([1], [0]), "depth"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: refdec.generate(m, [], 3), "non-empty"),
+        (lambda m: refdec.generate(m, [1, 13], 3), "13"),
+        (lambda m: refdec.generate(m, [1, -1], 3), "-1"),
+        (lambda m: refdec.generate(m, [1], 3, depth=0), "depth"),
+        (lambda m: refdec.generate(m, [1], -2), "max_new_tokens"),
+        (lambda m: refdec.generate(m, [1], 3, sampling="greedy"), "sampling"),
+        (lambda m: refdec.generate(m, [1], 3, seed=-1), "seed"),
+        (lambda m: refdec.generate(m, [1], 500), "max_seq_len"),
+        (lambda m: m.depth_logits([1.5], [1]), "integers"),
+        (lambda m: m.depth_logits([1], [0]), "depth"),
+    ],
+)
 def test_bad_input_raises_one_clear_error(call, match):
     with pytest.raises(LoopcertError, match=match):
         call(tiny("tiny-ouro"))

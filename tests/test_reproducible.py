@@ -29,6 +29,7 @@ def is_timing(key) -> bool:
 def comparable(cert: dict) -> dict:
     """The certificate without its timing fields (is_timing keys anywhere; the informational
     speed check's measured value and details, all ratios of timings)."""
+
     def strip(v):
         if isinstance(v, dict):
             out = {k: strip(x) for k, x in v.items() if not is_timing(k)}
@@ -39,6 +40,7 @@ def comparable(cert: dict) -> dict:
         if isinstance(v, list):
             return [strip(x) for x in v]
         return v
+
     return strip(cert)
 
 
@@ -59,17 +61,34 @@ def first_difference(a, b, path="certificate"):
 
 
 def test_comparable_keeps_everything_but_timing():
-    cert = {"stamp": {"date": "d", "seed": 3}, "checks": [
-        {"name": "speed", "measured": 1.3, "details": {"informational": True, "rows": [{"speedup": 2.0}]}},
-        {"name": "sampling[x]", "measured": 0.4, "details": {"seconds": 1.0, "samples_per_s": 9.0,
-                                                              "counts": [1, 2]}}]}
-    assert comparable(cert) == {"stamp": {"seed": 3}, "checks": [
-        {"name": "speed", "details": {"informational": True}},
-        {"name": "sampling[x]", "measured": 0.4, "details": {"counts": [1, 2]}}]}
+    cert = {
+        "stamp": {"date": "d", "seed": 3},
+        "checks": [
+            {
+                "name": "speed",
+                "measured": 1.3,
+                "details": {"informational": True, "rows": [{"speedup": 2.0}]},
+            },
+            {
+                "name": "sampling[x]",
+                "measured": 0.4,
+                "details": {"seconds": 1.0, "samples_per_s": 9.0, "counts": [1, 2]},
+            },
+        ],
+    }
+    assert comparable(cert) == {
+        "stamp": {"seed": 3},
+        "checks": [
+            {"name": "speed", "details": {"informational": True}},
+            {"name": "sampling[x]", "measured": 0.4, "details": {"counts": [1, 2]}},
+        ],
+    }
     other = json.loads(json.dumps(cert))
     other["checks"][1]["details"]["counts"][1] = 3  # a sampled count that moved: not timing
-    assert first_difference(comparable(cert), comparable(other)) == \
-        "certificate.checks[1].details.counts[1]: 2 vs 3"
+    assert (
+        first_difference(comparable(cert), comparable(other))
+        == "certificate.checks[1].details.counts[1]: 2 vs 3"
+    )
 
 
 def test_same_seed_same_certificate_tiny(tmp_path, monkeypatch):
@@ -93,7 +112,8 @@ def test_same_seed_same_certificate_quick_plan(tmp_path):
     certs = []
     for run in ("a", "b"):
         argv = ["certify", "--quick", "--seed", "7", "--time-budget", "100000", "--out", str(tmp_path / run)]
-        subprocess.run([sys.executable, "-m", "loopcert", *argv], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "loopcert", *argv], cwd=ROOT, env=env, check=True, capture_output=True
+        )
         certs.append(json.loads((tmp_path / run / "certificate.json").read_text()))
     assert first_difference(*map(comparable, certs)) is None

@@ -61,8 +61,12 @@ def test_top_k_then_top_p_on_the_renormalised_law():
     assert p.tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])
 
 
-@given(st.lists(st.floats(-20, 20), min_size=1, max_size=12),
-       st.floats(0.05, 5.0), st.none() | st.integers(1, 12), st.none() | st.floats(0.01, 1.0))
+@given(
+    st.lists(st.floats(-20, 20), min_size=1, max_size=12),
+    st.floats(0.05, 5.0),
+    st.none() | st.integers(1, 12),
+    st.none() | st.floats(0.01, 1.0),
+)
 def test_transform_is_a_law_on_a_top_ranked_set(xs, t, k, top_p):
     x = torch.tensor(xs, dtype=torch.float64)
     p = transform(x, SamplingParams(temperature=t, top_k=k, top_p=top_p))
@@ -95,9 +99,18 @@ def test_sample_is_reproducible_from_the_generator():
     assert [sample(p, g1) for _ in range(30)] != [sample(p, g2) for _ in range(30)]
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=-1.0), dict(temperature=float("nan")),
-                                dict(top_k=0), dict(top_k=2.5), dict(top_p=0.0), dict(top_p=1.5),
-                                dict(temperature=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(temperature=-1.0),
+        dict(temperature=float("nan")),
+        dict(top_k=0),
+        dict(top_k=2.5),
+        dict(top_p=0.0),
+        dict(top_p=1.5),
+        dict(temperature=True),
+    ],
+)
 def test_bad_sampling_params_name_the_value(kw):
     with pytest.raises(LoopcertError, match=list(kw)[0]):
         SamplingParams(**kw)
@@ -110,7 +123,7 @@ def transform_full_sort(logits: torch.Tensor, params: SamplingParams) -> torch.T
     sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     keep = torch.ones_like(sorted_p, dtype=torch.bool)
     if params.top_k is not None:
-        keep[..., params.top_k:] = False
+        keep[..., params.top_k :] = False
         sorted_p = torch.where(keep, sorted_p, 0.0)
         sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
     if params.top_p is not None:
@@ -130,12 +143,18 @@ def test_ranked_head_filter_equals_a_sort_of_the_whole_vocabulary_bitwise(V, spr
     gen = torch.Generator().manual_seed(V)
     x = torch.randn(V, generator=gen, dtype=torch.float64) * spread
     for logits in (x, torch.round(x * 4) / 4):  # the second: many exact ties
-        for params in (SamplingParams(1.0, top_k=1), SamplingParams(0.7, top_k=4),
-                       SamplingParams(1.0, top_k=50), SamplingParams(1.0, top_k=V),
-                       SamplingParams(1.0, top_k=V + 3),
-                       SamplingParams(1.5, top_p=0.9), SamplingParams(1.0, top_p=0.5),
-                       SamplingParams(1.0, top_p=1.0), SamplingParams(0.3, top_p=0.999),
-                       SamplingParams(1.0, top_k=40, top_p=0.8)):
+        for params in (
+            SamplingParams(1.0, top_k=1),
+            SamplingParams(0.7, top_k=4),
+            SamplingParams(1.0, top_k=50),
+            SamplingParams(1.0, top_k=V),
+            SamplingParams(1.0, top_k=V + 3),
+            SamplingParams(1.5, top_p=0.9),
+            SamplingParams(1.0, top_p=0.5),
+            SamplingParams(1.0, top_p=1.0),
+            SamplingParams(0.3, top_p=0.999),
+            SamplingParams(1.0, top_k=40, top_p=0.8),
+        ):
             got, want = transform(logits, params), transform_full_sort(logits, params)
             assert torch.equal(got, want), (V, spread, params, int((got != want).sum()))
     rows = torch.randn(3, V, generator=gen, dtype=torch.float64) * spread  # (R, V): row by row

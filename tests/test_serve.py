@@ -70,8 +70,16 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
     """Token-id prompt, seed, n=2, top_k/top_p, logprobs: choice i is generate(seed + i)."""
     model, dec = local
     prompt = list(b"import ")
-    kw = dict(model="default", prompt=prompt, max_tokens=8, temperature=0.9, top_p=0.95, seed=11, n=2,
-              extra_body={"top_k": 20})
+    kw = dict(
+        model="default",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0.9,
+        top_p=0.95,
+        seed=11,
+        n=2,
+        extra_body={"top_k": 20},
+    )
     out = client.completions.create(**kw, logprobs=2)
     sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.95)
     for i, choice in enumerate(out.choices):
@@ -233,8 +241,10 @@ def test_scheduler_batches_what_waits_whatever_its_sampling():
     dec = FakeBatchDecoder()
     sch = Scheduler(dec, max_batch=4)
     greedy, hot = SamplingParams(), SamplingParams(temperature=1.0)
-    jobs = [Job([1], 2 + i % 3, greedy if i % 2 else hot, seed=i, eos_token_id=None if i < 7 else 5)
-            for i in range(9)]
+    jobs = [
+        Job([1], 2 + i % 3, greedy if i % 2 else hot, seed=i, eos_token_id=None if i < 7 else 5)
+        for i in range(9)
+    ]
     sch.submit(jobs)  # all waiting before the decode thread starts: rounds take them together
     sch.start()
     _drain(sch, 9)

@@ -28,15 +28,25 @@ def test_theorem1_search_without_hypothesis_fails_saying_why(monkeypatch):
 
 
 def test_skips_are_named_in_the_certificate_and_its_verdict_line():
-    checks = [CheckResult("greedy_float64", 0, 0, True, {"skipped": ["tiny-ouro: cannot take it"]}),
-              CheckResult("bitwise_fixed_width", 0, 0, True, {"skipped": "no fixed-width mode"}),
-              CheckResult("speed", 1, 1, True, {"skipped": []})]
+    checks = [
+        CheckResult("greedy_float64", 0, 0, True, {"skipped": ["tiny-ouro: cannot take it"]}),
+        CheckResult("bitwise_fixed_width", 0, 0, True, {"skipped": "no fixed-width mode"}),
+        CheckResult("speed", 1, 1, True, {"skipped": []}),
+    ]
     skipped = skipped_of(checks)
-    assert skipped == {"greedy_float64": "tiny-ouro: cannot take it",
-                       "bitwise_fixed_width": "no fixed-width mode"}
+    assert skipped == {
+        "greedy_float64": "tiny-ouro: cannot take it",
+        "bitwise_fixed_width": "no fixed-width mode",
+    }
     stamp = {"decoder": "d", "model": "m", "mode": "quick", "device": "cpu"}
-    cert = {"verdict": "PASS", "passed": True, "failed": [], "skipped": skipped,
-            "checks": [c.to_dict() for c in checks], "stamp": stamp}
+    cert = {
+        "verdict": "PASS",
+        "passed": True,
+        "failed": [],
+        "skipped": skipped,
+        "checks": [c.to_dict() for c in checks],
+        "stamp": stamp,
+    }
     head = render_certificate(cert).split("\n\n")[1]
     assert "skipped: bitwise_fixed_width (no fixed-width mode)" in head
     assert "skipped: greedy_float64 (tiny-ouro: cannot take it)" in head

@@ -110,7 +110,8 @@ def test_ideal_speedup_and_efficiency_in_closed_form():
     pooled = costs.pooled_costs(t)
     assert pooled[("recur", 16)][:2] == pytest.approx((2e-3, 2e-3))
     ar, pipe = rows.rows_from(
-        t, [DecodeConfig("autoregressive"), DecodeConfig("pipelined", draft_depth=2)], pooled)
+        t, [DecodeConfig("autoregressive"), DecodeConfig("pipelined", draft_depth=2)], pooled
+    )
     assert ar.speedup == 1.0 and ar.ideal_speedup == pytest.approx(0.35 / 0.325)
     assert pipe.speedup == pytest.approx(3.5)
     assert pipe.ideal_speedup == pytest.approx((0.35 / 10) / (0.09 / 10))
@@ -205,10 +206,17 @@ def test_fill_steps_are_exact_for_a_pipeline_that_never_rejects(d1):
     assert s.steps / s.decode_tokens == pytest.approx(context.fill_steps_per_token(8, d1, s.decode_tokens))
 
 
-TINY_PLAN = BenchPlan("quick", Workload(prompts=2, prompt_len=6, tokens=8, repeats=2), sampling_repeats=1,
-                      lengths=(8, 24), sweep_tokens=6, sweep_repeats=1,
-                      batch=BatchPlan(batches=(1, 2), prompt_len=6, tokens=4, repeats=1, sample_batch=4,
-                                      sample_calls=1, sample_alone=2))
+TINY_PLAN = BenchPlan(
+    "quick",
+    Workload(prompts=2, prompt_len=6, tokens=8, repeats=2),
+    sampling_repeats=1,
+    lengths=(8, 24),
+    sweep_tokens=6,
+    sweep_repeats=1,
+    batch=BatchPlan(
+        batches=(1, 2), prompt_len=6, tokens=4, repeats=1, sample_batch=4, sample_calls=1, sample_alone=2
+    ),
+)
 
 
 def test_bench_end_to_end_renders(model):
@@ -244,7 +252,11 @@ def test_bench_end_to_end_renders(model):
     assert cause.share == max(last.parts_w.shares().values()) and "the largest part of it is" in md
     for r in res.context.rows:  # the parts' totals are the step-cost figures of the row
         assert (r.parts_1.width, r.parts_w.width, r.parts_1.total, r.parts_w.total) == (
-            1, r.width, r.recur_1, r.recur_w)
+            1,
+            r.width,
+            r.recur_1,
+            r.recur_w,
+        )
     # the honest baseline: every timed setting over proofs.naive_kv, and the target on the best pipelined
     assert set(res.naive.over_naive) == {r.label for r in res.rows}
     assert any(t.name.startswith("best pipelined (") and "naive_kv" in t.name for t in res.targets)
@@ -305,9 +317,11 @@ def tick_clock(monkeypatch):
 def test_certificate_and_speedup_report_give_one_speedup_for_one_setting(model, tick_clock):
     res = bench_mod.bench(model, "tiny-raven R=8", TINY_PLAN, PROMPTS)
     by_label = {r.label: r for r in res.rows}
-    cands = [fastdec_candidate(DecodeConfig("autoregressive")),
-             fastdec_candidate(DecodeConfig("pipelined", draft_depth=2)),
-             fastdec_candidate(DecodeConfig("draft-verify", draft_depth=4, draft_ahead=4))]
+    cands = [
+        fastdec_candidate(DecodeConfig("autoregressive")),
+        fastdec_candidate(DecodeConfig("pipelined", draft_depth=2)),
+        fastdec_candidate(DecodeConfig("draft-verify", draft_depth=4, draft_ahead=4)),
+    ]
     cert = check_speed("speed", cands, cands[0], model, PROMPTS, TINY_PLAN.grid)
     rows_by = {r["setting"]: r for r in cert.details["rows"]}
     assert cert.details["clock"] == res.clock
@@ -315,8 +329,9 @@ def test_certificate_and_speedup_report_give_one_speedup_for_one_setting(model, 
         assert rows_by[label]["speedup"] == by_label[label].speedup
         assert rows_by[label]["tokens_per_s"] == by_label[label].tokens_per_s
     # negative control: certify's old protocol (whole generate() calls) gives another figure
-    whole = timing.time_runs({"a": cands[0].build(model), "b": cands[1].build(model)},
-                             TINY_PLAN.grid.select(PROMPTS), 8, 2)
+    whole = timing.time_runs(
+        {"a": cands[0].build(model), "b": cands[1].build(model)}, TINY_PLAN.grid.select(PROMPTS), 8, 2
+    )
     old = timing.ratio(whole["a"]["cpu_total"], whole["b"]["cpu_total"])
     assert old != rows_by["pipelined d1=2"]["speedup"]
 

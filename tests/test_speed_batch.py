@@ -8,8 +8,9 @@ from proofs.speed.batch import BatchPlan, BatchRow, BatchTable, SampleRate, batc
 from refdec import LoopcertError, LoopedLM
 from refdec.config import get_preset
 
-PLAN = BatchPlan(batches=(1, 2), prompt_len=6, tokens=4, repeats=2, sample_batch=4, sample_calls=1,
-                 sample_alone=2)
+PLAN = BatchPlan(
+    batches=(1, 2), prompt_len=6, tokens=4, repeats=2, sample_batch=4, sample_calls=1, sample_alone=2
+)
 
 
 def test_batch_table_has_every_setting_at_every_batch_against_the_baseline_at_that_batch():
@@ -43,12 +44,17 @@ def test_a_bad_plan_names_the_field():
 
 def test_batch_targets_are_judged_in_proofs():
     def table(speedup, ratio):
-        rows = [BatchRow("autoregressive", "autoregressive", 16, 100.0, 1.0, 5.0, 0.0),
-                BatchRow("pipelined d1=2", "pipelined", 16, 100.0 * speedup, speedup, 2.0, 0.99),
-                BatchRow("pipelined d1=2", "pipelined", 1, 50.0, 3.0, 1.0, 0.99)]
+        rows = [
+            BatchRow("autoregressive", "autoregressive", 16, 100.0, 1.0, 5.0, 0.0),
+            BatchRow("pipelined d1=2", "pipelined", 16, 100.0 * speedup, speedup, 2.0, 0.99),
+            BatchRow("pipelined d1=2", "pipelined", 1, 50.0, 3.0, 1.0, 0.99),
+        ]
         samples = [SampleRate("pipelined d1=1", 64, ratio, 1.0, ratio)]
         return BatchTable(BatchPlan(), "cpu", "tiny-raven", rows, samples)
+
     met = {t.name.split(" (")[0]: t.met for t in judge_batch(table(1.6, 21.0))}
-    assert met == {"best pipelined at B=16": True,
-                   "samples/s through generate_batch >= 20x generate() one at a time": True}
+    assert met == {
+        "best pipelined at B=16": True,
+        "samples/s through generate_batch >= 20x generate() one at a time": True,
+    }
     assert not any(t.met for t in judge_batch(table(1.4, 19.0)))

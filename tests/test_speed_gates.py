@@ -18,8 +18,11 @@ from refdec.errors import LoopcertError
 PROMPTS = [(1, 2, 3, 4, 5, 6), (7, 3, 9, 1, 4)]
 PLAN = Workload(prompts=2, prompt_len=8, tokens=12, repeats=5)
 R = 8
-SETTINGS = [DecodeConfig("autoregressive"), DecodeConfig("pipelined", draft_depth=3),
-            DecodeConfig("pipelined", draft_depth=3, second_depth=5)]
+SETTINGS = [
+    DecodeConfig("autoregressive"),
+    DecodeConfig("pipelined", draft_depth=3),
+    DecodeConfig("pipelined", draft_depth=3, second_depth=5),
+]
 
 
 def damped_model(seed=2):

@@ -8,8 +8,22 @@ import torch
 from proofs import stamp as stamp_mod
 from proofs.certify import QUICK, certificate_stamp
 
-KEYS = {"commit", "date", "python", "torch", "numpy", "cuda", "platform", "device", "device_name", "threads",
-        "cpu_count", "dtype", "model", "seeds"}
+KEYS = {
+    "commit",
+    "date",
+    "python",
+    "torch",
+    "numpy",
+    "cuda",
+    "platform",
+    "device",
+    "device_name",
+    "threads",
+    "cpu_count",
+    "dtype",
+    "model",
+    "seeds",
+}
 
 
 def test_stamp_fields():

@@ -115,7 +115,11 @@ def test_check_result_serialises_plain_values():
     result = CheckResult("x", np.float64(0.5), 1, np.bool_(True), details)
     assert result.measured == 0.5 and result.passed is True and isinstance(result.bound, float)
     assert json.loads(result.to_json()) == {
-        "name": "x", "measured": 0.5, "bound": 1.0, "passed": True, "power": None,
+        "name": "x",
+        "measured": 0.5,
+        "bound": 1.0,
+        "passed": True,
+        "power": None,
         "details": {"t": [1.0, 2.0], "k": [1, 2]},
     }
     with pytest.raises(LoopcertError, match="name"):

@@ -33,8 +33,20 @@ def corpus(tmp_path_factory):
 
 
 def tiny_config(corpus, **kw):
-    base = dict(model="tiny", steps=30, seq_len=64, batch_size=4, lr=1e-2, warmup=3, mean_depth=3.0,
-                backprop_k=2, aux_max_depth=2, log_every=5, threads=1, data_root=str(corpus))
+    base = dict(
+        model="tiny",
+        steps=30,
+        seq_len=64,
+        batch_size=4,
+        lr=1e-2,
+        warmup=3,
+        mean_depth=3.0,
+        backprop_k=2,
+        aux_max_depth=2,
+        log_every=5,
+        threads=1,
+        data_root=str(corpus),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -70,10 +82,12 @@ def test_a_few_steps_reduce_the_loss(corpus, tmp_path):
 
 def test_training_without_the_shallow_loss_and_the_recorded_command(corpus, tmp_path, monkeypatch):
     from trainer.train import CONFIGS
+
     assert CONFIGS["core1"].n_core == 1 and CONFIGS["core1"].n_kv_heads == 1
     assert CONFIGS["core1"].recurrence == CONFIGS["default"].recurrence == 32
-    out = train(tiny_config(corpus, aux_max_depth=0, steps=5), tmp_path / "ckpt", None,
-                log=lambda *a, **k: None)
+    out = train(
+        tiny_config(corpus, aux_max_depth=0, steps=5), tmp_path / "ckpt", None, log=lambda *a, **k: None
+    )
     assert all("aux_bpb" not in h and math.isfinite(h["bpb"]) for h in out["record"]["history"])
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert command_line(["--max-minutes", "35"]).startswith("OMP_")
@@ -86,13 +100,16 @@ def test_resume_continues_exactly(corpus, tmp_path):
     straight = train(tc, tmp_path / "a", None, log=quiet)["model"]
     train(tc, tmp_path / "b", None, log=quiet, until_step=5, command="first leg")
     said = []
-    resumed = train(tc, tmp_path / "b", None, log=lambda *a, **k: said.append(a[0]), resume=True,
-                    command="second leg")
+    resumed = train(
+        tc, tmp_path / "b", None, log=lambda *a, **k: said.append(a[0]), resume=True, command="second leg"
+    )
     assert resumed["record"]["steps"] == 12
     assert not [line for line in said if "warning" in line]  # the same config, as JSON stores it
     # the record names every leg of the run, so the shipped model's record reproduces all of it
-    assert resumed["record"]["runs"] == [{"command": "first leg", "from_step": 0, "to_step": 5},
-                                         {"command": "second leg", "from_step": 5, "to_step": 12}]
+    assert resumed["record"]["runs"] == [
+        {"command": "first leg", "from_step": 0, "to_step": 5},
+        {"command": "second leg", "from_step": 5, "to_step": 12},
+    ]
     for (name, p), q in zip(straight.state_dict().items(), resumed["model"].state_dict().values()):
         assert torch.equal(p, q), name
     with pytest.raises(LoopcertError, match="no checkpoint"):
@@ -109,8 +126,10 @@ def test_bad_train_config_is_a_loopcert_error():
 
 
 # -- the shipped model ---------------------------------------------------------------------
-needs_default = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
-                                   reason="default model not built yet (python -m trainer.train)")
+needs_default = pytest.mark.skipif(
+    not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
+    reason="default model not built yet (python -m trainer.train)",
+)
 
 
 @needs_default
@@ -142,9 +161,20 @@ def test_default_prompts_are_held_out_snippets():
 # -- issue 14's recipe: fresh-noise state, Poisson-log-normal + 1 depth, growing windows ------
 def huginn_config(corpus, **kw):
     from trainer.train import RECIPES
-    base = dict(RECIPES["huginn"]) | dict(model="tiny-huginn", steps=30, seq_len=64, batch_size=4, lr=1e-2,
-                                          warmup=3, mean_depth=3.0, backprop_k=2, log_every=5,
-                                          seq_schedule=((0.0, 32), (0.5, 128)), data_root=str(corpus))
+
+    base = dict(RECIPES["huginn"]) | dict(
+        model="tiny-huginn",
+        steps=30,
+        seq_len=64,
+        batch_size=4,
+        lr=1e-2,
+        warmup=3,
+        mean_depth=3.0,
+        backprop_k=2,
+        log_every=5,
+        seq_schedule=((0.0, 32), (0.5, 128)),
+        data_root=str(corpus),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -156,6 +186,7 @@ def test_depth_sampler_follows_the_poisson_lognormal_law():
     from collections import Counter
 
     from trainer.train import depth_law
+
     g = torch.Generator().manual_seed(0)
     n = 20000
     counts = Counter(sample_depth(g, 8.0, 1.0, 64, offset=1) for _ in range(n))
@@ -163,6 +194,7 @@ def test_depth_sampler_follows_the_poisson_lognormal_law():
 
     def tv(law):
         return 0.5 * sum(abs(a - b) for a, b in zip(emp, law))
+
     assert abs(sum(depth_law(8.0, 1.0, 64, 1)) - 1) < 1e-9
     assert tv(depth_law(8.0, 1.0, 64, offset=1)) < 0.035
     assert tv(depth_law(8.0, 0.5, 64, offset=1)) > 0.1  # wrong sigma: detected
@@ -174,12 +206,14 @@ def test_depth_sampler_follows_the_poisson_lognormal_law():
 
 def test_huginn_recipe_learns_on_noise_initial_states(corpus, tmp_path, monkeypatch):
     import trainer.train as tt
+
     seen = []
     real = tt.training_loss
 
     def spy(model, batch, r, k, s, aux_weight, h0=None):
         seen.append((batch.shape, r, None if h0 is None else h0.clone()))
         return real(model, batch, r, k, s, aux_weight, h0)
+
     monkeypatch.setattr(tt, "training_loss", spy)
     tc = huginn_config(corpus)
     out = train(tc, tmp_path / "ckpt", tmp_path / "out", log=lambda *a, **k: None)
@@ -208,6 +242,7 @@ def test_huginn_recipe_learns_on_noise_initial_states(corpus, tmp_path, monkeypa
 
 def test_huginn_model_shape():
     from trainer.train import CONFIGS, RECIPES
+
     cfg = CONFIGS[RECIPES["huginn"]["model"]]
     assert cfg.block == "prenorm" and cfg.init_state == "seeded" and cfg.n_kv_heads in (1, 2)
     assert cfg.recurrence == 32 and cfg.max_seq_len >= 2049
@@ -218,15 +253,18 @@ def test_huginn_model_shape():
     assert max(t for _, t in RECIPES["huginn"]["seq_schedule"]) >= 1024
 
 
-@pytest.mark.parametrize("kw, flag", [
-    (dict(mean_depth=0.5), "mean_depth"),
-    (dict(backprop_k=9, max_depth=8), "backprop_k"),
-    (dict(seq_len=512), "seq_len"),
-    (dict(seq_schedule=((0.0, 64), (0.5, 600))), "seq_schedule"),
-    (dict(seq_schedule=((0.2, 64),)), "seq_schedule"),
-    (dict(max_depth=0), "max_depth"),
-    (dict(model="tiny", noise_init=True), "noise_init"),
-])
+@pytest.mark.parametrize(
+    "kw, flag",
+    [
+        (dict(mean_depth=0.5), "mean_depth"),
+        (dict(backprop_k=9, max_depth=8), "backprop_k"),
+        (dict(seq_len=512), "seq_len"),
+        (dict(seq_schedule=((0.0, 64), (0.5, 600))), "seq_schedule"),
+        (dict(seq_schedule=((0.2, 64),)), "seq_schedule"),
+        (dict(max_depth=0), "max_depth"),
+        (dict(model="tiny", noise_init=True), "noise_init"),
+    ],
+)
 def test_bad_recipe_flags_name_the_flag(corpus, kw, flag):
     with pytest.raises(LoopcertError, match=flag):
         huginn_config(corpus, **kw)
@@ -234,9 +272,13 @@ def test_bad_recipe_flags_name_the_flag(corpus, kw, flag):
 
 def test_cli_refuses_bad_flags_by_name(capsys):
     from trainer.train import main
-    for argv, flag in [(["--mean-depth", "0.5"], "mean-depth"), (["--backprop-k", "70"], "backprop-k"),
-                       (["--model", "tiny", "--seq-len", "600"], "seq-len"),
-                       (["--recipe", "huginn", "--seq-schedule", "0:256,0.5:5000"], "seq-schedule")]:
+
+    for argv, flag in [
+        (["--mean-depth", "0.5"], "mean-depth"),
+        (["--backprop-k", "70"], "backprop-k"),
+        (["--model", "tiny", "--seq-len", "600"], "seq-len"),
+        (["--recipe", "huginn", "--seq-schedule", "0:256,0.5:5000"], "seq-schedule"),
+    ]:
         assert main(argv) == 2
         assert flag in capsys.readouterr().err
     with pytest.raises(SystemExit):  # unparsable: argparse's own error, naming the flag
@@ -254,12 +296,14 @@ def test_default_model_depth_profile_is_not_flat():
     The first model (v1, flat after 3-4 iterations) gave TV(p_1, p_R) 0.039, TV(p_2, p_R) 0.0057,
     agreement at depth 2 99%, TV at depth 8 8e-7, and fails every line."""
     from proofs.depth_profile import depth_profile
+
     m = load_model("default")
     R = m.cfg.recurrence
     assert m.cfg.block == "prenorm" and m.cfg.init_state == "seeded"
     prompts = default_prompts()
-    prof = depth_profile(m, [p.ids[:-1] for p in prompts], [1, 2, 4, 8, R, 2 * R], R,
-                         labels=[p.ids[1:] for p in prompts])
+    prof = depth_profile(
+        m, [p.ids[:-1] for p in prompts], [1, 2, 4, 8, R, 2 * R], R, labels=[p.ids[1:] for p in prompts]
+    )
     assert prof.n_positions == 2757
     assert prof.tv[1] > 0.19 and prof.tv[2] > 0.08 and prof.tv[8] > 0.006
     assert prof.tv[1] > prof.tv[2] > prof.tv[4] > prof.tv[8]

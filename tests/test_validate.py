@@ -8,10 +8,23 @@ from refdec.errors import LoopcertError
 from refdec.validate import check_int, check_number, is_int, is_number
 
 
-@pytest.mark.parametrize("value,minimum,ok", [(0, None, True), (-3, None, True), (3, 1, True), (1, 1, True),
-                                              (0, 1, False), (np.int64(4), 2, True), (True, None, False),
-                                              (False, 0, False), (1.0, None, False), ("1", None, False),
-                                              (None, None, False), (np.float64(2), None, False)])
+@pytest.mark.parametrize(
+    "value,minimum,ok",
+    [
+        (0, None, True),
+        (-3, None, True),
+        (3, 1, True),
+        (1, 1, True),
+        (0, 1, False),
+        (np.int64(4), 2, True),
+        (True, None, False),
+        (False, 0, False),
+        (1.0, None, False),
+        ("1", None, False),
+        (None, None, False),
+        (np.float64(2), None, False),
+    ],
+)
 def test_is_int(value, minimum, ok):
     assert is_int(value, minimum) is ok
 
@@ -26,15 +39,26 @@ def test_check_int_returns_a_plain_int_or_names_the_value():
 
 
 # (value, low, high, low_open, high_open, accepted): each bound closed and open, on and beside it
-NUMBERS = [(0.5, 0, 1, True, True, True), (0, 0, 1, False, False, True), (0, 0, 1, True, False, False),
-           (1, 0, 1, False, False, True), (1, 0, 1, False, True, False),
-           (1.0000001, 0, 1, False, False, False),
-           (-1e-300, 0, None, False, False, False), (1e300, 0, None, False, False, True),
-           (-5.0, None, None, False, False, True), (np.float32(0.25), 0, 1, True, True, True),
-           (np.int64(3), 1, None, False, False, True), (float("nan"), None, None, False, False, False),
-           (float("inf"), 0, None, False, False, False), (-float("inf"), None, 0, False, False, False),
-           (True, 0, 1, False, False, False), ("0.5", 0, 1, False, False, False),
-           (None, None, None, False, False, False), (complex(0.5, 0), 0, 1, False, False, False)]
+NUMBERS = [
+    (0.5, 0, 1, True, True, True),
+    (0, 0, 1, False, False, True),
+    (0, 0, 1, True, False, False),
+    (1, 0, 1, False, False, True),
+    (1, 0, 1, False, True, False),
+    (1.0000001, 0, 1, False, False, False),
+    (-1e-300, 0, None, False, False, False),
+    (1e300, 0, None, False, False, True),
+    (-5.0, None, None, False, False, True),
+    (np.float32(0.25), 0, 1, True, True, True),
+    (np.int64(3), 1, None, False, False, True),
+    (float("nan"), None, None, False, False, False),
+    (float("inf"), 0, None, False, False, False),
+    (-float("inf"), None, 0, False, False, False),
+    (True, 0, 1, False, False, False),
+    ("0.5", 0, 1, False, False, False),
+    (None, None, None, False, False, False),
+    (complex(0.5, 0), 0, 1, False, False, False),
+]
 
 
 @pytest.mark.parametrize("value,low,high,low_open,high_open,ok", NUMBERS)

@@ -54,4 +54,5 @@ def assert_close(actual: torch.Tensor, expected, scale: float = 1.0, msg: str = 
         raise AssertionError(
             f"{msg + ': ' if msg else ''}{int(bad.sum())}/{bad.numel()} elements out of tolerance "
             f"({actual.dtype}: rtol={t['rtol']:g}, atol={t['atol']:g}); worst at {idx}: "
-            f"{float(a.flatten()[worst])!r} vs {float(e.flatten()[worst])!r}")
+            f"{float(a.flatten()[worst])!r} vs {float(e.flatten()[worst])!r}"
+        )

@@ -65,14 +65,41 @@ HELDOUT_EVERY = 20  # one document in 20 is held out (split_of)
 LN2 = math.log(2.0)
 
 V1 = ModelConfig(
-    family="raven", block="sandwich", rope="half", vocab_size=256, d_model=128, n_heads=4,
+    family="raven",
+    block="sandwich",
+    rope="half",
+    vocab_size=256,
+    d_model=128,
+    n_heads=4,
     n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
-    head_dim=32, intermediate_size=352, n_prelude=1, n_core=2, n_coda=1, recurrence=32,
-    max_seq_len=4096, init_state="zeros", name="default")
+    head_dim=32,
+    intermediate_size=352,
+    n_prelude=1,
+    n_core=2,
+    n_coda=1,
+    recurrence=32,
+    max_seq_len=4096,
+    init_state="zeros",
+    name="default",
+)
 TINY = ModelConfig(
-    family="raven", block="sandwich", rope="half", vocab_size=256, d_model=32, n_heads=4,
-    n_kv_heads=1, head_dim=8, intermediate_size=64, n_prelude=1, n_core=1, n_coda=1,
-    recurrence=4, max_seq_len=512, init_state="zeros", name="tiny-trained")
+    family="raven",
+    block="sandwich",
+    rope="half",
+    vocab_size=256,
+    d_model=32,
+    n_heads=4,
+    n_kv_heads=1,
+    head_dim=8,
+    intermediate_size=64,
+    n_prelude=1,
+    n_core=1,
+    n_coda=1,
+    recurrence=4,
+    max_seq_len=512,
+    init_state="zeros",
+    name="tiny-trained",
+)
 # Issue 14's block, initial state and readout (Huginn-0125; see "huginn" below)
 HUGINN_CORE = dict(block="prenorm", ln_f_before_coda=True, init_state="seeded")
 CONFIGS = {
@@ -82,8 +109,9 @@ CONFIGS = {
     # Issue 14's recipe (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
     # sandwich core contracted to a fixed point in 3-4 iterations), GQA with 2 KV heads, the
     # initial state a seeded truncated normal (trained on fresh noise each step: like-init).
-    "huginn": V1.replace(**HUGINN_CORE, d_model=192, n_heads=6, n_kv_heads=2, intermediate_size=512,
-                         n_core=1),
+    "huginn": V1.replace(
+        **HUGINN_CORE, d_model=192, n_heads=6, n_kv_heads=2, intermediate_size=512, n_core=1
+    ),
     "tiny": TINY,
     "tiny-huginn": TINY.replace(**HUGINN_CORE, name="tiny-huginn"),
 }
@@ -98,9 +126,21 @@ CONFIGS = {
 # steps (held-out bpb 2.679 at r = 1, 2.642 at r = 32; agreement at r = 2 0.911).
 RECIPES: dict[str, dict] = {
     "v1": {},
-    "huginn": dict(model="huginn", seq_len=256, batch_size=8, mean_depth=12.0, depth_sigma=0.5,
-                   depth_offset=1, backprop_k=8, aux_max_depth=0, noise_init=True, lr=2e-3,
-                   warmup=50, threads=1, seq_schedule=((0.0, 256), (0.35, 1024), (0.85, 2048))),
+    "huginn": dict(
+        model="huginn",
+        seq_len=256,
+        batch_size=8,
+        mean_depth=12.0,
+        depth_sigma=0.5,
+        depth_offset=1,
+        backprop_k=8,
+        aux_max_depth=0,
+        noise_init=True,
+        lr=2e-3,
+        warmup=50,
+        threads=1,
+        seq_schedule=((0.0, 256), (0.35, 1024), (0.85, 2048)),
+    ),
 }
 
 
@@ -139,48 +179,63 @@ class TrainConfig:
         for name in ("seq_len", "batch_size", "steps", "backprop_k", "threads", "log_every"):
             v = getattr(self, name)
             if not is_int(v, 1):
-                raise LoopcertError(f"TrainConfig.{name}={v!r} (--{name.replace('_', '-')}): "
-                                    "must be an integer >= 1")
+                raise LoopcertError(
+                    f"TrainConfig.{name}={v!r} (--{name.replace('_', '-')}): must be an integer >= 1"
+                )
         if self.max_minutes is not None and not is_number(self.max_minutes, 0, low_open=True):
             raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be a finite number > 0")
         if not is_number(self.mean_depth, 1):
-            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): "
-                                "must be a finite number >= 1")
+            raise LoopcertError(
+                f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): must be a finite number >= 1"
+            )
         if not is_number(self.depth_sigma, 0):
-            raise LoopcertError(f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be a "
-                                "finite number >= 0")
+            raise LoopcertError(
+                f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be a finite number >= 0"
+            )
         if not is_int(self.aux_max_depth, 0):
             raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
         cfg = CONFIGS[self.model]
         if self.seq_len + 1 > cfg.max_seq_len:
-            raise LoopcertError(f"TrainConfig.seq_len={self.seq_len} (--seq-len): the window + 1 exceeds "
-                                f"the model's max_seq_len={cfg.max_seq_len}")
+            raise LoopcertError(
+                f"TrainConfig.seq_len={self.seq_len} (--seq-len): the window + 1 exceeds "
+                f"the model's max_seq_len={cfg.max_seq_len}"
+            )
         if self.depth_offset not in (0, 1):
             raise LoopcertError(f"TrainConfig.depth_offset={self.depth_offset!r}: must be 0 or 1")
         md = self.max_depth
         if md is not None and not is_int(md, 1):
             raise LoopcertError(f"TrainConfig.max_depth={md!r} (--max-depth): must be an integer >= 1")
         if self.mean_depth > self.depth_cap:
-            raise LoopcertError(f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth) exceeds the "
-                                f"max depth {self.depth_cap}")
+            raise LoopcertError(
+                f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth) exceeds the "
+                f"max depth {self.depth_cap}"
+            )
         if self.backprop_k > self.depth_cap:
-            raise LoopcertError(f"TrainConfig.backprop_k={self.backprop_k!r} (--backprop-k) exceeds the "
-                                f"max depth {self.depth_cap} (--max-depth)")
+            raise LoopcertError(
+                f"TrainConfig.backprop_k={self.backprop_k!r} (--backprop-k) exceeds the "
+                f"max depth {self.depth_cap} (--max-depth)"
+            )
         if self.noise_init and cfg.init_state != "seeded":
-            raise LoopcertError(f"TrainConfig.noise_init: model {self.model!r} has init_state="
-                                f"{cfg.init_state!r}; like-init noise needs 'seeded'")
+            raise LoopcertError(
+                f"TrainConfig.noise_init: model {self.model!r} has init_state="
+                f"{cfg.init_state!r}; like-init noise needs 'seeded'"
+            )
         sched = tuple(tuple(x) for x in self.seq_schedule)
         object.__setattr__(self, "seq_schedule", sched)
         if sched:
             froms = [f for f, _ in sched]
             in_range = all(is_number(f, 0, 1, high_open=True) for f in froms)
             if not in_range or froms[0] != 0.0 or froms != sorted(froms):
-                raise LoopcertError(f"TrainConfig.seq_schedule={sched!r} (--seq-schedule): progress points "
-                                    "must start at 0 and increase within [0, 1)")
+                raise LoopcertError(
+                    f"TrainConfig.seq_schedule={sched!r} (--seq-schedule): progress points "
+                    "must start at 0 and increase within [0, 1)"
+                )
             for _, t in sched:
                 if not is_int(t, 1) or t + 1 > cfg.max_seq_len:
-                    raise LoopcertError(f"TrainConfig.seq_schedule window {t!r} (--seq-schedule): must be "
-                                        f"an integer >= 1 with window + 1 <= max_seq_len={cfg.max_seq_len}")
+                    raise LoopcertError(
+                        f"TrainConfig.seq_schedule window {t!r} (--seq-schedule): must be "
+                        f"an integer >= 1 with window + 1 <= max_seq_len={cfg.max_seq_len}"
+                    )
 
     @property
     def depth_cap(self) -> int:
@@ -269,7 +324,7 @@ def heldout_windows(data: torch.Tensor, n: int, length: int) -> torch.Tensor:
     if data.numel() < length + 1:
         raise LoopcertError(f"held-out text of {data.numel()} bytes is shorter than one window")
     step = (data.numel() - length - 1) // max(n - 1, 1)
-    return torch.stack([data[i * step: i * step + length] for i in range(n)]).long()
+    return torch.stack([data[i * step : i * step + length] for i in range(n)]).long()
 
 
 # -- the batched forward used for training and evaluation ---------------------------------
@@ -316,8 +371,15 @@ def noise_state(shape, gen: torch.Generator, init_scale: float) -> torch.Tensor:
     return torch.randn(shape, generator=gen).clamp(-3.0, 3.0) * (math.sqrt(2.0 / 5.0) * init_scale)
 
 
-def training_loss(model: LoopedLM, batch: torch.Tensor, r: int, k: int, s: int, aux_weight: float,
-                  h0: torch.Tensor | None = None):
+def training_loss(
+    model: LoopedLM,
+    batch: torch.Tensor,
+    r: int,
+    k: int,
+    s: int,
+    aux_weight: float,
+    h0: torch.Tensor | None = None,
+):
     """Loss in nats at depth r (grad through the last k iterations) plus the shallow aux at s.
     h0 (B, T, d): the initial state (like-init noise); None = the model's own initial_state."""
     x, y = batch[:, :-1], batch[:, 1:]  # (B, T)
@@ -367,9 +429,12 @@ def init_for_training(model: LoopedLM, seed: int) -> LoopedLM:
 def make_optimizer(model: LoopedLM, tc: TrainConfig) -> torch.optim.AdamW:
     decay = [p for n, p in sorted(model.named_parameters()) if p.dim() == 2 and "embed" not in n]
     other = [p for n, p in sorted(model.named_parameters()) if not (p.dim() == 2 and "embed" not in n)]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                              {"params": other, "weight_decay": 0.0}],
-                             lr=tc.lr, betas=(0.9, 0.95), eps=1e-8)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": other, "weight_decay": 0.0}],
+        lr=tc.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
 
 
 def lr_at(tc: TrainConfig, step: int, progress: float) -> float:
@@ -405,8 +470,11 @@ def load_training_state(folder: Path, model, opt, gen) -> dict:
     params = dict(model.named_parameters())
     for name, step in meta.get("opt_step", {}).items():
         p = params[name]
-        opt.state[p] = {"step": torch.tensor(step), "exp_avg": tensors[f"opt.exp_avg.{name}"],
-                        "exp_avg_sq": tensors[f"opt.exp_avg_sq.{name}"]}
+        opt.state[p] = {
+            "step": torch.tensor(step),
+            "exp_avg": tensors[f"opt.exp_avg.{name}"],
+            "exp_avg_sq": tensors[f"opt.exp_avg_sq.{name}"],
+        }
     gen.set_state(tensors["rng.data"])
     return meta
 
@@ -415,6 +483,7 @@ def load_training_state(folder: Path, model, opt, gen) -> dict:
 def keeps_callers_threads(fn):
     """The recipe's thread count is set for the run and the caller's restored after it: the Python
     API never changes torch's global thread count behind the caller's back (issue 15)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         threads = torch.get_num_threads()
@@ -422,12 +491,20 @@ def keeps_callers_threads(fn):
             return fn(*args, **kwargs)
         finally:
             torch.set_num_threads(threads)
+
     return wrapper
 
 
 @keeps_callers_threads
-def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = False,
-          log=print, command: str | None = None, until_step: int | None = None) -> dict:
+def train(
+    tc: TrainConfig,
+    ckpt_dir: Path,
+    out_dir: Path | None,
+    resume: bool = False,
+    log=print,
+    command: str | None = None,
+    until_step: int | None = None,
+) -> dict:
     """Train (or resume) per `tc`; checkpoint to ckpt_dir; export the shipped files to out_dir.
 
     `until_step` pauses early (checkpoint written, schedule unchanged): what an interrupted run
@@ -442,8 +519,10 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         raise LoopcertError(f"data under {root} gives an empty train or held-out split")
     data, held = concat(splits["train"]), concat(splits["heldout"])
     manifest = build_manifest(docs, root)
-    log(f"data: {len(docs)} documents, train {data.numel():,} B, held-out {held.numel():,} B, "
-        f"manifest sha256 {manifest['sha256'][:16]}, python {manifest['python_version']}")
+    log(
+        f"data: {len(docs)} documents, train {data.numel():,} B, held-out {held.numel():,} B, "
+        f"manifest sha256 {manifest['sha256'][:16]}, python {manifest['python_version']}"
+    )
 
     torch.manual_seed(tc.seed)
     model = init_for_training(LoopedLM(cfg), tc.seed).train()
@@ -456,15 +535,19 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         # compared as JSON round-trips them (tuples come back as lists)
         now = json.loads(json.dumps(dataclasses.asdict(tc)))
         if {k: v for k, v in meta["train_config"].items() if k not in loose} != {
-                k: v for k, v in now.items() if k not in loose}:
+            k: v for k, v in now.items() if k not in loose
+        }:
             log("warning: resuming with a different TrainConfig than the checkpoint's")
         state = {k: meta[k] for k in ("step", "elapsed_s", "history", "runs") if k in meta} | (
-            {"tokens": meta["tokens"]} if "tokens" in meta else {})
+            {"tokens": meta["tokens"]} if "tokens" in meta else {}
+        )
         log(f"resumed at step {state['step']} after {state['elapsed_s'] / 60:.1f} min")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"model {cfg.name}: {n_params:,} parameters; R={cfg.recurrence}, mean depth {tc.mean_depth}, "
+    log(
+        f"model {cfg.name}: {n_params:,} parameters; R={cfg.recurrence}, mean depth {tc.mean_depth}, "
         f"k={tc.backprop_k}, aux depth 1..{tc.aux_max_depth} x{tc.aux_weight}, noise init {tc.noise_init}, "
-        f"windows {tc.seq_schedule or tc.seq_len}")
+        f"windows {tc.seq_schedule or tc.seq_len}"
+    )
 
     # every command that trained this model, with the steps it ran: a resumed run's record lists
     # the runs before it, so the shipped record reproduces the whole model, not its last leg
@@ -500,16 +583,23 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
         run_n += 1
         if state["step"] % tc.log_every == 0:
             elapsed = base + time.monotonic() - t0
-            rec = {"step": state["step"], "min": round(elapsed / 60, 2),
-                   "bpb": round(run_nll / run_n / LN2, 4), "lr": round(lr, 6)}
+            rec = {
+                "step": state["step"],
+                "min": round(elapsed / 60, 2),
+                "bpb": round(run_nll / run_n / LN2, 4),
+                "lr": round(lr, 6),
+            }
             if tc.seq_schedule:
                 rec["window"] = window
             if tc.aux_max_depth:
                 rec["aux_bpb"] = round(run_aux / run_n / LN2, 4)
             state["history"].append(rec)
             shallow = f"  shallow {rec['aux_bpb']:.3f}" if tc.aux_max_depth else ""
-            log(f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
-                f"{shallow}  lr {lr:.2e}  T={window}  {elapsed / state['step']:.2f} s/step", flush=True)
+            log(
+                f"step {rec['step']:6d}  {rec['min']:6.2f} min  train bpb {rec['bpb']:.3f} (deep, r~{r:2d})"
+                f"{shallow}  lr {lr:.2e}  T={window}  {elapsed / state['step']:.2f} s/step",
+                flush=True,
+            )
             run_nll, run_aux, run_n = 0.0, 0.0, 0
         runs[-1]["to_step"] = state["step"]
         if time.monotonic() - last_ckpt > tc.ckpt_minutes * 60:
@@ -519,16 +609,24 @@ def train(tc: TrainConfig, ckpt_dir: Path, out_dir: Path | None, resume: bool = 
     state["elapsed_s"] = base + time.monotonic() - t0
     save_training_state(ckpt_dir, model, opt, gen, state, tc)
     model.eval()
-    quick = window_profile(model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1),
-                           sorted({1, 2, 4, cfg.recurrence}))
-    log("held-out (quick): " + "  ".join(
-        f"r={r}: {quick.bpb[r]:.3f} bpb, agree {quick.agree[r]:.3f}" for r in quick.depths))
+    quick = window_profile(
+        model, heldout_windows(held, 8, min(tc.seq_len, 256) + 1), sorted({1, 2, 4, cfg.recurrence})
+    )
+    log(
+        "held-out (quick): "
+        + "  ".join(f"r={r}: {quick.bpb[r]:.3f} bpb, agree {quick.agree[r]:.3f}" for r in quick.depths)
+    )
     record = {
-        "command": runs[-1]["command"], "runs": runs,
-        "train_config": dataclasses.asdict(tc), "steps": state["step"],
-        "train_minutes": round(state["elapsed_s"] / 60, 2), "n_params": n_params,
+        "command": runs[-1]["command"],
+        "runs": runs,
+        "train_config": dataclasses.asdict(tc),
+        "steps": state["step"],
+        "train_minutes": round(state["elapsed_s"] / 60, 2),
+        "n_params": n_params,
         "tokens_seen": state.get("tokens", state["step"] * tc.batch_size * tc.seq_len),
-        "torch_version": torch.__version__, "threads": tc.threads, "history": state["history"],
+        "torch_version": torch.__version__,
+        "threads": tc.threads,
+        "history": state["history"],
     }
     if out_dir is not None:
         export(model, out_dir, manifest, held, splits["heldout"], record)
@@ -553,25 +651,33 @@ def make_prompts(heldout_docs, n: int = 16, length: int = 192) -> list[dict]:
     for name, data in files[::step]:
         text = data.decode("utf-8", errors="ignore")
         at = min((i for i in (text.find("\ndef "), text.find("\nclass ")) if i >= 0), default=0)
-        snippet = text[at + 1 if at else 0:][: length]
+        snippet = text[at + 1 if at else 0 :][:length]
         snippet = snippet[: snippet.rfind("\n") + 1] or snippet
         if len(snippet) < length // 3:
             continue
-        out.append({"name": f"{name}:{len(text[:at + 1 if at else 0].encode())}", "text": snippet,
-                    "ids": list(snippet.encode("utf-8"))})
+        out.append(
+            {
+                "name": f"{name}:{len(text[: at + 1 if at else 0].encode())}",
+                "text": snippet,
+                "ids": list(snippet.encode("utf-8")),
+            }
+        )
         if len(out) == n:
             break
     return out
 
 
-def export(model: LoopedLM, out_dir: Path, manifest: dict, held: torch.Tensor, heldout_docs,
-           record: dict) -> None:
+def export(
+    model: LoopedLM, out_dir: Path, manifest: dict, held: torch.Tensor, heldout_docs, record: dict
+) -> None:
     out_dir = Path(out_dir)
     save_model(model, out_dir, dtype="float16")  # computed in float32/64 on load
-    text = lambda obj: (lambda p: Path(p).write_text(json.dumps(obj, indent=1) + "\n"))  # noqa: E731
+    text = lambda obj: lambda p: Path(p).write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
     write_atomic(out_dir / "data_manifest.json", text(manifest))
-    write_atomic(out_dir / "prompts.json", text({"source": "held-out split of data_manifest.json",
-                                                  "prompts": make_prompts(heldout_docs)}))
+    write_atomic(
+        out_dir / "prompts.json",
+        text({"source": "held-out split of data_manifest.json", "prompts": make_prompts(heldout_docs)}),
+    )
     write_atomic(out_dir / "train_record.json", text(record))
 
 
@@ -590,35 +696,67 @@ def parse_schedule(text: str) -> tuple:
     try:
         return tuple((float(f), int(t)) for f, t in (item.split(":") for item in text.split(",")))
     except ValueError:
-        raise LoopcertError(f"--seq-schedule {text!r}: expected PROGRESS:WINDOW,... "
-                            "e.g. 0:256,0.35:1024") from None
+        raise LoopcertError(
+            f"--seq-schedule {text!r}: expected PROGRESS:WINDOW,... e.g. 0:256,0.35:1024"
+        ) from None
 
 
 # flag -> TrainConfig field (every flag defaults to None: unset flags take the recipe's value)
-FLAGS = {"model": str, "steps": int, "max_minutes": float, "seed": int, "batch_size": int,
-         "seq_len": int, "lr": float, "warmup": int, "mean_depth": float, "depth_sigma": float,
-         "depth_offset": int, "max_depth": int, "backprop_k": int, "aux_max_depth": int,
-         "aux_weight": float, "threads": int, "log_every": int, "ckpt_minutes": float}
+FLAGS = {
+    "model": str,
+    "steps": int,
+    "max_minutes": float,
+    "seed": int,
+    "batch_size": int,
+    "seq_len": int,
+    "lr": float,
+    "warmup": int,
+    "mean_depth": float,
+    "depth_sigma": float,
+    "depth_offset": int,
+    "max_depth": int,
+    "backprop_k": int,
+    "aux_max_depth": int,
+    "aux_weight": float,
+    "threads": int,
+    "log_every": int,
+    "ckpt_minutes": float,
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", default="v1", choices=sorted(RECIPES),
-                   help="named training recipe (defaults below); v1 = the first shipped model")
+    p.add_argument(
+        "--recipe",
+        default="v1",
+        choices=sorted(RECIPES),
+        help="named training recipe (defaults below); v1 = the first shipped model",
+    )
     for name, typ in FLAGS.items():
         flag = "--" + name.replace("_", "-")
         if name == "model":
             p.add_argument(flag, default=None, choices=sorted(CONFIGS), help="model shape")
         else:
             p.add_argument(flag, type=typ, default=None, help=f"TrainConfig.{name}")
-    p.add_argument("--noise-init", default=None, action=argparse.BooleanOptionalAction,
-                   help="fresh-noise initial state each step (Huginn's like-init)")
-    p.add_argument("--seq-schedule", default=None, type=parse_schedule,
-                   help="window by training progress, e.g. 0:256,0.35:1024,0.85:2048")
+    p.add_argument(
+        "--noise-init",
+        default=None,
+        action=argparse.BooleanOptionalAction,
+        help="fresh-noise initial state each step (Huginn's like-init)",
+    )
+    p.add_argument(
+        "--seq-schedule",
+        default=None,
+        type=parse_schedule,
+        help="window by training progress, e.g. 0:256,0.35:1024,0.85:2048",
+    )
     p.add_argument("--data-root", default=None, help="folder of .py files (default: this Python's stdlib)")
     p.add_argument("--ckpt-dir", default=str(DEFAULT_CKPT), help="resumable checkpoint folder")
-    p.add_argument("--out", default=None,
-                   help="where the trained model is written (nothing is exported without it; "
-                        f"the shipped model lives in {DEFAULT_DIR})")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where the trained model is written (nothing is exported without it; "
+        f"the shipped model lives in {DEFAULT_DIR})",
+    )
     p.add_argument("--resume", action="store_true", help="continue from --ckpt-dir")
 
 
@@ -632,8 +770,13 @@ def config_from_args(args) -> TrainConfig:
 
 
 def run_args(args, command: str | None = None) -> int:
-    train(config_from_args(args), Path(args.ckpt_dir), Path(args.out) if args.out else None,
-          resume=args.resume, command=command)
+    train(
+        config_from_args(args),
+        Path(args.ckpt_dir),
+        Path(args.out) if args.out else None,
+        resume=args.resume,
+        command=command,
+    )
     return 0
 
 

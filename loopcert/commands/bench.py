@@ -178,8 +178,11 @@ def run_serve_load(args) -> int:
     t0 = time.perf_counter()
     res = serve_load(argv, plan, say)
     seeds = {"requests": f"{plan.base_seed} + i for request i"}
-    res["stamp"] = {**stamp(args.model, args.device, args.dtype, seeds), "command": command_line(args),
-                    "seconds": time.perf_counter() - t0}
+    res["stamp"] = {
+        **stamp(args.model, args.device, args.dtype, seeds),
+        "command": command_line(args),
+        "seconds": time.perf_counter() - t0,
+    }
     md = render_load(_plain(res))
     out = Path(args.out)
     write_atomic(out / "serve-load.json", lambda tmp: Path(tmp).write_text(_json(res)))

@@ -25,30 +25,62 @@ DEFAULT_OUT = Path("reports") / "out"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", nargs="?", default=None,
-                   help="preset name or model folder (default: 'default' if installed, else tiny-raven)")
-    p.add_argument("--decoder", default=None, metavar="MODULE:FACTORY",
-                   help="certify factory(model) instead of fastdec's strategy grid")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="preset name or model folder (default: 'default' if installed, else tiny-raven)",
+    )
+    p.add_argument(
+        "--decoder",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="certify factory(model) instead of fastdec's strategy grid",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="the CI plan (default): minutes on a CPU")
-    mode.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="the nightly plan: more models, cases, samples, and the false-alarm rate")
+    mode.add_argument(
+        "--quick",
+        dest="mode",
+        action="store_const",
+        const="quick",
+        help="the CI plan (default): minutes on a CPU",
+    )
+    mode.add_argument(
+        "--full",
+        dest="mode",
+        action="store_const",
+        const="full",
+        help="the nightly plan: more models, cases, samples, and the false-alarm rate",
+    )
     p.set_defaults(mode="quick")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--seed", type=int, default=0, help="base seed of every sampled check")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="cap on the sampling time, pooled across settings (default: the plan's, quick 270 s, "
-                        "full 2400 s); a case "
-                        "that cannot reach the plan's detectable TV in it fails as 'no power'")
-    p.add_argument("--predict", type=float, default=None, metavar="SECONDS",
-                   help="certify nothing: sample each (setting, case) for SECONDS, print the plan's N per "
-                        "case, the samples/s measured and the predicted sampling time")
-    p.add_argument("--shard", default=None, metavar="I/N",
-                   help="run only the I-th of N parts of the plan's work units; write OUT/shard.json for "
-                        "`loopcert merge`")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cap on the sampling time, pooled across settings (default: the plan's, quick 270 s, "
+        "full 2400 s); a case "
+        "that cannot reach the plan's detectable TV in it fails as 'no power'",
+    )
+    p.add_argument(
+        "--predict",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="certify nothing: sample each (setting, case) for SECONDS, print the plan's N per "
+        "case, the samples/s measured and the predicted sampling time",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only the I-th of N parts of the plan's work units; write OUT/shard.json for "
+        "`loopcert merge`",
+    )
 
 
 def command_line(args, model: str) -> str:
@@ -60,7 +92,6 @@ def command_line(args, model: str) -> str:
     if args.time_budget is not None:
         parts.append(f"--time-budget {args.time_budget:g}")
     return " ".join(parts)
-
 
 
 def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
@@ -80,27 +111,50 @@ def run(args) -> int:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
     if args.predict is not None:
-        got = predict(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
-                      slice_seconds=args.predict)
-        print(f"{got['mode']} plan on {got['model']}: predicted sampling time "
-              f"{got['predicted_seconds'] / 60:.1f} min for TV {got['target_tv']:g} "
-              f"(budget {got['sampling_budget_s'] / 60:.1f} min)")
+        got = predict(
+            args.model,
+            args.decoder,
+            args.device,
+            args.dtype,
+            args.mode,
+            args.seed,
+            progress,
+            slice_seconds=args.predict,
+        )
+        print(
+            f"{got['mode']} plan on {got['model']}: predicted sampling time "
+            f"{got['predicted_seconds'] / 60:.1f} min for TV {got['target_tv']:g} "
+            f"(budget {got['sampling_budget_s'] / 60:.1f} min)"
+        )
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
-    cert = certify(args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress,
-                   time_budget=args.time_budget, shard=shard)
+    cert = certify(
+        args.model,
+        args.decoder,
+        args.device,
+        args.dtype,
+        args.mode,
+        args.seed,
+        progress,
+        time_budget=args.time_budget,
+        shard=shard,
+    )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
         path = write_shard(args.out, cert)
-        print(f"shard {shard}: {len(cert['results'])} of {len(cert['units'])} work units in "
-              f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)")
+        print(
+            f"shard {shard}: {len(cert['results'])} of {len(cert['units'])} work units in "
+            f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)"
+        )
         return 0
     cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
     with uninterrupted():  # both files or neither
         md_path, json_path = write_reports(cert, args.out)
-    print(f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
-          f"passed in {cert['stamp']['seconds']:.0f}s" + (f"; failed: {', '.join(cert['failed'])}"
-                                                            if cert["failed"] else ""))
+    print(
+        f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
+        f"passed in {cert['stamp']['seconds']:.0f}s"
+        + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
+    )
     for name, why in cert.get("skipped", {}).items():
         print(f"skipped: {name}: {why}")
     print(f"wrote {md_path} and {json_path}")

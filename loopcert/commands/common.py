@@ -14,8 +14,12 @@ from refdec.sampling import SamplingParams
 
 
 def add_model_arguments(p, default_model: str = "tiny-raven") -> None:
-    p.add_argument("model", nargs="?", default=default_model,
-                   help=f"preset name or model folder (default: {default_model})")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=default_model,
+        help=f"preset name or model folder (default: {default_model})",
+    )
     p.add_argument("--seed-weights", type=int, default=0, help="weights seed for a preset")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
@@ -24,8 +28,12 @@ def add_model_arguments(p, default_model: str = "tiny-raven") -> None:
 def add_sampling_arguments(p, several: bool = False) -> None:
     """several: --prompt may repeat, and --prompts-file gives one text prompt per line."""
     if several:
-        p.add_argument("--prompt", action="append", help="text prompt (byte-level or tokenizer.json "
-                       "models); repeat it to decode several prompts as one batch")
+        p.add_argument(
+            "--prompt",
+            action="append",
+            help="text prompt (byte-level or tokenizer.json "
+            "models); repeat it to decode several prompts as one batch",
+        )
         p.add_argument("--prompts-file", default=None, help="one text prompt per line, decoded as one batch")
     else:
         p.add_argument("--prompt", help="text prompt (byte-level or tokenizer.json models)")
@@ -106,7 +114,6 @@ def decode_text(model, ids: list[int]) -> str | None:
     return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
-
 GATE_CHOICES = {"on": True, "off": False, "inverted": "inverted"}
 
 
@@ -116,16 +123,40 @@ def add_decoder_arguments(p, default_strategy: str = "draft-verify") -> None:
     from fastdec import STRATEGIES
 
     p.add_argument("--strategy", default=default_strategy, choices=STRATEGIES)
-    p.add_argument("--draft-depth", "--draft-loops", dest="draft_depth", type=int, default=None,
-                   help="draft depth d1 (default: max(1, round(R/16)))")
-    p.add_argument("--depth", "--verify-loops", dest="depth", type=int, default=None,
-                   help="target depth R (default: the model's)")
-    p.add_argument("--second-depth", "--second-loops", dest="second_depth", type=int, default=None,
-                   help="LoopSpec second-proposal depth d2 (pipelined)")
+    p.add_argument(
+        "--draft-depth",
+        "--draft-loops",
+        dest="draft_depth",
+        type=int,
+        default=None,
+        help="draft depth d1 (default: max(1, round(R/16)))",
+    )
+    p.add_argument(
+        "--depth",
+        "--verify-loops",
+        dest="depth",
+        type=int,
+        default=None,
+        help="target depth R (default: the model's)",
+    )
+    p.add_argument(
+        "--second-depth",
+        "--second-loops",
+        dest="second_depth",
+        type=int,
+        default=None,
+        help="LoopSpec second-proposal depth d2 (pipelined)",
+    )
     p.add_argument("--gate", choices=sorted(GATE_CHOICES), default="on", help="second-proposal gate")
     p.add_argument("--draft-ahead", type=int, default=4, help="drafts per round (draft-verify)")
-    p.add_argument("--rewind-depth", "--rewind-L", dest="rewind_depth", type=int, default=None,
-                   help="rewind telemetry depth (adaptive-verify: its verify depth)")
+    p.add_argument(
+        "--rewind-depth",
+        "--rewind-L",
+        dest="rewind_depth",
+        type=int,
+        default=None,
+        help="rewind telemetry depth (adaptive-verify: its verify depth)",
+    )
     p.add_argument("--fixed-width", type=int, default=None, help="run every engine call at this width")
     p.add_argument("--no-cuda-graphs", action="store_true", help="eager steps on CUDA")
 
@@ -133,9 +164,15 @@ def add_decoder_arguments(p, default_strategy: str = "draft-verify") -> None:
 def config_from_args(args):
     from fastdec import DecodeConfig
 
-    return DecodeConfig(args.strategy, depth=args.depth, draft_depth=args.draft_depth,
-                        second_depth=args.second_depth, gate=GATE_CHOICES[args.gate],
-                        draft_ahead=args.draft_ahead, rewind_depth=args.rewind_depth)
+    return DecodeConfig(
+        args.strategy,
+        depth=args.depth,
+        draft_depth=args.draft_depth,
+        second_depth=args.second_depth,
+        gate=GATE_CHOICES[args.gate],
+        draft_ahead=args.draft_ahead,
+        rewind_depth=args.rewind_depth,
+    )
 
 
 def decoder_from_args(args, model, max_batch: int = 1):
@@ -143,8 +180,14 @@ def decoder_from_args(args, model, max_batch: int = 1):
     from fastdec import Decoder
 
     config = config_from_args(args)
-    return Decoder(model, config, device=args.device, fixed_width=args.fixed_width,
-                   cuda_graphs=False if args.no_cuda_graphs else None, max_batch=max(max_batch, 1))
+    return Decoder(
+        model,
+        config,
+        device=args.device,
+        fixed_width=args.fixed_width,
+        cuda_graphs=False if args.no_cuda_graphs else None,
+        max_batch=max(max_batch, 1),
+    )
 
 
 # -- threads ----------------------------------------------------------------------------------------
@@ -153,10 +196,15 @@ DEFAULT_THREADS = 1
 
 
 def add_threads_argument(p) -> None:
-    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
-                   help=f"torch CPU threads for this run (default {DEFAULT_THREADS}: decoding steps on "
-                        "these models are too small to split, and on a busy 2-core machine more "
-                        "threads are ~40x slower; README 'Threads')")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        metavar="N",
+        help=f"torch CPU threads for this run (default {DEFAULT_THREADS}: decoding steps on "
+        "these models are too small to split, and on a busy 2-core machine more "
+        "threads are ~40x slower; README 'Threads')",
+    )
 
 
 def apply_threads(args) -> None:
@@ -192,8 +240,10 @@ def uninterrupted():
     """Hold SIGINT / SIGTERM while a report's files are replaced, so a signal never leaves a new
     certificate.json beside an old certificate.md; the signal is acted on right after."""
     pending: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, _f: pending.append(signum))
-           for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {
+        sig: signal.signal(sig, lambda signum, _f: pending.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:

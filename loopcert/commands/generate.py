@@ -25,9 +25,15 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     model = load_from_args(args)
     prompt = prompt_from_args(args, model)
-    ids = generate(model, prompt, args.max_new_tokens, sampling_from_args(args), seed=args.seed,
-                   depth=args.depth,
-                   eos_token_id=args.eos if args.eos is not None else getattr(model, "eos_token_id", None))
+    ids = generate(
+        model,
+        prompt,
+        args.max_new_tokens,
+        sampling_from_args(args),
+        seed=args.seed,
+        depth=args.depth,
+        eos_token_id=args.eos if args.eos is not None else getattr(model, "eos_token_id", None),
+    )
     text = decode_text(model, ids)
     print(text if text is not None else " ".join(map(str, ids)))
     return 0

@@ -21,24 +21,32 @@ def run(args) -> int:
         ("recurrence R", info["recurrence"]),
         ("layers", info["layers"]),
         ("d_model", info["d_model"]),
-        ("heads", f"{info['n_heads']} query, {info['n_kv_heads']} key/value, head_dim "
-                  f"{info['head_dim']}"),
+        ("heads", f"{info['n_heads']} query, {info['n_kv_heads']} key/value, head_dim {info['head_dim']}"),
         ("mlp width", info["intermediate_size"]),
         ("vocab", info["vocab_size"]),
         ("context", info["max_seq_len"]),
-        ("rope", f"{info['rope']}, theta {info['rope_theta']:g}"
-                 + ("" if scaling is None else f", llama3 scaling x{scaling.factor:g} "
-                    f"(original {scaling.original_max_position_embeddings})")),
+        (
+            "rope",
+            f"{info['rope']}, theta {info['rope_theta']:g}"
+            + (
+                ""
+                if scaling is None
+                else f", llama3 scaling x{scaling.factor:g} "
+                f"(original {scaling.original_max_position_embeddings})"
+            ),
+        ),
         ("embed scale", f"{info['embed_scale']:g}"),
         ("qk bias / qk norm", f"{info['qk_bias']} / {info['qk_norm']}"),
         ("tied head", info["tie_embeddings"]),
         ("ln_f before coda", info["ln_f_before_coda"]),
-        ("early-exit gate", f"{info['early_exit_gate']}" + (" (loaded, ignored at fixed depth)"
-                                                             if info["early_exit_gate"] else "")),
+        (
+            "early-exit gate",
+            f"{info['early_exit_gate']}"
+            + (" (loaded, ignored at fixed depth)" if info["early_exit_gate"] else ""),
+        ),
         ("initial state", info["init_state"]),
         ("parameters", f"{info['parameters']:,}"),
-        ("stored dtypes", ", ".join(f"{k} x{v}" for k, v in sorted(info["stored_dtypes"].items()))
-         or "-"),
+        ("stored dtypes", ", ".join(f"{k} x{v}" for k, v in sorted(info["stored_dtypes"].items())) or "-"),
         ("safetensors files", info["files"]),
         ("tokenizer.json", info["tokenizer"] if info["tokenizer"] is not None else "-"),
     ]

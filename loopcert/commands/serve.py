@@ -38,8 +38,12 @@ def add_arguments(p) -> None:
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: MODEL)")
     p.add_argument("--max-batch", type=int, default=64, help="most sequences decoded together")
     p.add_argument("--max-waiting", type=int, default=4096, help="sequences queued before HTTP 503")
-    p.add_argument("--batch-window-ms", type=float, default=10.0,
-                   help="wait up to this long for more requests before starting a round (0: never)")
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=10.0,
+        help="wait up to this long for more requests before starting a round (0: never)",
+    )
     p.add_argument(
         "--join",
         choices=("step", "round"),

@@ -44,8 +44,9 @@ def run(args) -> int:
     prompts = prompts_from_args(args, model)
     dec = decoder_from_args(args, model, max_batch=len(prompts))
     seeds = [args.seed + i for i in range(len(prompts))]
-    results = dec.generate_batch(prompts, args.max_new_tokens, sampling_from_args(args), seeds,
-                                 eos_token_id=args.eos)
+    results = dec.generate_batch(
+        prompts, args.max_new_tokens, sampling_from_args(args), seeds, eos_token_id=args.eos
+    )
     for i, res in enumerate(results):
         if len(results) > 1:
             print(f"# {i}")

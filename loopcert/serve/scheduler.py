@@ -104,9 +104,11 @@ class Scheduler:
         if join not in JOINS:
             raise LoopcertError(f"join must be one of {JOINS}, got {join!r}")
         if (join == "step" and not steps) or (join == "round" and not batches):
-            raise LoopcertError(f"join={join!r} needs a decoder with "
-                                + ("steps (a fastdec.Decoder)" if join == "step" else "generate_batch")
-                                + f", got {type(decoder).__name__}")
+            raise LoopcertError(
+                f"join={join!r} needs a decoder with "
+                + ("steps (a fastdec.Decoder)" if join == "step" else "generate_batch")
+                + f", got {type(decoder).__name__}"
+            )
         self.decoder, self.max_batch, self.max_waiting = decoder, max_batch, max_waiting
         self.join, self.window_s = join, window_s
         self.ignore_seed = ignore_seed
@@ -170,9 +172,11 @@ class Scheduler:
                 "largest_round": self.largest_round,
                 "max_batch": self.max_batch,
                 "join": self.join,
-                "batching": {"step": "continuous (a request joins at the next engine step)",
-                             "round": "generate_batch rounds",
-                             "sequence": "per-sequence fallback"}[self.join],
+                "batching": {
+                    "step": "continuous (a request joins at the next engine step)",
+                    "round": "generate_batch rounds",
+                    "sequence": "per-sequence fallback",
+                }[self.join],
             }
 
     # -- the decode thread ----------------------------------------------------------------------
@@ -271,8 +275,14 @@ class Scheduler:
             j.t_start = time.perf_counter()
             j.decoded_seed = self._seed(j)
             try:
-                h = batch.add(j.prompt, j.max_new_tokens, j.sampling, j.decoded_seed,
-                              eos_token_id=j.eos_token_id, keep_logits=j.keep_logits)
+                h = batch.add(
+                    j.prompt,
+                    j.max_new_tokens,
+                    j.sampling,
+                    j.decoded_seed,
+                    eos_token_id=j.eos_token_id,
+                    keep_logits=j.keep_logits,
+                )
             except LoopcertError as e:  # this job's input (e.g. too long for any batch): its error only
                 j.error = e
                 failed.append(j)

@@ -136,8 +136,15 @@ def _seconds(results, clock: str, decode_only: bool) -> float:
     return total - pre if decode_only else total
 
 
-def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequence[int]], plan: BatchPlan,
-               clock: str, device="cpu", progress: Progress | None = None) -> list[BatchRow]:
+def batch_rows(
+    model,
+    settings: Sequence[DecodeConfig],
+    prompts: Sequence[Sequence[int]],
+    plan: BatchPlan,
+    clock: str,
+    device="cpu",
+    progress: Progress | None = None,
+) -> list[BatchRow]:
     """settings[0] is the baseline. Sequence i of a batch decodes prompt i (mod len(prompts))."""
     say = progress or quiet
     decs = {st.label: Decoder(model, st, device=device, max_batch=max(plan.batches)) for st in settings}
@@ -145,7 +152,7 @@ def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequen
     base = labels[0]
     runs = {}
     for b in plan.batches:
-        batch = [list(prompts[i % len(prompts)])[-plan.prompt_len:] for i in range(b)]
+        batch = [list(prompts[i % len(prompts)])[-plan.prompt_len :] for i in range(b)]
         seeds = list(range(b))
         for dec in decs.values():  # warm-up: allocation of this B's engine, first-call dispatch
             dec.generate_batch(batch, 2, GREEDY, seeds)
@@ -165,25 +172,45 @@ def batch_rows(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequen
                 accepted[lb] += sum(x.stats.accepted for x in res)
                 proposals[lb] += sum(x.stats.proposals for x in res)
         for lb in labels:
-            runs[(lb, b)] = (secs[lb], tokens[lb], accepted[lb] / proposals[lb] if proposals[lb] else 0.0,
-                             lane_steps[lb] / tokens[lb] if tokens[lb] else 0.0)
-        say(f"  B={b}: " + ", ".join(f"{lb} {tokens[lb] / statistics.median(secs[lb]):.4g} tok/s"
-                                     for lb in labels))
+            runs[(lb, b)] = (
+                secs[lb],
+                tokens[lb],
+                accepted[lb] / proposals[lb] if proposals[lb] else 0.0,
+                lane_steps[lb] / tokens[lb] if tokens[lb] else 0.0,
+            )
+        say(
+            f"  B={b}: "
+            + ", ".join(f"{lb} {tokens[lb] / statistics.median(secs[lb]):.4g} tok/s" for lb in labels)
+        )
     rows = []
     for st in settings:
         for b in plan.batches:
             secs, toks, acc, per_token = runs[(st.label, b)]
             base_secs = runs[(base, b)][0]
             b1 = runs[(st.label, plan.batches[0])]
-            rows.append(BatchRow(
-                st.label, st.strategy, b, toks / statistics.median(secs),
-                statistics.median(x / y for x, y in zip(base_secs, secs)),
-                (toks / statistics.median(secs)) / (b1[1] / statistics.median(b1[0])), acc, per_token))
+            rows.append(
+                BatchRow(
+                    st.label,
+                    st.strategy,
+                    b,
+                    toks / statistics.median(secs),
+                    statistics.median(x / y for x, y in zip(base_secs, secs)),
+                    (toks / statistics.median(secs)) / (b1[1] / statistics.median(b1[0])),
+                    acc,
+                    per_token,
+                )
+            )
     return rows
 
 
-def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock: str, device="cpu",
-                 progress: Progress | None = None) -> list[SampleRate]:
+def sample_rates(
+    model,
+    settings: Sequence[DecodeConfig],
+    plan: BatchPlan,
+    clock: str,
+    device="cpu",
+    progress: Progress | None = None,
+) -> list[SampleRate]:
     """Certification throughput: SAMPLE_TOKENS-token samples at temperature 1 of one prompt."""
     say = progress or quiet
     prompt = list(SAMPLE_PROMPT)
@@ -210,8 +237,9 @@ def sample_rates(model, settings: Sequence[DecodeConfig], plan: BatchPlan, clock
     return out
 
 
-def width_costs(model, setting: DecodeConfig, batch: int, prompt_len: int, clock: str, device="cpu",
-                steps: int = 8) -> list[WidthCost]:
+def width_costs(
+    model, setting: DecodeConfig, batch: int, prompt_len: int, clock: str, device="cpu", steps: int = 8
+) -> list[WidthCost]:
     """Engine step cost at `batch` sequences of 1, 2, 4, ... lanes each (up to the widest call):
     lane j of a sequence at position prompt_len + j, all lanes at one depth, as deep as the
     readouts of `setting` go, each step timed after a warm-up; greedy decodes set nothing up."""
@@ -220,8 +248,10 @@ def width_costs(model, setting: DecodeConfig, batch: int, prompt_len: int, clock
     out, per = [], 1
     with torch.inference_mode():
         while batch * per <= engine.widths[-1]:
+
             def fresh(k=per):
                 return [Lane(prompt_len + j, 1, row=r) for r in range(batch) for j in range(k)]
+
             lanes = fresh()
             engine.advance(lanes)  # warm-up: this width's first call
             sync(device)
@@ -244,16 +274,27 @@ def _clock(clock: str) -> float:
     return time.process_time() if clock == "cpu" else time.perf_counter()
 
 
-def batch_table(model, settings: Sequence[DecodeConfig], prompts: Sequence[Sequence[int]], sample_model,
-                sample_name: str, sample_settings: Sequence[DecodeConfig], plan: BatchPlan, clock: str,
-                device="cpu", progress: Progress | None = None) -> BatchTable:
+def batch_table(
+    model,
+    settings: Sequence[DecodeConfig],
+    prompts: Sequence[Sequence[int]],
+    sample_model,
+    sample_name: str,
+    sample_settings: Sequence[DecodeConfig],
+    plan: BatchPlan,
+    clock: str,
+    device="cpu",
+    progress: Progress | None = None,
+) -> BatchTable:
     say = progress or quiet
     rows = batch_rows(model, settings, prompts, plan, clock, device, progress)
     samples = sample_rates(sample_model, sample_settings, plan, clock, device, progress)
     b = max(plan.batches)
     costs = width_costs(model, settings[0], b, plan.prompt_len, clock, device)
-    say(f"  step cost at B={b}: " + ", ".join(f"W={c.width} {c.us_per_lane_step:.3g} us/lane-step"
-                                              for c in costs))
+    say(
+        f"  step cost at B={b}: "
+        + ", ".join(f"W={c.width} {c.us_per_lane_step:.3g} us/lane-step" for c in costs)
+    )
     return BatchTable(plan, clock, sample_name, rows, samples, costs)
 
 
@@ -269,13 +310,26 @@ def judge_batch(table: BatchTable) -> list[Target]:
     if pipes:
         best = max(pipes, key=lambda r: r.speedup)
         bound = BATCH_TARGETS["pipelined_b16"]
-        out.append(Target(f"best pipelined at B={b} ({best.label}) >= {bound}x autoregressive at B={b}",
-                          best.speedup, bound, best.speedup >= bound,
-                          note=f"{best.tokens_per_s:.4g} tok/s aggregate"))
+        out.append(
+            Target(
+                f"best pipelined at B={b} ({best.label}) >= {bound}x autoregressive at B={b}",
+                best.speedup,
+                bound,
+                best.speedup >= bound,
+                note=f"{best.tokens_per_s:.4g} tok/s aggregate",
+            )
+        )
     if table.samples:
         worst = min(table.samples, key=lambda s: s.ratio)
         bound = BATCH_TARGETS["samples"]
-        out.append(Target(f"samples/s through generate_batch >= {bound:g}x generate() one at a time "
-                          f"(lowest: {worst.label})", worst.ratio, bound, worst.ratio >= bound,
-                          note=f"{worst.samples_per_s:.4g} vs {worst.alone_per_s:.4g} samples/s"))
+        out.append(
+            Target(
+                f"samples/s through generate_batch >= {bound:g}x generate() one at a time "
+                f"(lowest: {worst.label})",
+                worst.ratio,
+                bound,
+                worst.ratio >= bound,
+                note=f"{worst.samples_per_s:.4g} vs {worst.alone_per_s:.4g} samples/s",
+            )
+        )
     return out

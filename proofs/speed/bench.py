@@ -49,8 +49,10 @@ def bench(
     decoders = {st.label: Decoder(model, st, device=device) for st in settings}
     if naive is not None:
         decoders[NAIVE] = naive
-    say(f"grid: {len(settings)} settings x {len(prompts)} prompts x {work.tokens} tokens, "
-        f"{work.repeats} rounds (greedy)")
+    say(
+        f"grid: {len(settings)} settings x {len(prompts)} prompts x {work.tokens} tokens, "
+        f"{work.repeats} rounds (greedy)"
+    )
     times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, progress=say)
     costs = pooled_costs(times)
     clock = default_clock(device)
@@ -61,9 +63,14 @@ def bench(
 
     say("sampling (T=1)")
     samp_settings = gate_settings(R)
-    samp = time_runs({st.label: decoders.get(st.label) or Decoder(model, st, device=device)
-                      for st in samp_settings},
-                     prompts, work.tokens, plan.sampling_repeats, SAMPLING, work.seed)
+    samp = time_runs(
+        {st.label: decoders.get(st.label) or Decoder(model, st, device=device) for st in samp_settings},
+        prompts,
+        work.tokens,
+        plan.sampling_repeats,
+        SAMPLING,
+        work.seed,
+    )
     sampling_rows = rows_from(samp, samp_settings, pooled_costs(samp), clock)
 
     say("depth spectrum")
@@ -72,15 +79,35 @@ def bench(
 
     say("context sweep")
     best = theorem2.measured_best
-    sweep_setting = DecodeConfig("pipelined", draft_depth=best.d1 if best else 2,
-                                 second_depth=best.d2 if best else None)
-    sweep = context_sweep(model, sweep_setting, plan.lengths, every_prompt, plan.sweep_tokens,
-                          plan.sweep_repeats, device, work.seed, say)
+    sweep_setting = DecodeConfig(
+        "pipelined", draft_depth=best.d1 if best else 2, second_depth=best.d2 if best else None
+    )
+    sweep = context_sweep(
+        model,
+        sweep_setting,
+        plan.lengths,
+        every_prompt,
+        plan.sweep_tokens,
+        plan.sweep_repeats,
+        device,
+        work.seed,
+        say,
+    )
     say("batch table")
     sample_model = load_model(SAMPLE_MODEL).to(device=device, dtype=next(model.parameters()).dtype)
     sample_settings = fastdec_configs(sample_model.cfg.recurrence, full=False)  # what certify samples
-    batch = batch_table(model, gate_settings(R), every_prompt, sample_model, SAMPLE_MODEL, sample_settings,
-                        plan.batch, clock, device, say)
+    batch = batch_table(
+        model,
+        gate_settings(R),
+        every_prompt,
+        sample_model,
+        SAMPLE_MODEL,
+        sample_settings,
+        plan.batch,
+        clock,
+        device,
+        say,
+    )
     load["end"] = loadavg()
     return SpeedReport(
         stamp=bench_stamp(model_name, model, device, plan, load),

@@ -18,9 +18,15 @@ from proofs.speed.rows import measured_speed
 from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
 
 
-def check_speed(name: str, candidates: Sequence[Candidate], baseline: Candidate, model,
-                prompts: Sequence[Sequence[int]], work: Workload, progress: Progress | None = None
-                ) -> CheckResult:
+def check_speed(
+    name: str,
+    candidates: Sequence[Candidate],
+    baseline: Candidate,
+    model,
+    prompts: Sequence[Sequence[int]],
+    work: Workload,
+    progress: Progress | None = None,
+) -> CheckResult:
     """measured = the best speedup over the baseline (reported, not bounded); passes iff all ran.
     `prompts` are cut by `work` (proofs.speed.timing.Workload.select)."""
     say = progress or quiet
@@ -51,8 +57,17 @@ def check_speed(name: str, candidates: Sequence[Candidate], baseline: Candidate,
         if label != base_label:
             say(f"  {name} {label}: {sp.tokens_per_s:.1f} tok/s, x{sp.speedup:.2f}")
     best = max(r["speedup"] for r in rows)
-    details = {"rows": rows, "errors": errors, "prompts": len(prompts), "tokens_per_prompt": work.tokens,
-               "repeats": work.repeats, "workload": dataclasses.asdict(work), "clock": clock,
-               "device": str(dev.device), "dtype": str(dev.dtype).replace("torch.", ""),
-               "baseline": baseline.label,               "informational": True}
+    details = {
+        "rows": rows,
+        "errors": errors,
+        "prompts": len(prompts),
+        "tokens_per_prompt": work.tokens,
+        "repeats": work.repeats,
+        "workload": dataclasses.asdict(work),
+        "clock": clock,
+        "device": str(dev.device),
+        "dtype": str(dev.dtype).replace("torch.", ""),
+        "baseline": baseline.label,
+        "informational": True,
+    }
     return CheckResult(name, best, 1.0, not errors, details)

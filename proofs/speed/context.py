@@ -153,15 +153,25 @@ def step_cause(row: ContextRow) -> StepCause:
     shares = row.parts_w.shares()
     part = max(shares, key=shares.get)
     one = getattr(row.parts_1, part)
-    return StepCause(row.context, row.width, part, shares[part],
-                     getattr(row.parts_w, part) / one if one > 0 else None,  # strict JSON: no inf
-                     row.step_cost_ratio, row.model_step_ratio)
+    return StepCause(
+        row.context,
+        row.width,
+        part,
+        shares[part],
+        getattr(row.parts_w, part) / one if one > 0 else None,  # strict JSON: no inf
+        row.step_cost_ratio,
+        row.model_step_ratio,
+    )
 
 
 def factors(row: ContextRow) -> dict[str, float]:
     """measured / model as a product of named factors (module docstring)."""
-    return {"step cost": row.step_cost_factor, "fill": row.fill_factor, "rejections": row.rejection_factor,
-            "rest": row.rest_factor}
+    return {
+        "step cost": row.step_cost_factor,
+        "fill": row.fill_factor,
+        "rejections": row.rejection_factor,
+        "rest": row.rest_factor,
+    }
 
 
 def main_loss(row: ContextRow) -> str:
@@ -255,5 +265,15 @@ def context_sweep(
             r = rows[-1]
             progress(f"  context {L}: x{r.speedup:.2f} (model x{r.predicted:.2f})")
     stop = next((r.context for r in rows if r.speedup < 1.0), None)
-    return ContextSweep(setting.label, d1, R, n_tokens, repeats, rows, clock, stop,
-                        main_loss(rows[-1]) if rows else None, step_cause(rows[-1]) if rows else None)
+    return ContextSweep(
+        setting.label,
+        d1,
+        R,
+        n_tokens,
+        repeats,
+        rows,
+        clock,
+        stop,
+        main_loss(rows[-1]) if rows else None,
+        step_cause(rows[-1]) if rows else None,
+    )

@@ -70,8 +70,9 @@ def ideal_seconds(calls: dict, cost: dict, clock: int) -> float:
     return sum(n * cost[(phase, w)][clock] for phase, per in calls.items() for w, n in per.items())
 
 
-def probe_lanes(engine: Engine, kind: str, w: int, pos0: int, gen: torch.Generator,
-                spread: bool = True) -> list[Lane]:
+def probe_lanes(
+    engine: Engine, kind: str, w: int, pos0: int, gen: torch.Generator, spread: bool = True
+) -> list[Lane]:
     """w main-line lanes at positions pos0.. in one strided run (a wavefront, as pipelining has);
     recur lanes sit at depths in arithmetic progression (`spread`) or all at depth R - 1."""
     R, d = engine.depth, engine.cfg.d_model
@@ -180,9 +181,14 @@ def call_parts(engine: Engine, context: int, width: int, clock: str = "cpu", cal
         host = (now() - t0) / calls
         tl = engine.timeline("recur")
         acc = dict.fromkeys(("cache_write", "cache_read", "attention", "mlp"), 0.0)
-        targets = [(tl, "write", "cache_write"), (tl, "run_view", "cache_read"),
-                   (tl, "side_view", "cache_read"), (tl, "gather", "cache_read"),
-                   (fastdec.engine, "attention", "attention"), (refdec.layers, "mlp", "mlp")]
+        targets = [
+            (tl, "write", "cache_write"),
+            (tl, "run_view", "cache_read"),
+            (tl, "side_view", "cache_read"),
+            (tl, "gather", "cache_read"),
+            (fastdec.engine, "attention", "attention"),
+            (refdec.layers, "mlp", "mlp"),
+        ]
         with _timing(targets, now, acc):
             engine.run_phase("recur", lanes)  # warm-up
             for k in acc:

@@ -126,8 +126,12 @@ def measure(
     return _plain(
         {
             "format": FORMAT,
-            "stamp": stamp(model_name, device, next(model.parameters()).dtype,
-                           {"prompt i": f"{plan.seed} + i", "weights": "as shipped"}),
+            "stamp": stamp(
+                model_name,
+                device,
+                next(model.parameters()).dtype,
+                {"prompt i": f"{plan.seed} + i", "weights": "as shipped"},
+            ),
             "model": model_name,
             "model_fingerprint": fingerprint(model),
             "device": str(device),

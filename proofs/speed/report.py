@@ -27,13 +27,24 @@ class BenchPlan:
 
 
 PLANS = {
-    "quick": BenchPlan("quick", Workload(prompts=2, prompt_len=48, tokens=32, repeats=3), sampling_repeats=3,
-                       lengths=(64, 512, 2048), sweep_tokens=128, sweep_repeats=2,
-                       batch=BatchPlan(tokens=24, repeats=2, sample_calls=4, sample_alone=32)),
-    "full": BenchPlan("full", Workload(prompts=4, prompt_len=64, tokens=64, repeats=5), sampling_repeats=3,
-                      lengths=(64, 128, 256, 512, 1024, 2048), sweep_tokens=256, sweep_repeats=3,
-                      batch=BatchPlan(tokens=48, repeats=3, sample_batch=256, sample_calls=4,
-                                      sample_alone=64)),
+    "quick": BenchPlan(
+        "quick",
+        Workload(prompts=2, prompt_len=48, tokens=32, repeats=3),
+        sampling_repeats=3,
+        lengths=(64, 512, 2048),
+        sweep_tokens=128,
+        sweep_repeats=2,
+        batch=BatchPlan(tokens=24, repeats=2, sample_calls=4, sample_alone=32),
+    ),
+    "full": BenchPlan(
+        "full",
+        Workload(prompts=4, prompt_len=64, tokens=64, repeats=5),
+        sampling_repeats=3,
+        lengths=(64, 128, 256, 512, 1024, 2048),
+        sweep_tokens=256,
+        sweep_repeats=3,
+        batch=BatchPlan(tokens=48, repeats=3, sample_batch=256, sample_calls=4, sample_alone=64),
+    ),
 }
 
 

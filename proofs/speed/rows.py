@@ -165,9 +165,13 @@ def with_telemetry(rows: Sequence[GridRow], tele: dict) -> list[GridRow]:
     out = []
     for row in rows:
         got = tele.get(row.label, {})
-        out.append(dataclasses.replace(
-            row, rewind_hit_rate={d: (h / c if c else None) for d, (c, h) in got.items()},
-            rewind_checks={d: c for d, (c, _) in got.items()}))
+        out.append(
+            dataclasses.replace(
+                row,
+                rewind_hit_rate={d: (h / c if c else None) for d, (c, h) in got.items()},
+                rewind_checks={d: c for d, (c, _) in got.items()},
+            )
+        )
     return out
 
 

@@ -21,8 +21,12 @@ def grid(R: int, quick: bool) -> list[DecodeConfig]:
     out += [DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=k) for d1, k in dv if d1 < R]
     d1s = (1, 2, 4) if quick else (1, 2, 3, 4, 6)
     d2s = (None, 8, 16) if quick else (None, 4, 6, 8, 12, 16, 24)
-    out += [DecodeConfig("pipelined", draft_depth=a, second_depth=b)
-            for a in d1s for b in d2s if a < R and (b is None or a < b < R)]
+    out += [
+        DecodeConfig("pipelined", draft_depth=a, second_depth=b)
+        for a in d1s
+        for b in d2s
+        if a < R and (b is None or a < b < R)
+    ]
     if not quick and 2 < R // 4 < R:
         out.append(DecodeConfig("adaptive-verify", draft_depth=2, draft_ahead=4, rewind_depth=R // 4))
     return out

@@ -51,10 +51,21 @@ def judge(rows: Sequence[GridRow], naive: NaiveComparison | None) -> list[Target
         out.append(_target("draft-verify (draft 4, ahead 4) >= 1.8x", dv.speedup, "draft-verify"))
     if rows:
         worst = min(rows, key=lambda r: r.efficiency)
-        out.append(_target(f"efficiency >= 0.8 for every setting (lowest: {worst.label})", worst.efficiency,
-                           "efficiency", unit=""))
+        out.append(
+            _target(
+                f"efficiency >= 0.8 for every setting (lowest: {worst.label})",
+                worst.efficiency,
+                "efficiency",
+                unit="",
+            )
+        )
     if naive is not None and pipes and best.label in naive.over_naive:
-        out.append(_target(f"best pipelined ({best.label}) over proofs.naive_kv >= 1.0x (whole calls)",
-                           naive.over_naive[best.label], "naive",
-                           note=f"the autoregressive strategy alone: x{naive.baseline_over_naive:.3g}"))
+        out.append(
+            _target(
+                f"best pipelined ({best.label}) over proofs.naive_kv >= 1.0x (whole calls)",
+                naive.over_naive[best.label],
+                "naive",
+                note=f"the autoregressive strategy alone: x{naive.baseline_over_naive:.3g}",
+            )
+        )
     return out

@@ -37,8 +37,15 @@ def depth_spectrum(
     seqs = [list(p) + list(g[:-1]) for p, g in pairs]  # position t's law predicts token t+1
     prof = depth_profile(model, seqs, list(range(1, R + 1)), R, starts=[len(p) - 1 for p, _ in pairs])
     depths = list(prof.depths)
-    return DepthSpectrum(R, prof.n_positions, 1.0, depths, [prof.tv[r] for r in depths],
-                         [prof.max_tv[r] for r in depths], [prof.agree[r] for r in depths])
+    return DepthSpectrum(
+        R,
+        prof.n_positions,
+        1.0,
+        depths,
+        [prof.tv[r] for r in depths],
+        [prof.max_tv[r] for r in depths],
+        [prof.agree[r] for r in depths],
+    )
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,10 @@ def theorem2_compare(spectrum: DepthSpectrum, rows: Sequence[GridRow]) -> Theore
     measured best (d1, d2) of the grid (highest speedup among pipelined settings)."""
     R = spectrum.R
     pipes = [r for r in rows if r.strategy == "pipelined"]
-    measured = {"measured_best": _best(pipes),
-                "measured_best_with_d2": _best([r for r in pipes if r.second_depth is not None])}
+    measured = {
+        "measured_best": _best(pipes),
+        "measured_best_with_d2": _best([r for r in pipes if r.second_depth is not None]),
+    }
     try:
         env = fit_depth_curve(spectrum.mean_tv)
     except LoopcertError as e:
@@ -89,8 +98,15 @@ def theorem2_compare(spectrum: DepthSpectrum, rows: Sequence[GridRow]) -> Theore
     pairs = [(r.draft_depth, r.second_depth) for r in pipes if r.second_depth is not None]
     bound = {d: expected_cost(d[0], d[1], alpha, beta, R) for d in pairs}
     return Theorem2Comparison(
-        R, **measured, fitted=True, alpha=alpha, beta=beta, fitted_depths=list(env.depths),
-        d1_star=d1, d2_star=d2, best_integer=best_integer_depths(alpha, beta, R) if R >= 3 else None,
+        R,
+        **measured,
+        fitted=True,
+        alpha=alpha,
+        beta=beta,
+        fitted_depths=list(env.depths),
+        d1_star=d1,
+        d2_star=d2,
+        best_integer=best_integer_depths(alpha, beta, R) if R >= 3 else None,
         best_on_grid=min(pairs, key=lambda d: (bound[d], d)) if pairs else None,
         bound_cost={f"{a},{b}": c for (a, b), c in bound.items()},
     )

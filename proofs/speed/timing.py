@@ -34,12 +34,16 @@ GREEDY = SamplingParams()
 SAMPLING = SamplingParams(temperature=1.0)
 # The counts of a Stats (the one list of them): int fields summed over runs. depth is a
 # setting, and peak_lanes is a maximum, not a sum.
-COUNTS = tuple(f.name for f in dataclasses.fields(Stats) if f.type == "int" and f.name not in ("depth",
-                                                                                               "peak_lanes"))
+COUNTS = tuple(
+    f.name for f in dataclasses.fields(Stats) if f.type == "int" and f.name not in ("depth", "peak_lanes")
+)
 # The timings of a Stats (fields and derived figures, by suffix): they live in the round lists,
 # not in the counts.
-TIMINGS = tuple(name for name in (*(f.name for f in dataclasses.fields(Stats)), *DERIVED)
-                if name.endswith(("seconds", "_per_s")))
+TIMINGS = tuple(
+    name
+    for name in (*(f.name for f in dataclasses.fields(Stats)), *DERIVED)
+    if name.endswith(("seconds", "_per_s"))
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,17 @@ def time_runs(
             dec.time_calls = True
         dec.generate(list(prompts[0]), min(4, n_tokens), sampling, seed)
     out = {
-        lb: {"wall": [], "cpu": [], "wall_total": [], "cpu_total": [], "tokens": None, "stats": None,
-             "decode_tokens": 0, "deterministic": True, "call_seconds": {}}
+        lb: {
+            "wall": [],
+            "cpu": [],
+            "wall_total": [],
+            "cpu_total": [],
+            "tokens": None,
+            "stats": None,
+            "decode_tokens": 0,
+            "deterministic": True,
+            "call_seconds": {},
+        }
         for lb in labels
     }
     for r in range(repeats):
