@@ -109,6 +109,30 @@ def test_stream_equals_plain_and_stop_cuts(client):
     assert cut.choices[0].text == text[: text.index(stop)]
 
 
+def test_a_stream_sends_text_while_the_choice_decodes(server):
+    """Incremental streaming: the first text arrives well before the choice has ended (the server's
+    own queue + decode time, from the final chunk's extension), and the pieces join to the whole
+    text. Sent only when the choice ends, the first text would arrive after all of that time."""
+    body = {"prompt": "def ", "max_tokens": 160, "temperature": 0.8, "seed": 11, "stream": True}
+    texts, first, ext = [], None, None
+    with httpx.Client(timeout=120) as c:
+        t0 = time.perf_counter()
+        with c.stream("POST", server.url + "/completions", json=body) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for ch in chunk["choices"]:
+                    if ch["text"]:
+                        texts.append(ch["text"])
+                        first = first if first is not None else time.perf_counter() - t0
+                ext = chunk.get("loopcert", {}).get("choices", [ext])[0]
+    plain = httpx.post(server.url + "/completions", json={**body, "stream": False}, timeout=120).json()
+    assert "".join(texts) == plain["choices"][0]["text"]
+    served_s = ext["queue_seconds"] + ext["decode_seconds"]
+    assert len(texts) > 2 and first < 0.5 * served_s, (first, served_s, len(texts))
+
+
 @pytest.mark.parametrize(
     "body,param",
     [
@@ -362,6 +386,27 @@ def test_a_cancelled_decoding_job_leaves_the_batch_at_the_next_step():
     assert st["waiting"] == st["running"] == 0 and st["cancelled"] == 1 and st["completed"] == 1
     assert gone.result is None
     assert stays.result.tokens == _slow_decoder(0.0).generate([1, 2, 3], 30, sp, seed=2).tokens
+
+
+@pytest.mark.parametrize("join", ["step", "round"])
+def test_step_mode_reports_committed_tokens_as_it_decodes(join):
+    """on_progress hands a decoding job its committed tokens after each step that added some: each
+    a longer prefix of the result (fastdec commits for good). Round mode (control) reports none."""
+    dec = _slow_decoder(0.0)
+    sch = Scheduler(dec, max_batch=4, join=join)
+    seen = []
+    sp = SamplingParams(temperature=1.0)
+    job = Job([1, 2, 3], 40, sp, seed=3, on_progress=lambda j: seen.append(j.partial))
+    sch.submit([job])
+    sch.start()
+    _drain(sch, 1)
+    final = job.result.tokens
+    if join == "round":
+        assert seen == []
+        return
+    assert len(seen) >= 3, seen
+    assert all(0 < len(a) < len(b) for a, b in zip(seen, seen[1:]))
+    assert all(p == final[: len(p)] for p in seen)
 
 
 def test_step_mode_sizes_batches_and_keeps_fifo():

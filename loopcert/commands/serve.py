@@ -126,6 +126,8 @@ def build_served(args):
         encode=lambda text: encode_text(model, text),
         decode=lambda ids: decode_text(model, ids),
         info=info,
+        # byte-level text (no tokenizer) is prefix-stable; a tokenizer's decode may clean up spaces
+        prefix_stable=getattr(model, "tokenizer", None) is None,
     )
 
 

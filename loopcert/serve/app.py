@@ -60,6 +60,9 @@ class Served:
     encode: Callable[[str], list[int]]  # text -> ids (raises LoopcertError when the model has no text)
     decode: Callable[[list[int]], str | None]  # ids -> text; None: the model has no text form
     info: dict = field(default_factory=dict)  # /v1/models extension: config, decoder, fingerprint
+    # decode(a prefix of ids) is a prefix of decode(ids) once an unfinished character is held back
+    # (byte-level text): a stream may then send text as it is decoded, not only when a choice ends
+    prefix_stable: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -244,14 +247,39 @@ def usage(ids: list[list[int]], n: int, exts: list[dict]) -> dict:
 # -- waiting ------------------------------------------------------------------------------------
 
 
-def attach(jobs: list[Job]) -> list[asyncio.Event]:
+def attach(jobs: list[Job], progress: bool = False) -> list[asyncio.Event]:
+    """One event per job, set when it ends; with progress, each job also gets an event set
+    (`job.tick`) whenever it ends or commits tokens (the scheduler's step mode reports them)."""
     loop = asyncio.get_running_loop()
     events = []
     for j in jobs:
         ev = asyncio.Event()
-        j.on_done = lambda _j, ev=ev: loop.call_soon_threadsafe(ev.set)
+        if progress:
+            tick = j.tick = asyncio.Event()
+            j.on_progress = lambda _j, tick=tick: loop.call_soon_threadsafe(tick.set)
+            j.on_done = lambda _j, ev=ev, tick=tick: loop.call_soon_threadsafe(lambda: (ev.set(), tick.set()))
+        else:
+            j.on_done = lambda _j, ev=ev: loop.call_soon_threadsafe(ev.set)
         events.append(ev)
     return events
+
+
+def live_text(served: Served, req: CompletionRequest, job: Job) -> str | None:
+    """Text of a choice still decoding that is safe to send: a prefix of its final text. Held back:
+    an unfinished UTF-8 character, and the last len(stop) - 1 characters (a stop string may be
+    completing there); None once a stop string has occurred (the final chunk cuts there)."""
+    tokens = job.partial
+    if job.eos_token_id is not None and tokens and tokens[-1] == job.eos_token_id:
+        tokens = tokens[:-1]
+    text = served.decode(tokens)
+    if text is None:
+        return None
+    stops = req.stops() if req.stop else []
+    if any(s in text for s in stops):
+        return None
+    text = text.rstrip("\ufffd")
+    hold = max((len(s) for s in stops), default=1) - 1
+    return text[: max(0, len(text) - hold)]
 
 
 async def wait_for(request: Request, events: list[asyncio.Event]) -> None:
@@ -318,7 +346,9 @@ def create_app(served: Served) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
         ids, jobs, seed = make_jobs(served, req)
-        events = attach(jobs)
+        # text as it is decoded: byte-level text, no logprobs (they come with the choice's end)
+        incremental = bool(req.stream) and served.prefix_stable and req.logprobs is None
+        events = attach(jobs, progress=incremental)
         try:
             served.scheduler.submit(jobs)
         except Overloaded as e:
@@ -332,7 +362,8 @@ def create_app(served: Served) -> FastAPI:
         }
         if req.stream:
             return StreamingResponse(
-                stream(served, req, request, jobs, events, ids, seed, head), media_type="text/event-stream"
+                stream(served, req, request, jobs, events, ids, seed, head, incremental),
+                media_type="text/event-stream",
             )
         try:
             await wait_for(request, events)
@@ -360,18 +391,40 @@ async def stream(
     ids,
     seed: int,
     head: dict,
+    incremental: bool = False,
 ):
-    """SSE chunks: each choice's text token by token once its round has decoded it, then its
-    finish_reason and loopcert extension, then usage (stream_options.include_usage), [DONE]."""
+    """SSE chunks, choice by choice: its text (incremental: as the scheduler's steps commit it,
+    see live_text; else token by token once the choice has ended), then its finish_reason and
+    loopcert extension, then usage (stream_options.include_usage), [DONE]."""
     exts = []
     try:
         for i, (job, ev) in enumerate(zip(jobs, events)):
+            sent = ""
+            while incremental and not ev.is_set():
+                job.tick.clear()  # before reading job.partial: a step after the read sets it again
+                text = live_text(served, req, job)
+                if text is not None and len(text) > len(sent) and text.startswith(sent):
+                    delta = {"index": i, "text": text[len(sent) :], "logprobs": None, "finish_reason": None}
+                    yield sse({**head, "choices": [delta]})
+                    sent = text
+                await wait_for(request, [job.tick])
             await wait_for(request, [ev])
             choice, ext = choice_of(served, req, job, i)
             exts.append(ext)
             toks = ext["tokens"]
             has_text = served.decode([]) is not None
-            deltas = pieces_of(served, toks, choice["text"]) if has_text else [choice["text"]]
+            if sent:  # the rest of the final text (what was sent is its prefix: live_text)
+                if not choice["text"].startswith(sent):
+                    raise APIError(
+                        500,
+                        f"choice {i}: the text streamed so far is not a prefix of its final "
+                        "text (the detokenizer is not prefix-stable)",
+                        None,
+                        "server_error",
+                    )
+                deltas = [choice["text"][len(sent) :]]
+            else:
+                deltas = pieces_of(served, toks, choice["text"]) if has_text else [choice["text"]]
             per_token = len(deltas) == len(toks)
             for k, piece in enumerate(deltas):
                 lp = choice["logprobs"]

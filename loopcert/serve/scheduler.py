@@ -27,6 +27,10 @@ every step). A job cancelled while it waits (its client went away) is dropped be
 decoded; in "step" mode one cancelled while it decodes leaves the batch at the next step; in
 the round modes it is decoded and discarded. Either way nothing of it stays queued (`status()`).
 
+In "step" mode a job with `on_progress` is handed its committed tokens after every engine step
+that added some (`Job.partial`): `stream` requests send their text as it is decoded. In the round
+modes a job's tokens arrive all at once, when its round ends.
+
 Each job records where it was decoded: `round` (the round, or in "step" mode the engine step
 at which it joined) and `batch_size` (the round's size, or the live sequences once it joined).
 
@@ -62,6 +66,11 @@ class Job:
     eos_token_id: int | None = None
     keep_logits: bool = False
     on_done: Callable[[Job], None] | None = None  # called from the decode thread
+    # step mode: called from the decode thread after each engine step that committed tokens, with
+    # `partial` set to them (always a prefix of the result: fastdec commits tokens for good)
+    on_progress: Callable[[Job], None] | None = None
+    partial: list[int] = field(default_factory=list)
+    tick: object = None  # the app's wake-up for on_progress (an asyncio.Event, serve/app.py)
     # filled in by the scheduler
     result: object = None  # fastdec GenerateResult
     error: BaseException | None = None
@@ -250,7 +259,16 @@ class Scheduler:
                     done.append(j)
             with self._cond:
                 self._running = list(live.values())
+            self._progress(live)
             self._finish(done)
+
+    @staticmethod
+    def _progress(live: dict) -> None:
+        """Hand each live job that asked for it the tokens its sequence has committed so far."""
+        for h, j in live.items():
+            if j.on_progress is not None and not j.cancelled and len(h.tokens) > len(j.partial):
+                j.partial = list(h.tokens)  # a new list: the reader never sees one being extended
+                j.on_progress(j)
 
     def _new_batch(self, old):
         """(holding the lock, nothing live) A batch whose capacity fits the jobs waiting now."""
