@@ -11,34 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from plans import SMALL_PLAN
 
 import proofs.certify as certify_mod
 import refdec
 from loopcert.cli import main
-from proofs.certify import FULL, QUICK, CertifyPlan, default_model_name
-from proofs.speed.timing import Workload
-from refdec.sampling import SamplingParams, sample, transform
+from proofs.certify import FULL, QUICK, default_model_name
+from refdec.sampling import sample, transform
 
-TEST_PLAN = CertifyPlan(
-    "quick",
-    greedy_presets=("tiny-raven",),
-    greedy_prompts=1,
-    greedy_tokens=6,
-    bitwise_prompts=1,
-    bitwise_tokens=6,
-    sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),),
-    tv=0.3,
-    sampling_budget_s=600.0,
-    sampling_presets=False,
-    blackbox_mutant_samples=40,
-    false_alarm=None,
-    theorem1_random_cases=50,
-    theorem1_search_examples=20,
-    trace_prompts=2,
-    trace_positions=16,
-    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
-    mutant_names=("always-accept", "control: gate inverted"),
-)
+TEST_PLAN = SMALL_PLAN
 
 
 class ShallowDecoder:

@@ -6,41 +6,29 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 
 import pytest
 
 for extra in ("httpx", "fastapi", "uvicorn"):  # the serve extra; tox's py env installs it
     pytest.importorskip(extra)
 
+from plans import SMALL_PLAN  # noqa: E402
 from serving import start  # noqa: E402
 
 import proofs.certify as certify_mod  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
-from proofs.certify import CertifyPlan  # noqa: E402
 from proofs.http_decoder import HTTPDecoder, model_fingerprint, request_body  # noqa: E402
-from proofs.speed.timing import Workload  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
-HTTP_PLAN = CertifyPlan(
-    "quick",
-    greedy_presets=("tiny-raven",),
+HTTP_PLAN = replace(
+    SMALL_PLAN,
     greedy_prompts=2,
     greedy_tokens=8,
-    bitwise_prompts=1,
-    bitwise_tokens=6,
     sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
     tv=0.2,
-    sampling_budget_s=600.0,
-    sampling_presets=False,
-    blackbox_mutant_samples=40,
-    false_alarm=None,
-    theorem1_random_cases=50,
-    theorem1_search_examples=20,
-    trace_prompts=2,
-    trace_positions=16,
-    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_names=("always-accept",),
 )
 TINY = ("tiny-ouro", "--draft-depth", "1")

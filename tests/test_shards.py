@@ -6,38 +6,23 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
+from plans import SMALL_PLAN
 
 import proofs.certify as certify_mod
 from loopcert.cli import main
-from proofs.certify import CertifyPlan
 from proofs.shards import Shard
-from proofs.speed.timing import Workload
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
-SHARD_PLAN = CertifyPlan(
-    "quick",
-    greedy_presets=("tiny-raven",),
-    greedy_prompts=1,
-    greedy_tokens=6,
-    bitwise_prompts=1,
-    bitwise_tokens=6,
+SHARD_PLAN = replace(
+    SMALL_PLAN,
     sampling_cases=(
         ("T=1", SamplingParams(temperature=1.0), 3),
         ("top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),
     ),
-    tv=0.3,
-    sampling_budget_s=600.0,
-    sampling_presets=False,
-    blackbox_mutant_samples=40,
-    false_alarm=None,
-    theorem1_random_cases=50,
-    theorem1_search_examples=20,
-    trace_prompts=2,
-    trace_positions=16,
-    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_names=("always-accept", "greedy-near-miss"),
 )
 TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}

@@ -1,0 +1,31 @@
+"""The reduced certify plan the command-path tests share (tests/test_certify.py, test_shards.py,
+test_certify_http.py): a handful of samples, small Theorem 1 searches, one speed prompt, so that a
+whole `loopcert certify` run takes seconds. Each test file states only what it changes
+(dataclasses.replace); the real plans are proofs.certify.QUICK / FULL."""
+
+from __future__ import annotations
+
+from proofs.certify import CertifyPlan
+from proofs.speed.timing import Workload
+from refdec.sampling import SamplingParams
+
+SMALL_PLAN = CertifyPlan(
+    "quick",
+    greedy_presets=("tiny-raven",),
+    greedy_prompts=1,
+    greedy_tokens=6,
+    bitwise_prompts=1,
+    bitwise_tokens=6,
+    sampling_cases=(("T=1", SamplingParams(temperature=1.0), 3),),
+    tv=0.3,
+    sampling_budget_s=600.0,
+    sampling_presets=False,
+    blackbox_mutant_samples=40,
+    false_alarm=None,
+    theorem1_random_cases=50,
+    theorem1_search_examples=20,
+    trace_prompts=2,
+    trace_positions=16,
+    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
+    mutant_names=("always-accept", "control: gate inverted"),
+)
