@@ -105,11 +105,7 @@ def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
 
 
 def run(args) -> int:
-    t0 = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
+    progress = timed_progress()
     if args.predict is not None:
         got = predict(
             args.model,
@@ -148,12 +144,24 @@ def run(args) -> int:
         )
         return 0
     cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
-    with uninterrupted():  # both files or neither
-        md_path, json_path = write_reports(cert, args.out)
+    return publish(cert, args.out, f" in {cert['stamp']['seconds']:.0f}s")
+
+
+def timed_progress():
+    """progress(msg): msg printed after the seconds since this call."""
+    t0 = time.perf_counter()
+    return lambda msg: print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+
+def publish(cert: dict, out, how: str) -> int:
+    """Write the certificate (both files or neither), say the verdict (`how` the run ended: its
+    time, or the shards it came from), the failed and skipped checks and where it went;
+    -> the exit status: 0 pass, 1 a check failed."""
+    with uninterrupted():
+        md_path, json_path = write_reports(cert, out)
     print(
         f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
-        f"passed in {cert['stamp']['seconds']:.0f}s"
-        + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
+        f"passed{how}" + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
     )
     for name, why in cert.get("skipped", {}).items():
         print(f"skipped: {name}: {why}")

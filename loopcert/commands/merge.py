@@ -12,11 +12,9 @@ certificate.json to --out, atomically. Exit status as certify's: 0 pass, 1 a che
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from loopcert.commands.certify import DEFAULT_OUT, write_reports
-from loopcert.commands.common import uninterrupted
+from loopcert.commands.certify import DEFAULT_OUT, publish, timed_progress
 from proofs.certify import certify
 from proofs.shards import combine, read_shard
 
@@ -30,11 +28,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    t0 = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
+    progress = timed_progress()
     shards = [read_shard(Path(d)) for d in args.shards]
     ident, results = combine(shards)
     decoder = None if ident["decoder"] == "fastdec" else ident["decoder"]
@@ -52,14 +46,4 @@ def run(args) -> int:
     cert["stamp"]["command"] = shards[0].get("command")
     cert["stamp"]["merged_from"] = [s["_folder"] for s in sorted(shards, key=lambda s: s["shard"][0])]
     cert["stamp"]["seconds"] = sum(s.get("seconds", 0.0) for s in shards) + cert["stamp"]["seconds"]
-    with uninterrupted():  # both files or neither
-        md_path, json_path = write_reports(cert, args.out)
-    print(
-        f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
-        f"passed, merged from {len(shards)} shards"
-        + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
-    )
-    for name, why in cert.get("skipped", {}).items():
-        print(f"skipped: {name}: {why}")
-    print(f"wrote {md_path} and {json_path}")
-    return 0 if cert["passed"] else 1
+    return publish(cert, args.out, f", merged from {len(shards)} shards")
