@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,6 +46,7 @@ from proofs.distribution import (
 from proofs.false_alarm import check_false_alarm
 from proofs.greedy import check_greedy
 from proofs.http_decoder import model_fingerprint
+from proofs.jobs import check_jobs, run_units
 from proofs.model_theorems import check_theorem1_traces, check_theorem2_traces, depth_pairs, traces
 from proofs.oracle import Oracle
 from proofs.progress import Progress
@@ -104,16 +105,25 @@ QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread 
     ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
     ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
 )
+# The full plan's cases: TV 0.01 needs N ~ lambda* / (kappa tv^2) per case, ~1e5 for a view of
+# balanced bins (kappa = 4) and ~1e4 when one bin holds most of the mass (kappa = 1/(P(A)(1-P(A)))),
+# so at 8 settings x 2 models on two cores it buys only concentrated cases: one per path of the
+# sampling transform, each the cheap twin of the mutant library's case for that path (the mutation
+# check shows the same test at the same TV killing every bug of the path, proofs/mutants.py). On the
+# default model v3 (V=256) / tiny-raven: N per setting 20,279 / 24,549; 10,133 / 20,575; 23,422 /
+# 33,885 (tests/test_certify.py checks each against TV 0.01). The spread cases (T=0.7, T=1.5, top-p
+# 0.8, T=1.5 top-p=0.9, 4 tokens at T=1: N 111k-143k each) are left to the quick plan at TV 0.05,
+# a GPU or shards: their bug classes are the ones these cases see, at a flatter law.
 FULL_CASES = (
+    # temperature, no filter: the whole support, a tail of small tokens; a temperature on one side
+    # only, a wrong ratio or residual, a draft scored with another law (mutants of case T=0.5)
     ("T=0.3", SamplingParams(temperature=0.3), 3),
-    ("T=0.7", SamplingParams(temperature=0.7), 3),
-    ("T=1.5", SamplingParams(temperature=1.5), 3),
-    ("top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),
-    ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
-    # top-p=0.5 left one token on both the default model and tiny-raven: no power, a sure FAIL
-    ("top-p=0.8", SamplingParams(temperature=1.0, top_p=0.8), 3),
-    ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
-    ("T=1 n=4", SamplingParams(temperature=1.0), 4),
+    # the top-k path: a filter missing on the target side, a q reported before the filter, stale
+    # state after a rejection (mutants of case top-k=2)
+    ("T=0.3 top-k=2", SamplingParams(temperature=0.3, top_k=2), 3),
+    # the top-p path: the nucleus cut on either side, resampling from the target (mutants of case
+    # top-p=0.5); T=0.3 leaves one token above p=0.9 on both models (no power), T=0.4 two or three
+    ("T=0.4 top-p=0.9", SamplingParams(temperature=0.4, top_p=0.9), 3),
 )
 QUICK = CertifyPlan(
     "quick",
@@ -405,18 +415,19 @@ class CertifyRun:
         self._sampling = out
         return out
 
-    def pool_sampling(self, unit_ids) -> None:
+    def pool_sampling(self, unit_ids, workers: int = 1) -> None:
         """The sampling budget as one pool over the sampling units this process runs (all of them,
         or a shard's: then its share of the budget by N). Each unit gets what is left of the pool
         in proportion to its N among the units left, and what it did not use stays in the pool: a
         fast setting's leftover helps the slow ones after it. Only how far a case gets before its
-        deadline depends on the clock; N, seeds and samples do not."""
+        deadline depends on the clock; N, seeds and samples do not. With `workers` processes
+        sampling at once (--jobs) the pool holds that many times the budget: it stays wall time."""
         every = [u for chk in self._sampling for u in chk.units]
         ids = set(unit_ids)
         mine = sum(u.samples for u in every if u.id in ids)
         total = sum(u.samples for u in every)
         self._pool = {
-            "seconds": self.sampling_budget_s * (mine / total if total else 1.0),
+            "seconds": self.sampling_budget_s * workers * (mine / total if total else 1.0),
             "samples": mine,
             "units": sum(u.id in ids for u in every),
         }
@@ -430,6 +441,24 @@ class CertifyRun:
         p["samples"] = max(0, p["samples"] - unit.samples)
         p["units"] = max(0, p["units"] - 1)
         return share
+
+    def sampling_units_by_id(self) -> dict[str, WorkUnit]:
+        return {u.id: u for chk in self._sampling for u in chk.units}
+
+    def dispatch_share(self, uid: str) -> float | None:
+        """A parallel run hands a sampling unit its share when it starts (reserved from the pool);
+        None for any other unit."""
+        unit = self.sampling_units_by_id().get(uid)
+        if unit is None:
+            return None
+        share = self.pool_share(unit)
+        self._pool["seconds"] = max(0.0, self._pool["seconds"] - share)
+        return share
+
+    def returned_share(self, uid: str, share: float | None, result: dict) -> None:
+        """What a parallel unit did not use of its share goes back to the pool."""
+        if share is not None:
+            self._pool["seconds"] += max(0.0, share - float(result.get("seconds", 0.0)))
 
     def say_prediction(self, rate: float) -> None:
         """What the sampling units left plan, and their time at the rate the last one reached."""
@@ -453,19 +482,26 @@ class CertifyRun:
                 self._setups[key] = NotApplicable(str(e) or "declined by the factory")
         return self._setups[key]
 
-    def sampling_unit_result(self, check: SamplingCheck, unit: WorkUnit) -> dict:
-        """A unit's raw result: its tally, or why it has none (declined, or an error)."""
+    def sampling_unit_result(self, check: SamplingCheck, unit: WorkUnit, share: float | None = None) -> dict:
+        """A unit's raw result: its tally, or why it has none (declined, or an error). `share`: its
+        sampling time, handed out by a parallel run's parent (proofs/jobs.py); None: from this
+        process's pool."""
+        own = share is None
         try:
             decoder = self.sampling_decoder(check)
             if isinstance(decoder, NotApplicable):
-                self.pool_share(unit)  # its share stays in the pool for the units after it
+                if own:
+                    self.pool_share(unit)  # its share stays in the pool for the units after it
                 return {"unit": unit.id, "not_applicable": str(decoder)}
-            share, t0 = self.pool_share(unit), time.perf_counter()
+            share = self.pool_share(unit) if own else share
+            t0 = time.perf_counter()
             try:
                 tally = self.run_unit(unit, decoder, share)
             finally:
-                self._pool["seconds"] = max(0.0, self._pool["seconds"] - (time.perf_counter() - t0))
-            self.say_prediction(tally["samples_per_s"] if tally["samples"] else 0.0)
+                if own:
+                    self._pool["seconds"] = max(0.0, self._pool["seconds"] - (time.perf_counter() - t0))
+            if own:
+                self.say_prediction(tally["samples_per_s"] if tally["samples"] else 0.0)
             return {**tally, "budget_seconds": share}
         except Exception as e:  # noqa: BLE001 - the check fails naming it (usage errors were raised before)
             return {"unit": unit.id, "unit_error": f"{type(e).__name__}: {e}"}
@@ -587,13 +623,15 @@ def certify(
     time_budget: float | None = None,
     shard: Shard | None = None,
     results: dict | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Run every check of `mode` on the candidate; returns the certificate (JSON-able dict).
 
     The run is a list of work units in plan order (`plan_units`). With `shard` it runs only the
     shard's units and returns their raw results with the run's identity (proofs/shards.py);
     with `results` (merged shards) it runs nothing and assembles the certificate from them,
-    through the same code as a single run.
+    through the same code as a single run. `jobs` > 1 runs the units (of the shard, if any) in
+    that many forked worker processes (proofs/jobs.py): the same results, apart from timings.
 
     Usage errors (bad mode, dtype, seed, device, --decoder spec, model) raise LoopcertError
     before any check runs."""
@@ -611,6 +649,7 @@ def certify(
         raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
     if time_budget is not None:
         check_number("--time-budget (seconds)", time_budget, 0, low_open=True)
+    check_jobs(jobs, device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
     model_name = model_name or default_model_name()
@@ -629,8 +668,12 @@ def certify(
     ident = identity(run, decoder, time_budget)
     if results is None:
         todo = [(uid, fn) for k, (uid, fn) in enumerate(units) if shard is None or shard.takes(k)]
-        run.pool_sampling([uid for uid, _ in todo])
-        results = {uid: fn() for uid, fn in todo}
+        run.pool_sampling([uid for uid, _ in todo], workers=jobs)
+        if jobs > 1:
+            say(f"running {len(todo)} work units in {jobs} worker processes")
+            results = run_units(todo, jobs, run.dispatch_share, run.returned_share)
+        else:
+            results = {uid: fn() for uid, fn in todo}
         if shard is not None:
             return {
                 "shard": [shard.index, shard.count],
@@ -665,7 +708,7 @@ def certify(
     }
 
 
-Unit = tuple[str, Callable[[], dict]]  # (stable id, run it -> raw JSON-able result)
+Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)
 Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check
 
 
@@ -680,7 +723,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
 
     def whole(name: str, fn: Callable[[], CheckResult]) -> None:
         uid = f"check/{name}"
-        units.append((uid, lambda: _guard(name, fn, run.say).to_dict()))
+        units.append((uid, lambda share=None: _guard(name, fn, run.say).to_dict()))
         assemble.append(lambda res: CheckResult(**res[uid]))
 
     whole("greedy_float64", run.greedy_float64)
@@ -689,7 +732,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     whole("bitwise_fixed_width", run.bitwise)
     for chk in run.sampling_checks():
         for u in chk.units:
-            units.append((u.id, lambda chk=chk, u=u: run.sampling_unit_result(chk, u)))
+            units.append((u.id, lambda share=None, chk=chk, u=u: run.sampling_unit_result(chk, u, share)))
 
         def sampled(res, chk=chk) -> CheckResult:
             raws = [res[u.id] for u in chk.units]
@@ -700,7 +743,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     whole("reproducibility", run.reproducible)
     library = run.mutant_library()
     for mt in library:  # one unit per mutant
-        units.append((f"mutant/{mt.name}", lambda mt=mt: run.mutant_unit(mt)))
+        units.append((f"mutant/{mt.name}", lambda share=None, mt=mt: run.mutant_unit(mt)))
 
     def mutated(res) -> CheckResult:
         rows = [res[f"mutant/{mt.name}"] for mt in library]
@@ -739,6 +782,48 @@ def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) ->
 
 
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
+PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
+MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
+PROBE_FIELDS = {  # check -> the plan field its cost grows with, about linearly
+    "greedy_float64": "greedy_prompts",
+    "greedy_low": "greedy_prompts",
+    "bitwise_fixed_width": "bitwise_prompts",
+    "false_alarm": "false_alarm",
+    "theorem1_random": "theorem1_random_cases",
+    "theorem1_search": "theorem1_search_examples",
+    "theorem1_traces": "trace_prompts",
+    "theorem2_traces": "trace_prompts",
+}
+
+
+def probe_plan(plan: CertifyPlan, library: Sequence) -> tuple[CertifyPlan, dict[str, tuple[str, float]]]:
+    """The plan cut down for a prediction, and per check (PROBE_FIELDS' names, "speed",
+    "mutation") what was cut and the factor that scales the probe's time back to the plan's. The
+    fixed costs (loading presets, warm-up) are scaled too: the prediction errs high."""
+    cut, scale = {}, {}
+    for check, f in PROBE_FIELDS.items():
+        v = getattr(plan, f)
+        if v:
+            cut[f] = max(1, math.ceil(v / PROBE_DIVISOR))
+            scale[check] = (f"{f} {cut[f]} of {v}", v / cut[f])
+    r = plan.speed.repeats
+    probe_r = max(1, math.ceil(r / PROBE_DIVISOR))
+    cut["speed"] = replace(plan.speed, repeats=probe_r)
+    scale["speed"] = (f"repeats {probe_r} of {r}", r / probe_r)
+    names = tuple(mt.name for mt in library[::MUTANT_PROBE_STRIDE])
+    cut["mutant_names"] = names
+    scale["mutation"] = (f"{len(names)} of {len(library)} mutants", len(library) / max(1, len(names)))
+    return replace(plan, **cut), scale
+
+
+def makespan(seconds: Sequence[float], jobs: int) -> float:
+    """Wall time of units of these durations handed out in this order to `jobs` workers, each to
+    the first one free (what proofs/jobs.py does)."""
+    free = [0.0] * max(1, jobs)
+    for t in seconds:
+        k = free.index(min(free))
+        free[k] += t
+    return max(free)
 
 
 def predict(
@@ -750,60 +835,119 @@ def predict(
     seed: int = 0,
     progress: Progress | None = None,
     slice_seconds: float = PREDICT_SECONDS,
+    jobs: int = 1,
 ) -> dict:
-    """The sampling checks' planned N per case and their predicted time, from samples/s measured on
-    a slice of each (setting, case) (`slice_seconds` of sampling, in the chunks a real run draws):
-    the time `certify` needs to reach the plan's TV without a budget cutting it (`loopcert certify
-    --predict SECONDS`). Nothing is certified."""
+    """The whole plan's predicted time, per check, before running it (`loopcert certify --predict
+    SECONDS`); nothing is certified.
+
+    Sampling: N per case from the plan's target TV, at the samples/s measured on a slice of each
+    (setting, case) (`slice_seconds` of sampling, in the chunks a real run draws): the time to reach
+    the target without a budget cutting it. Every other check: run at about 1/PROBE_DIVISOR of its
+    size (probe_plan), its time scaled back. Setup (models, exact laws) as measured. The wall time
+    with `jobs` workers hands the units out in plan order as certify --jobs does (makespan),
+    each worker at the rate measured here alone."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
     check_number("--predict (seconds)", slice_seconds, 0, 1e6, low_open=True)
+    check_jobs(jobs, device)
     plan, dtype = PLANS[mode], parse_dtype(dtype)
     model_name = model_name or default_model_name()
+    t0 = time.perf_counter()
     run = CertifyRun(plan, model_name, user_candidate(decoder) if decoder else None, device, dtype, seed, say)
-    rows = []
-    for name, grid, _why in run.sampling_plan():
-        s = run.sampling_setup(name)
-        for c in grid:
-            try:
-                dec = c.build(s["model"])
-            except NotApplicable:
-                continue
-            for law, n in zip(s["laws"], s["samples"], strict=True):
-                row = {
-                    "model": name,
-                    "setting": c.label,
-                    "case": law.case.name,
-                    "planned": n,
-                    "slice": 0,
-                    "samples_per_s": None,
-                    "predicted_seconds": 0.0,
-                    "no_power": n == 0,
-                }
-                if n:  # N = 0: no view has 2 bins, the case fails as no power whatever the time
-                    t = sample_tally(dec, law, n, seed, time.perf_counter() + slice_seconds)
-                    rate = t["samples_per_s"] if t["samples"] else 0.0
-                    row.update(
-                        slice=t["samples"],
-                        samples_per_s=rate,
-                        predicted_seconds=n / rate if rate > 0 else math.inf,
-                    )
-                rows.append(row)
-                got = (
-                    "no power (no view has 2 bins)"
-                    if not n
-                    else (
-                        f"N = {n}, {row['samples_per_s']:.1f} samples/s -> "
-                        f"{row['predicted_seconds'] / 60:.1f} min"
-                    )
+    dname = str(dtype).replace("torch.", "")
+    units, _ = plan_units(run, dname)  # builds the sampling setups: exact laws, N per case
+    setup = time.perf_counter() - t0
+    say(f"setup (models, exact laws, N per case): {setup:.1f}s")
+    rows, unit_seconds = [], {}
+    for chk in run.sampling_checks():
+        dec = None if chk.not_applicable else run.sampling_decoder(chk)
+        s = run.sampling_setup(chk.model)
+        for u, law in zip(chk.units, s["laws"], strict=True):
+            row = {
+                "model": chk.model,
+                "setting": chk.candidate.label,
+                "case": u.case,
+                "planned": u.samples,
+                "slice": 0,
+                "samples_per_s": None,
+                "predicted_seconds": 0.0,
+                "no_power": u.samples == 0,
+            }
+            if u.samples and not isinstance(dec, NotApplicable):
+                t = sample_tally(dec, law, u.samples, seed, time.perf_counter() + slice_seconds)
+                rate = t["samples_per_s"] if t["samples"] else 0.0
+                row.update(
+                    slice=t["samples"],
+                    samples_per_s=rate,
+                    predicted_seconds=u.samples / rate if rate > 0 else math.inf,
                 )
-                say(f"  {name} / {c.label} / {law.case.name}: {got}")
-    total = sum(r["predicted_seconds"] for r in rows)
+            rows.append(row)
+            unit_seconds[u.id] = row["predicted_seconds"]
+            got = (
+                "no power (no view has 2 bins)"
+                if not u.samples
+                else (
+                    "not applicable"
+                    if isinstance(dec, NotApplicable)
+                    else f"N = {u.samples}, {row['samples_per_s']:.1f} samples/s -> "
+                    f"{row['predicted_seconds'] / 60:.1f} min"
+                )
+            )
+            say(f"  {u.id}: {got}")
+    checks = [
+        {
+            "check": chk.label,
+            "samples": sum(u.samples for u in chk.units),
+            "predicted_seconds": sum(unit_seconds[u.id] for u in chk.units),
+            "how": "N / samples/s measured per case",
+        }
+        for chk in run.sampling_checks()
+    ]
+    sampling_s = sum(c["predicted_seconds"] for c in checks)
+    full_plan = run.plan
+    probe, scale = probe_plan(plan, run.mutant_library())
+    run.plan, run._setups = probe, {k: v for k, v in run._setups.items() if isinstance(k, tuple)}
+    try:
+        probe_units, _ = plan_units(run, dname)
+        mutant_t = 0.0
+        for uid, fn in probe_units:
+            if uid.startswith("sampling/"):
+                continue
+            t = time.perf_counter()
+            fn()
+            took = time.perf_counter() - t
+            if uid.startswith("mutant/"):
+                mutant_t += took
+                continue
+            name = uid.removeprefix("check/")
+            key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name
+            how, factor = scale.get(key, ("whole", 1.0))
+            checks.append(
+                {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}
+            )
+            unit_seconds[uid] = took * factor
+            say(f"  {uid}: probe ({how}) {took:.1f}s -> {took * factor / 60:.1f} min")
+        how, factor = scale["mutation"]
+        checks.append(
+            {
+                "check": "mutation",
+                "predicted_seconds": mutant_t * factor,
+                "how": f"probe {how} in {mutant_t:.1f}s",
+            }
+        )
+        say(f"  mutation: probe ({how}) {mutant_t:.1f}s -> {mutant_t * factor / 60:.1f} min")
+    finally:
+        run.plan = full_plan
+    per_mutant = mutant_t * factor / max(1, len(run.mutant_library()))
+    ordered = [unit_seconds.get(uid, per_mutant) for uid, _ in units]  # plan order, as certify runs them
+    serial = setup + sum(ordered)
+    wall = setup + makespan(ordered, jobs)
     no_power = sorted({r["case"] for r in rows if r["no_power"]})
     say(
-        f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs; "
-        f"predicted sampling time {total / 60:.1f} min (budget {plan.sampling_budget_s / 60:.1f} min)"
+        f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs, "
+        f"{sampling_s / 60:.1f} min of sampling (budget {plan.sampling_budget_s / 60:.1f} min per worker); "
+        f"whole plan {serial / 60:.1f} min in one process, {wall / 60:.1f} min with --jobs {jobs}"
         + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
     )
     return {
@@ -811,8 +955,13 @@ def predict(
         "model": model_name,
         "target_tv": plan.tv,
         "rows": rows,
+        "checks": checks,
+        "setup_seconds": setup,
         "no_power": no_power,
-        "predicted_seconds": total,
+        "predicted_seconds": sampling_s,
+        "serial_seconds": serial,
+        "jobs": jobs,
+        "wall_seconds": wall,
         "sampling_budget_s": plan.sampling_budget_s,
     }
 

@@ -35,6 +35,7 @@ the model certify gives it, and refuses any other model, naming both.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -97,14 +98,9 @@ class HTTPDecoder:
         timeout: float = TIMEOUT_S,
         choices: int = CHOICES,
     ):
-        httpx = _httpx()
         self.base_url = base_url.rstrip("/")
-        self.concurrency, self.choices = concurrency, choices
-        self.client = httpx.Client(
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        )
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="loopcert-http")
+        self.concurrency, self.choices, self.timeout = concurrency, choices, timeout
+        self._connect()
         info = self._get("/models")
         data = info.get("data") or []
         if len(data) != 1:
@@ -113,6 +109,33 @@ class HTTPDecoder:
         self.info = data[0].get("loopcert") or {}
         self.fingerprint = self.info.get("fingerprint")
         self.label = f"{self.base_url} ({self.model_id})"
+
+    def _connect(self) -> None:
+        """A connection pool and request threads of this process's own: a forked certify worker
+        (--jobs, proofs/jobs.py) inherits neither a usable socket nor live threads."""
+        httpx = _httpx()
+        self._pid = os.getpid()
+        self._client = httpx.Client(
+            timeout=self.timeout,
+            limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
+        )
+        self._threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="loopcert-http")
+
+    @property
+    def client(self):
+        if self._pid != os.getpid():
+            self._connect()
+        return self._client
+
+    @client.setter
+    def client(self, client) -> None:  # tests hand it a mock transport
+        self._client = client
+
+    @property
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._pid != os.getpid():
+            self._connect()
+        return self._threads
 
     def _get(self, path: str) -> dict:
         httpx = _httpx()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
 from proofs.certify import certify, predict
+from proofs.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.shards import Shard, write_shard
 from refdec.io import write_atomic
 from reports.render import render_certificate
@@ -71,8 +72,17 @@ def add_arguments(p) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="certify nothing: sample each (setting, case) for SECONDS, print the plan's N per "
-        "case, the samples/s measured and the predicted sampling time",
+        help="certify nothing: predict the whole plan's time, per check: sample each (setting, "
+        "case) for SECONDS (N per case, samples/s), run every other check at ~1/8 of its size; "
+        "the wall time with --jobs",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the plan's work units in N worker processes, one torch thread each (default: one "
+        f"per core, at most {MAX_DEFAULT_JOBS}; 1 on CUDA); the certificate is the one of --jobs 1",
     )
     p.add_argument(
         "--shard",
@@ -106,6 +116,7 @@ def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
 
 def run(args) -> int:
     progress = timed_progress()
+    jobs = default_jobs(args.device) if args.jobs is None else args.jobs
     if args.predict is not None:
         got = predict(
             args.model,
@@ -116,11 +127,17 @@ def run(args) -> int:
             args.seed,
             progress,
             slice_seconds=args.predict,
+            jobs=jobs,
         )
+        print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
+        print(f"  setup: {got['setup_seconds'] / 60:.1f} min")
+        for c in got["checks"]:
+            print(f"  {c['check']}: {c['predicted_seconds'] / 60:.1f} min ({c['how']})")
         print(
-            f"{got['mode']} plan on {got['model']}: predicted sampling time "
-            f"{got['predicted_seconds'] / 60:.1f} min for TV {got['target_tv']:g} "
-            f"(budget {got['sampling_budget_s'] / 60:.1f} min)"
+            f"predicted: {got['serial_seconds'] / 60:.1f} min in one process, "
+            f"{got['wall_seconds'] / 60:.1f} min with --jobs {got['jobs']} "
+            f"(sampling {got['predicted_seconds'] / 60:.1f} min of it; budget "
+            f"{got['sampling_budget_s'] / 60:.1f} min per worker)"
         )
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
@@ -134,6 +151,7 @@ def run(args) -> int:
         progress,
         time_budget=args.time_budget,
         shard=shard,
+        jobs=jobs,
     )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
