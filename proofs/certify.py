@@ -116,13 +116,13 @@ QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread 
 # a GPU or shards: their bug classes are the ones these cases see, at a flatter law.
 FULL_CASES = (
     # temperature, no filter: the whole support, a tail of small tokens; a temperature on one side
-    # only, a wrong ratio or residual, a draft scored with another law (mutants of case T=0.5)
+    # only, an unnormalised residual, an int8 draft, a rejected lane kept (mutants of case T=0.5)
     ("T=0.3", SamplingParams(temperature=0.3), 3),
     # the top-k path: a filter missing on the target side, a q reported before the filter, stale
-    # state after a rejection (mutants of case top-k=2)
+    # KV after a rejection, a draft scored at another depth (mutants of case top-k=2)
     ("T=0.3 top-k=2", SamplingParams(temperature=0.3, top_k=2), 3),
-    # the top-p path: the nucleus cut on either side, resampling from the target (mutants of case
-    # top-p=0.5); T=0.3 leaves one token above p=0.9 on both models (no power), T=0.4 two or three
+    # the top-p path: the nucleus cut on either side, always-accept, resampling from the target
+    # (mutants of case top-p=0.5); T=0.3 top-p=0.9 leaves one token on both models (no power)
     ("T=0.4 top-p=0.9", SamplingParams(temperature=0.4, top_p=0.9), 3),
 )
 QUICK = CertifyPlan(
@@ -671,7 +671,8 @@ def certify(
         run.pool_sampling([uid for uid, _ in todo], workers=jobs)
         if jobs > 1:
             say(f"running {len(todo)} work units in {jobs} worker processes")
-            results = run_units(todo, jobs, run.dispatch_share, run.returned_share)
+            results = run_units(dispatch_order(run, todo), jobs, run.dispatch_share, run.returned_share)
+            results = {uid: results[uid] for uid, _ in todo}  # plan order
         else:
             results = {uid: fn() for uid, fn in todo}
         if shard is not None:
@@ -765,6 +766,21 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     return units, assemble
 
 
+def dispatch_order(run: CertifyRun, units: list[Unit]) -> list[Unit]:
+    """The order a parallel run hands units out (results do not depend on it; the wall time
+    does): the whole checks first (plan order; the speed check alone takes minutes and cannot be
+    split), then the sampling units by decreasing planned N, then the mutants, so that no dear
+    unit starts last while the other workers idle."""
+    n = {uid: u.samples for uid, u in run.sampling_units_by_id().items()}
+
+    def key(k: int) -> tuple:
+        uid = units[k][0]
+        kind = 0 if uid.startswith("check/") else (1 if uid in n else 2)
+        return (kind, -n.get(uid, 0), k)
+
+    return [units[k] for k in sorted(range(len(units)), key=key)]
+
+
 def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) -> dict:
     """What every shard of one run must share (proofs/shards.py IDENTITY)."""
     return {
@@ -844,7 +860,7 @@ def predict(
     (setting, case) (`slice_seconds` of sampling, in the chunks a real run draws): the time to reach
     the target without a budget cutting it. Every other check: run at about 1/PROBE_DIVISOR of its
     size (probe_plan), its time scaled back. Setup (models, exact laws) as measured. The wall time
-    with `jobs` workers hands the units out in plan order as certify --jobs does (makespan),
+    with `jobs` workers hands the units out in certify --jobs' order (dispatch_order, makespan),
     each worker at the rate measured here alone."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
@@ -940,7 +956,7 @@ def predict(
     finally:
         run.plan = full_plan
     per_mutant = mutant_t * factor / max(1, len(run.mutant_library()))
-    ordered = [unit_seconds.get(uid, per_mutant) for uid, _ in units]  # plan order, as certify runs them
+    ordered = [unit_seconds.get(uid, per_mutant) for uid, _ in dispatch_order(run, units)]  # as certify
     serial = setup + sum(ordered)
     wall = setup + makespan(ordered, jobs)
     no_power = sorted({r["case"] for r in rows if r["no_power"]})

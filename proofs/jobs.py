@@ -3,11 +3,11 @@
 A plan is a list of work units, each deterministic given the plan and the seed and runnable on
 its own (proofs/certify.py `plan_units`; the shards of proofs/shards.py rest on the same
 property). Here the parent builds the run once (models, exact laws, N per case), forks N workers
-that inherit it, and hands them the units one at a time in plan order, as each worker comes
-free; the raw results are then assembled by the same code as a serial run. A unit's result does
-not depend on which worker ran it or when (its seeds are fixed by the plan), so the certificate
-equals the serial one apart from timings, unless the time budget cut a sampling unit short (its
-tally says so either way).
+that inherit it, and hands them the units one at a time in the order given (proofs/certify.py
+`dispatch_order`: the dear ones first), as each worker comes free; the raw results are then
+assembled by the same code as a serial run. A unit's result does not depend on which worker ran
+it or when (its seeds are fixed by the plan), so the certificate equals the serial one apart
+from timings, unless the time budget cut a sampling unit short (its tally says so either way).
 
 The sampling budget stays wall time: with N workers the pool holds N x the budget in
 worker-seconds, and each sampling unit is handed its share when it is dispatched (what it
@@ -105,7 +105,7 @@ def run_units(
         pool.terminate()  # also on Ctrl-C or an error: no worker outlives the run
         pool.join()
         _WORK.clear()
-    return {uid: results[uid] for uid, _ in units}  # plan order
+    return results
 
 
 def _next(done: queue.SimpleQueue):

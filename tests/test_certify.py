@@ -7,6 +7,7 @@ command path runs in seconds; the real QUICK plan is what `tox -e certify` runs.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ import proofs.certify as certify_mod
 import refdec
 from loopcert.cli import main
 from proofs.certify import FULL, QUICK, default_model_name
-from refdec.sampling import sample, transform
+from proofs.distribution import COUNT_MARGIN_SIGMAS, alpha_per_test
+from proofs.stats import detectable_tv
+from refdec.sampling import SamplingParams, sample, transform
 
 TEST_PLAN = SMALL_PLAN
 
@@ -285,27 +288,84 @@ def test_sampling_time_is_pooled_across_settings():
 
 
 def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_path, capsys):
-    """--predict certifies nothing: it samples a slice of each (setting, case) and predicts the
-    plan's sampling time as sum(N / samples/s)."""
-    assert main(["certify", "tiny-ouro", "--predict", "0.3", "--out", str(tmp_path)]) == 0
+    """--predict certifies nothing: it samples a slice of each (setting, case), predicts the plan's
+    sampling time as sum(N / samples/s), and every other check from a probe at ~1/8 of its size:
+    the prediction covers every check of the certificate, and the wall time with --jobs."""
+    assert main(["certify", "tiny-ouro", "--predict", "0.3", "--jobs", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "quick plan on tiny-ouro: predicted sampling time" in out and "samples/s" in out
+    assert "quick plan on tiny-ouro, predicted per check" in out and "with --jobs 2" in out
     assert not (tmp_path / "certificate.json").exists()
-    got = certify_mod.predict("tiny-ouro", slice_seconds=0.2)
+    got = certify_mod.predict("tiny-ouro", slice_seconds=0.2, jobs=2)
     assert len(got["rows"]) == 3 and got["target_tv"] == TEST_PLAN.tv
     for r in got["rows"]:
         assert r["planned"] > 0 and r["slice"] > 0 and r["samples_per_s"] > 0
         assert r["predicted_seconds"] == pytest.approx(r["planned"] / r["samples_per_s"])
     assert got["predicted_seconds"] == pytest.approx(sum(r["predicted_seconds"] for r in got["rows"]))
+    checks = {c["check"]: c["predicted_seconds"] for c in got["checks"]}
+    assert all(t > 0 for name, t in checks.items() if name != "theorem2_published")
+    assert got["serial_seconds"] == pytest.approx(got["setup_seconds"] + sum(checks.values()))
+    assert got["setup_seconds"] <= got["wall_seconds"] <= got["serial_seconds"]
+    # every check a certify run of the same plan reports has its prediction, and nothing else
+    cert = certify_mod.certify("tiny-ouro", mode="quick", time_budget=5)
+    assert set(checks) == {c["name"] for c in cert["checks"]}
 
 
-def test_every_sampling_case_of_the_full_plan_has_power_on_the_default_model():
-    """A plan case with no view of 2 bins fails as no power on every run (the full plan's old
-    top-p=0.5 left one token on the default model and on tiny-raven): each case plans N > 0.
-    (The quick plan's cases are sampled by every quick certify.)"""
-    name = default_model_name()
+def test_makespan_hands_units_to_the_first_free_worker():
+    assert certify_mod.makespan([4, 1, 1, 1, 1], 2) == 4  # the 1s fill the other worker
+    assert certify_mod.makespan([1, 1, 1, 1, 4], 2) == 6  # the dear one last waits: order matters
+    assert certify_mod.makespan([2, 3], 1) == 5
+
+
+def test_probe_plan_cuts_each_check_and_scales_it_back():
+    probe, scale = certify_mod.probe_plan(FULL, certify_mod.mutant_lib.LIBRARY)
+    for check, field in certify_mod.PROBE_FIELDS.items():
+        full, cut = getattr(FULL, field), getattr(probe, field)
+        assert cut < full and scale[check][1] == pytest.approx(full / cut)
+    assert probe.speed.repeats < FULL.speed.repeats
+    assert 1 < len(probe.mutant_names) < len(certify_mod.mutant_lib.LIBRARY)
+    assert probe.sampling_cases == FULL.sampling_cases and probe.tv == FULL.tv  # sampling is measured
+
+
+def _full_plan_views(name):
     run = certify_mod.CertifyRun(FULL, name, None, "cpu", torch.float32, 0, lambda _m: None)
-    models = [m for m, _grid, _why in run.sampling_plan()]
-    for m in models:
-        s = run.sampling_setup(m)
-        assert all(n > 0 for n in s["samples"]), (m, [law.case.name for law in s["laws"]], s["samples"])
+    s = run.sampling_setup(name)
+    a = alpha_per_test(s["laws"], FULL.target)
+    return s, a
+
+
+def _reached(view, n, a):
+    """The detectable TV of one view when its case draws n samples: a conditional view counts
+    the samples on its prefix, at worst COUNT_MARGIN_SIGMAS below their mean."""
+    w = view.weight
+    counted = n if w >= 1 else n * w - COUNT_MARGIN_SIGMAS * math.sqrt(n * w * (1 - w))
+    return detectable_tv(max(1, int(counted)), view.probs, a, FULL.power)
+
+
+@pytest.mark.parametrize("name", ["default", "tiny-raven"])
+def test_every_full_plan_case_detects_tv_0_01_within_its_n(name):
+    """Each full-plan case, on the certified model (default, else tiny-raven) and on the tiny preset
+    of its family (extra evidence): bins from the exact law, N from the plan, and every view's
+    detectable TV at that N <= 0.01 (the plan's target); N per setting stays small enough to fit
+    an hour on two cores (README: the full plan). The old top-p=0.5 case left one token on both
+    models (N = 0: no power): every case plans N > 0."""
+    if name == "default" and default_model_name() != "default":
+        pytest.skip("the default model is not installed")
+    s, a = _full_plan_views(name)
+    assert all(n > 0 for n in s["samples"]), [law.case.name for law in s["laws"]]
+    for law, n in zip(s["laws"], s["samples"], strict=True):
+        assert law.views and all(v.bins >= 2 for v in law.views)
+        for v in law.views:
+            assert _reached(v, n, a) <= FULL.tv, (law.case.name, v.name, n)
+    assert sum(s["samples"]) <= 90_000, s["samples"]  # per setting; x8 settings, 2 cores: an hour
+
+
+def test_a_spread_case_at_the_full_plans_n_does_not_reach_tv_0_01():
+    """Negative control of the test above: at the full plan's largest N a spread case (T=1.5,
+    many balanced bins) detects only a larger TV, so the assertion can fail."""
+    s, a = _full_plan_views("tiny-raven")
+    o = certify_mod.Oracle(certify_mod.load("tiny-raven", torch.float64, "cpu"))
+    law = certify_mod.case_law(
+        o, certify_mod.Case("T=1.5", SamplingParams(temperature=1.5), s["laws"][0].case.prompt)
+    )
+    n = max(s["samples"])
+    assert max(_reached(v, n, a) for v in law.views) > FULL.tv

@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
         dest="mode",
         action="store_const",
         const="full",
-        help="the nightly plan: more models, cases, samples, and the false-alarm rate",
+        help="the nightly plan: TV 0.01, more settings and models, the false-alarm rate (~1 h on 2 cores)",
     )
     p.set_defaults(mode="quick")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
@@ -93,6 +93,10 @@ def add_arguments(p) -> None:
     )
 
 
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
 def command_line(args, model: str) -> str:
     """The effective command, defaults spelled out, so the stamp says how to rerun it."""
     parts = ["loopcert certify", model]
@@ -130,14 +134,14 @@ def run(args) -> int:
             jobs=jobs,
         )
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
-        print(f"  setup: {got['setup_seconds'] / 60:.1f} min")
+        print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
         for c in got["checks"]:
-            print(f"  {c['check']}: {c['predicted_seconds'] / 60:.1f} min ({c['how']})")
+            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']})")
         print(
-            f"predicted: {got['serial_seconds'] / 60:.1f} min in one process, "
-            f"{got['wall_seconds'] / 60:.1f} min with --jobs {got['jobs']} "
-            f"(sampling {got['predicted_seconds'] / 60:.1f} min of it; budget "
-            f"{got['sampling_budget_s'] / 60:.1f} min per worker)"
+            f"predicted: {minutes(got['serial_seconds'])} in one process, "
+            f"{minutes(got['wall_seconds'])} with --jobs {got['jobs']} "
+            f"(sampling {minutes(got['predicted_seconds'])} of it; sampling budget "
+            f"{minutes(got['sampling_budget_s'])} per worker)"
         )
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
