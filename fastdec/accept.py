@@ -190,6 +190,23 @@ def gate_open(
     return bool(gate_mask(p_d2, q1, gate)[_token("x1", x1, q1.numel())])
 
 
+def gated_residual(
+    p_d2: torch.Tensor, q1: torch.Tensor, x1: int, gate: bool | str = "on"
+) -> torch.Tensor | None:
+    """The second proposal's law q2 = p_d2 (-) q1 if the gate opens at the drawn x1, else None:
+    `gate_open(..., check=False)` and `residual` in one (the decoder's hot path: one residual,
+    and the gate's comparison at x1 only, p_d2(x1) < q1(x1) on the same float64 values; the
+    caller vouches as for check=False)."""
+    gate = _gate_name(gate)
+    if gate == "none":
+        return None
+    q2, _ = residual(p_d2, q1)
+    if q2 is None or gate == "off":
+        return q2
+    shrinks = p_d2[x1].item() < q1[x1].item()
+    return q2 if shrinks == (gate == "on") else None
+
+
 def gate_open_greedy(p_d2_argmax: int, x1: int) -> bool:
     """Greedy gate (DESIGN.md §4): open iff argmax p_d2 != x1.
 

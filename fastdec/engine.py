@@ -42,11 +42,15 @@ import torch
 
 from fastdec.cache import KVCache, Timeline
 from refdec.layers import compute_dtype, rope_tables
+from refdec.sampling import SamplingParams, filter_probs, transform
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
 # a batch engine also runs wider calls, up to 64 lanes per cache row: on a CPU a call's fixed
-# overhead dominates, and the sequences of a batch are what fill the wider calls
-BATCH_WIDTHS = (128, 256)
+# overhead dominates, and the sequences of a batch are what fill the wider calls. Past 64 the
+# widths step by 1.5x and 2x alternately, not 2x: a call of a big model costs about its width
+# (tiny-raven: fixed overhead up to W ~ 1024; the default model: ~22 us a lane-step from W = 128
+# on), so padding a batch's 130 lanes to 256 would cost ~1.9x what they need.
+BATCH_WIDTHS = (96, 128, 192, 256, 384, 512, 768, 1024)
 PHASES = ("prelude", "recur", "readout")
 # an eager call whose rows need more than GATHER_PIECES views (runs of cells, side groups)
 # reads by one index gather per key length instead, when copying its keys and values costs
@@ -56,6 +60,51 @@ PHASES = ("prelude", "recur", "readout")
 # seconds per step at B = 64) gather; the default model at B = 16 (long keys) keeps its views.
 GATHER_PIECES = 2
 PIECE_ELEMS = 32768
+
+
+class Readout:
+    """The logits of one readout call, (n, V) for its n lanes, and their sampling laws.
+
+    A lane's law at some temperature is computed for every row of its call at once, the first
+    time a lane asks (`law`): on a CPU each small op costs a few microseconds, and a batch's
+    readout call holds hundreds of lanes. Row i of that transform is bitwise the transform of
+    row i alone (a row-wise softmax of the same values: tests/test_sampling.py), so a lane's
+    law never depends on its neighbours; top-k / top-p apply to the asking row only."""
+
+    __slots__ = ("logits", "_laws")
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits  # (n, V)
+        self._laws: dict[float, torch.Tensor] = {}  # temperature -> (n, V) float64 on the host
+
+    def law(self, i: int, params: SamplingParams) -> torch.Tensor:
+        """(V,) float64: refdec.sampling.transform(logits[i], params), bit for bit."""
+        t = params.temperature
+        laws = self._laws.get(t)
+        if laws is None:
+            laws = self._laws[t] = transform(self.logits.detach().cpu(), SamplingParams(temperature=t))
+        return filter_probs(laws[i], params)
+
+
+class LaneLogits:
+    """A lane's readouts: depth -> (V,) logits, each a row of its readout call (no view is made
+    until one is asked for); `law(depth, params)` its sampling law (Readout.law)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self):
+        self.at: dict[int, tuple[Readout, int]] = {}
+
+    def __getitem__(self, depth: int) -> torch.Tensor:
+        out, i = self.at[depth]
+        return out.logits[i]
+
+    def __contains__(self, depth: int) -> bool:
+        return depth in self.at
+
+    def law(self, depth: int, params: SamplingParams) -> torch.Tensor:
+        out, i = self.at[depth]
+        return out.law(i, params)
 
 
 @dataclass(eq=False)
@@ -73,7 +122,7 @@ class Lane:
     # rows from the few outputs its lanes come from, instead of one view per lane and a stack
     h: tuple[torch.Tensor, int] | None = None
     e: tuple[torch.Tensor, int] | None = None  # the prelude output, injected at every recurrence
-    logits: dict[int, torch.Tensor] = field(default_factory=dict)  # readout depth -> (V,)
+    logits: LaneLogits = field(default_factory=LaneLogits)  # readout depth -> (V,)
 
 
 @dataclass
@@ -157,6 +206,7 @@ class _Call:
     hidden: torch.Tensor  # (W, S) bool
     side_slot: torch.Tensor | None  # None: no side rows, skip side writes
     plan: Plan | None  # None: gather reads (graph-safe)
+    at: tuple  # the call's write places (Timeline.write_index), shared by its layers
 
 
 class Engine:
@@ -250,8 +300,9 @@ class Engine:
         outs = [ln for ln in chunk if ln.depth in self.readout_slot]
         if outs:
             order, (logits,) = self._timed("readout", outs, calls, timed)
-            for ln, lg in zip(order, logits.unbind(0)):
-                ln.logits[ln.depth] = lg
+            out = Readout(logits[: len(order)])
+            for i, ln in enumerate(order):
+                ln.logits.at[ln.depth] = (out, i)
 
     def _timed(self, kind: str, lanes: list[Lane], calls: list[CallRecord], timed: bool):
         if not timed:
@@ -398,7 +449,8 @@ class Engine:
         else:
             hidden = None
         side_slot = inp["side_slot"] if plan is None or plan.side_groups else None
-        self._call = _Call(inp, hidden, side_slot, plan)
+        at = self.timeline(kind).write_index(inp["row"], inp["level"], inp["write_pos"], side_slot)
+        self._call = _Call(inp, hidden, side_slot, plan, at)
         attend_for = self._attenders[kind].__getitem__
         try:
             if kind == "prelude":
@@ -422,7 +474,7 @@ class Engine:
         """
         c = self._call
         inp = c.inp
-        tl.write(layer, k[:, :, 0], v[:, :, 0], inp["row"], inp["level"], inp["write_pos"], c.side_slot)
+        tl.write_at(layer, k[:, :, 0], v[:, :, 0], c.at)
         if c.plan is None:
             kk, vv = tl.gather(
                 layer, inp["row"], inp["level"], inp["pos"], inp["side_slot"], inp["is_side"], self.key_pos

@@ -41,11 +41,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fastdec.accept import Source, gate_open, greedy_verify, loopspec_verify, residual
+from fastdec.accept import Source, gated_residual, greedy_verify, loopspec_verify
 from fastdec.config import DecodeConfig
-from fastdec.engine import Lane
+from fastdec.engine import Lane, LaneLogits
 from fastdec.stats import Stats
-from refdec.sampling import SamplingParams, greedy_token, sample, transform
+from refdec.sampling import SamplingParams, greedy_token, sample
 
 
 class Prefills:
@@ -55,7 +55,8 @@ class Prefills:
     >= P only) until the row's next sequence takes it over (`release`). The cache INVARIANT
     counts held prefixes as owned (fastdec.batch passes them to the poisoning hook).
 
-    held: {row: (key, logits)}; across calls only for benchmarks (Decoder.reuse_prefill:
+    held: {row: (key, the LaneLogits of position P-1)} (the sequences that take a held prefill
+    share its first law, computed once); across calls only for benchmarks (Decoder.reuse_prefill:
     the model must not change in between). running: keys being prefilled now.
     """
 
@@ -145,11 +146,12 @@ class Sequence:
         self.t0 = self.c0 = 0.0
 
     # -- laws and draws -------------------------------------------------------------------------
-    def target_law(self, logits: torch.Tensor) -> torch.Tensor:
-        return transform(logits.detach().cpu(), self.sampling)
+    def target_law(self, logits: LaneLogits, depth: int) -> torch.Tensor:
+        """transform(logits[depth], sampling), computed with its readout call's rows (Readout.law)."""
+        return logits.law(depth, self.sampling)
 
-    def draft_law(self, logits: torch.Tensor) -> torch.Tensor:
-        return transform(logits.detach().cpu(), self.draft_params)
+    def draft_law(self, logits: LaneLogits, depth: int) -> torch.Tensor:
+        return logits.law(depth, self.draft_params)
 
     def draw(self, law: torch.Tensor) -> int:
         return int(torch.argmax(law)) if self.greedy else sample(law, self.gen)
@@ -157,8 +159,9 @@ class Sequence:
     def lane(self, pos: int, token: int, side: int = -1) -> Lane:
         return Lane(pos, token, row=self.row, side=side)
 
-    def commit(self, token: int, source: Source, logits: torch.Tensor) -> bool:
-        """Append a token; True when generation is over (max_new_tokens or EOS)."""
+    def commit(self, token: int, source: Source, logits: LaneLogits, depth: int) -> bool:
+        """Append a token decided on logits[depth]; True when generation is over (max_new_tokens
+        or EOS)."""
         self.tokens.append(token)
         s = self.stats
         s.tokens += 1
@@ -169,24 +172,26 @@ class Sequence:
         else:
             s.from_restart += 1
         if self.target_logits is not None:
-            self.target_logits.append(logits.detach().cpu().clone())  # a normal tensor (Engine.run_phase)
+            self.target_logits.append(
+                logits[depth].detach().cpu().clone()
+            )  # a normal tensor (Engine.run_phase)
         return len(self.tokens) >= self.max_new or token == self.eos
 
-    def verify(self, node: Node, logits: torch.Tensor) -> tuple[int, Source]:
-        """Cascade verification of node's proposals (x1, then x2 if any) against `logits`."""
+    def verify(self, node: Node) -> tuple[int, Source]:
+        """Cascade verification of node's proposals (x1, then x2 if any) against depth R."""
         s = self.stats
+        lg = node.lane.logits
         if self.greedy:
             props = (node.x1,) if node.x2 is None else (node.x1, node.x2)
-            tok, src = greedy_verify(greedy_token(logits), props)
+            tok, src = greedy_verify(greedy_token(lg[self.R]), props)
         else:
             tok, src = loopspec_verify(
-                self.target_law(logits), node.x1, node.q1, node.x2, node.q2, rng=self.gen, check=False
+                self.target_law(lg, self.R), node.x1, node.q1, node.x2, node.q2, rng=self.gen, check=False
             )  # laws from transform, drawn here
         s.proposals += 1
         if src == Source.FIRST:
             s.accepted += 1
         else:
-            lg = node.lane.logits
             if self.rw is not None:
                 s.rewind_checks += 1
                 s.rewind_hits += int(greedy_token(lg[self.rw]) == greedy_token(lg[self.R]))
@@ -256,11 +261,11 @@ class Sequence:
                     yield Step(lanes, [])
             finally:  # also when dropped mid-prefill (fastdec.continuous): nobody waits for it then
                 pre.running.discard(key)
-            lg = lanes[-1].logits[self.R]
+            lg = lanes[-1].logits
         pre.held[self.row] = (key, lg)
-        self.prefill_logits = lg
+        self.prefill_logits = lg[self.R]
         self.length = len(self.prompt)
-        return self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg)
+        return self.commit(self.draw(self.target_law(lg, self.R)), Source.RESTART, lg, self.R)
 
     def run(self) -> Iterator[Step]:
         raise NotImplementedError  # each strategy below
@@ -276,9 +281,9 @@ class Autoregressive(Sequence):
             lane = self.lane(pos, self.tokens[-1])
             for _ in range(self.R):
                 yield Step([lane], [])
-            lg = lane.logits[self.R]
+            lg = lane.logits
             self.length = pos + 1
-            if self.commit(self.draw(self.target_law(lg)), Source.RESTART, lg):
+            if self.commit(self.draw(self.target_law(lg, self.R)), Source.RESTART, lg, self.R):
                 return
             pos += 1
 
@@ -294,7 +299,7 @@ class DraftVerify(Sequence):
             for _ in range(self.d1):
                 yield Step([node.lane], [n.lane for n in nodes])
             nodes.append(node)
-            node.q1 = self.draft_law(node.lane.logits[self.d1])
+            node.q1 = self.draft_law(node.lane.logits, self.d1)
             node.x1 = token = self.draw(node.q1)
         return nodes
 
@@ -306,10 +311,9 @@ class DraftVerify(Sequence):
     def verify_in_order(self, nodes: list[Node]) -> bool:
         """Verify nodes (all at depth R) first to last, stopping at the first rejection."""
         for node in nodes:
-            lg = node.lane.logits[self.R]
-            tok, src = self.verify(node, lg)
+            tok, src = self.verify(node)
             self.length = node.lane.pos + 1
-            if self.commit(tok, src, lg):
+            if self.commit(tok, src, node.lane.logits, self.R):
                 return True
             if src != Source.FIRST:
                 return False
@@ -338,11 +342,13 @@ class AdaptiveVerify(DraftVerify):
             self.stats.rounds += 1
             j = 0
             for j, node in enumerate(nodes):  # noqa: B007 (j is where escalation starts)
-                lg = node.lane.logits[v]
+                lg = node.lane.logits
                 if self.greedy:
-                    ok = greedy_token(lg) == node.x1
+                    ok = greedy_token(lg[v]) == node.x1
                 else:
-                    _, src = loopspec_verify(self.target_law(lg), node.x1, node.q1, rng=self.gen, check=False)
+                    _, src = loopspec_verify(
+                        self.target_law(lg, v), node.x1, node.q1, rng=self.gen, check=False
+                    )
                     ok = src == Source.FIRST
                 if not ok:
                     break
@@ -353,7 +359,7 @@ class AdaptiveVerify(DraftVerify):
                 if self.cache.coda.layers:
                     self.cache.coda.fill_forward(self.row, pos, readouts[v], for_coda)
                 self.length = pos + 1
-                if self.commit(node.x1, Source.FIRST, lg):
+                if self.commit(node.x1, Source.FIRST, lg, v):
                     return
             else:
                 continue
@@ -381,7 +387,7 @@ class Pipelined(Sequence):
                 return
 
     def propose_first(self, node: Node) -> None:
-        node.q1 = self.draft_law(node.lane.logits[self.d1])
+        node.q1 = self.draft_law(node.lane.logits, self.d1)
         node.x1 = self.draw(node.q1)
         pos = node.lane.pos
         if pos + 1 < self.last_pos:  # a child at pos+1 is needed iff pos+1 <= last_pos-1
@@ -390,13 +396,14 @@ class Pipelined(Sequence):
 
     def propose_second(self, node: Node) -> None:
         """LoopSpec's gated residual second proposal (DESIGN.md section 4)."""
-        p2 = self.draft_law(node.lane.logits[self.d2])
+        p2 = self.draft_law(node.lane.logits, self.d2)
         self.stats.gate_checks += 1
-        if not gate_open(p2, node.q1, node.x1, self.cfg.gate, check=False):
+        q2 = gated_residual(p2, node.q1, node.x1, self.cfg.gate)  # None: the gate is closed
+        if q2 is None:
             return
         self.stats.gate_opens += 1
-        node.q2, _ = residual(p2, node.q1)  # not None: the gate is closed when q2 has no mass
-        node.x2 = self.draw(node.q2)
+        node.q2 = q2
+        node.x2 = self.draw(q2)
         pos = node.lane.pos
         if pos + 1 < self.last_pos:
             slot = self.take_slot()
@@ -417,11 +424,10 @@ class Pipelined(Sequence):
 
     def verify_front(self) -> bool:
         front = self.front
-        lg = front.lane.logits[self.R]
-        tok, src = self.verify(front, lg)
+        tok, src = self.verify(front)
         self.live.remove(front)
         self.length = front.lane.pos + 1
-        if self.commit(tok, src, lg):
+        if self.commit(tok, src, front.lane.logits, self.R):
             return True
         first, second = front.child, front.side_child
         new = None

@@ -58,6 +58,15 @@ def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return _filter(probs, params)
 
 
+def filter_probs(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The rest of `transform` after the softmax: (V,) softmax at params.temperature -> its top-k
+    and top-p law (itself when neither is set, or greedy). transform(x, params) is
+    filter_probs(transform(x, SamplingParams(params.temperature)), params), bit for bit."""
+    if params.greedy or (params.top_k is None and params.top_p is None):
+        return probs
+    return _filter(probs, params)
+
+
 HEAD_SIZES = (64, 1024, 16384)  # top-p alone: ranked heads tried before sorting the whole vocabulary
 NUCLEUS_MARGIN = 1e-12  # a head whose mass passes top_p by this holds the nucleus, rounding included
 
@@ -122,9 +131,9 @@ def sample_from(probs: torch.Tensor, u: float) -> int:
     """
     p = probs.to(torch.float64)
     cdf = torch.cumsum(p, 0)
-    idx = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=torch.float64), right=True))
+    idx = int(torch.searchsorted(cdf, u * cdf[-1].item(), right=True))  # a float64 scalar, as u * total
     idx = min(idx, p.numel() - 1)
-    if p[idx] <= 0:  # u*total landed on the flat tail: take the last token with mass
+    if p[idx].item() <= 0:  # u*total landed on the flat tail: take the last token with mass
         idx = int(torch.nonzero(p > 0)[-1])
     return idx
 

@@ -22,6 +22,7 @@ from fastdec.accept import (
     gate_mask,
     gate_open,
     gate_open_greedy,
+    gated_residual,
     greedy_verify,
     loopspec_joint_law,
     loopspec_law,
@@ -409,6 +410,9 @@ def test_unchecked_hot_path_is_the_checked_functions(seed, v, gate):
     x1 = sample(q1, g)
     assert gate_open(p_d2, q1, x1, gate) == gate_open(p_d2, q1, x1, gate, check=False)
     q2, _ = residual(p_d2, q1)
+    gated = gated_residual(p_d2, q1, x1, gate)  # the pipelined strategy's gate and q2 in one
+    assert torch.equal(gated, q2) if gate_open(p_d2, q1, x1, gate) else gated is None
+    assert gated_residual(q1, q1, x1, gate) is None  # p_d2 == q1: no residual mass, closed
     props = {} if q2 is None else {"x2": sample(q2, g), "q2": q2}
     a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
     assert loopspec_verify(p_r, x1, q1, **props, rng=a) == loopspec_verify(

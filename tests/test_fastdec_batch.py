@@ -226,10 +226,14 @@ def test_a_shared_prompt_is_prefilled_once_bit_for_bit():
 
 
 def test_batch_engines_run_wider_calls():
-    """Up to 64 lanes per cache row, at most 256: a batch's wavefronts share calls."""
+    """Up to 64 lanes per cache row, at most 1024: a batch's wavefronts share calls; past 64
+    the widths grow by 1.5x and 2x alternately (less padding than powers of two)."""
     dec = Decoder(model_for(), "pipelined", draft_depth=1)
-    assert dec.engine(10, 1).widths[-1] == 64  # one sequence: the widths it always had
-    assert dec.engine(10, 2).widths[-1] == 128 and dec.engine(10, 16).widths[-1] == 256
+    assert dec.engine(10, 1).widths == (1, 2, 4, 8, 16, 32, 64)  # one sequence: the widths it always had
+    assert dec.engine(10, 2).widths[-3:] == (64, 96, 128)
+    assert dec.engine(10, 16).widths[-5:] == (256, 384, 512, 768, 1024)
+    assert dec.engine(10, 64).widths[-1] == 1024
+    assert dec.engine(10, 16).width(144) == 192 and dec.engine(10, 16).width(65) == 96
 
 
 def test_rows_are_reused_across_calls_and_a_batch_of_one_is_generate():

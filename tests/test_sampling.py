@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tolerances import approx, assert_close
 
 from refdec.errors import LoopcertError
-from refdec.sampling import SamplingParams, greedy_token, sample, sample_from, transform
+from refdec.sampling import SamplingParams, filter_probs, greedy_token, sample, sample_from, transform
 
 
 def logits_of(probs):
@@ -160,3 +160,50 @@ def test_ranked_head_filter_equals_a_sort_of_the_whole_vocabulary_bitwise(V, spr
     rows = torch.randn(3, V, generator=gen, dtype=torch.float64) * spread  # (R, V): row by row
     for params in (SamplingParams(1.0, top_k=4), SamplingParams(1.0, top_p=0.9)):
         assert torch.equal(transform(rows, params), transform_full_sort(rows, params))
+
+
+@pytest.mark.parametrize("V", [2, 13, 61, 256, 65536])
+def test_batched_transform_rows_are_the_rows_transformed_alone_bitwise(V):
+    """fastdec computes the laws of a readout call's lanes in one transform over its (n, V)
+    logits (fastdec.engine.Readout): row i must be bitwise the transform of row i alone, for any
+    n and any neighbours, so that a sequence's law and draws do not depend on its batch; and
+    filter_probs after the temperature's softmax is the whole transform."""
+    g = torch.Generator().manual_seed(V)
+    for n in (1, 2, 3, 17, 64, 257):
+        if n * V > 4_000_000:
+            continue
+        x = (torch.randn(n, V, generator=g) * [0.3, 3.0, 30.0][n % 3]).float()  # float32, as readouts
+        for params in (
+            SamplingParams(0.0),
+            SamplingParams(1.0),
+            SamplingParams(0.7, top_k=min(V, 5)),
+            SamplingParams(1.3, top_p=0.8),
+        ):
+            rows = transform(x, SamplingParams(params.temperature))
+            for i in (0, n // 2, n - 1):
+                alone = transform(x[i], params)
+                assert torch.equal(filter_probs(rows[i], params), alone), (n, i, params)
+    # the comparison can fail: a 1% change of temperature changes the bits
+    assert not torch.equal(transform(x, SamplingParams(1.0))[0], transform(x[0], SamplingParams(1.01)))
+
+
+def test_sample_from_matches_the_plain_inverse_cdf():
+    """sample_from's scalar fast path (searchsorted on a Python float) draws what the plain
+    tensor inverse CDF draws, boundaries included (u * total exactly at a cumulative mass)."""
+    g = torch.Generator().manual_seed(3)
+    for t in range(300):
+        V = [1, 2, 13, 256][t % 4]
+        x = torch.randn(V, generator=g, dtype=torch.float64) * [0.1, 3.0, 30.0][t % 3]
+        if t % 5 == 0:
+            x[torch.rand(V, generator=g) < 0.5] = -math.inf
+            x[0] = 0.0
+        p = torch.softmax(x, 0)
+        cdf = torch.cumsum(p, 0)
+        us = [float(torch.rand((), generator=g, dtype=torch.float64)), 0.0, 1 - 2**-53]
+        us += [float(c / cdf[-1]) for c in cdf[:3]]
+        for u in us:
+            at = torch.tensor([u * float(cdf[-1])], dtype=torch.float64)
+            want = min(int(torch.searchsorted(cdf, at, right=True)), V - 1)
+            if p[want] <= 0:
+                want = int(torch.nonzero(p > 0)[-1])
+            assert sample_from(p, u) == want
