@@ -107,28 +107,41 @@ class Timeline:
         self.write_at(layer, k, v, self.write_index(row, level, main_pos, side_slot))
 
     def write_index(
-        self, row: torch.Tensor, level: torch.Tensor, main_pos: torch.Tensor, side_slot: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self,
+        row: torch.Tensor,
+        level: torch.Tensor,
+        main_pos: torch.Tensor,
+        side_slot: torch.Tensor | None,
+        rows: tuple[slice, slice] | None = None,
+    ) -> tuple:
         """One call's write places as flat row numbers of k.view(-1, D) (and side_k's) at layer 0,
-        KV head 0, (W,) each: computed once per call, shared by every layer (`write_at`)."""
-        main = (row * self.levels + level) * self._cell + main_pos
+        KV head 0: computed once per call, shared by every layer (`write_at`).
+
+        rows (eager calls, whose rows are main lanes, then side lanes, then padding): (main rows,
+        side rows); only those write the main line / their side slots, the others' writes (to
+        the trash position or slot) are skipped. None: every row writes both (graph-safe)."""
+        mrows, srows = rows if rows is not None else (slice(None), slice(None))
+        main = (row[mrows] * self.levels + level[mrows]) * self._cell + main_pos[mrows]
         if side_slot is None:
-            return main, None
-        return main, ((row * (self.n_side + 1) + side_slot) * self.levels + level) * self._side_cell
+            return main, mrows, None, srows
+        side = (
+            (row[srows] * (self.n_side + 1) + side_slot[srows]) * self.levels + level[srows]
+        ) * self._side_cell
+        return main, mrows, side, srows
 
     def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, at) -> None:
         """`write` with the call's places from `write_index`: one index_copy_ per buffer over
-        W * KV rows of D (a 5-index index_put_ costs ~2x as much on a CPU; the same values land
-        in the same places; duplicate places are only the trash position and slot)."""
-        main, side = at[0], at[1]
-        w, kv, d = k.shape
-        idx = (main[:, None] + self._main_off[layer]).view(-1)  # (W * KV,)
-        self.k.view(-1, d).index_copy_(0, idx, k.reshape(w * kv, d))
-        self.v.view(-1, d).index_copy_(0, idx, v.reshape(w * kv, d))
+        the writing rows' KV * rows of D (a 5-index index_put_ costs ~2x as much on a CPU; the
+        same values land in the same places; duplicate places are only the trash position and slot)."""
+        main, mrows, side, srows = at
+        d = k.shape[2]
+        idx = (main[:, None] + self._main_off[layer]).view(-1)  # (rows * KV,)
+        self.k.view(-1, d).index_copy_(0, idx, k[mrows].reshape(-1, d))
+        self.v.view(-1, d).index_copy_(0, idx, v[mrows].reshape(-1, d))
         if side is not None:
             sidx = (side[:, None] + self._side_off[layer]).view(-1)
-            self.side_k.view(-1, d).index_copy_(0, sidx, k.reshape(w * kv, d))
-            self.side_v.view(-1, d).index_copy_(0, sidx, v.reshape(w * kv, d))
+            self.side_k.view(-1, d).index_copy_(0, sidx, k[srows].reshape(-1, d))
+            self.side_v.view(-1, d).index_copy_(0, sidx, v[srows].reshape(-1, d))
 
     # -- reads ----------------------------------------------------------------------------------
     def run_view(self, layer: int, cell0: int, delta: int, n: int, length: int):

@@ -12,7 +12,7 @@ from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
 from fastdec.stats import Stats
 from fastdec.strategies import STRATEGY, Prefills
-from refdec.decode import check_generate_args
+from refdec.decode import check_generate_args, check_run_args
 from refdec.errors import LoopcertError
 from refdec.io import parse_dtype
 from refdec.model import LoopedLM
@@ -185,9 +185,15 @@ class Decoder:
                     f"eos_token_id={eos_token_id} is outside the vocabulary [0, {self.model.cfg.vocab_size})"
                 )
         ids = []
+        checked: dict[int, list[int]] = {}  # id(prompt) -> its ids: a batch often repeats one prompt object
         for i, (prompt, n, sp, seed) in enumerate(zip(prompts, news, samplings, seeds)):
             try:
-                ids.append(check_generate_args(self.model, prompt, n, sp, seed, self.depth)[0])
+                known = checked.get(id(prompt))
+                if known is None:
+                    known = checked[id(prompt)] = check_generate_args(
+                        self.model, prompt, n, sp, seed, self.depth
+                    )[0]
+                ids.append(check_run_args(self.model, known, n, sp, seed, self.depth)[0])
             except LoopcertError as e:
                 raise LoopcertError(f"sequence {i}: {e}" if b > 1 else str(e)) from None
         return ids, news, samplings, seeds, eos_token_id

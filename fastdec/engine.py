@@ -137,7 +137,7 @@ class Plan:
     read_len: int  # the most keys any row reads (fixed width: a span, else the call's last position + 1)
     masked: bool  # some real row sits before position read_len - 1 (else the mask hides nothing)
     gathers: list[tuple[int, int, int]] | None = None  # fragmented call: (first row, rows, keys read)
-    first_side: int = 0  # gathers: rows from here on are side lanes (main rows need no overlay)
+    first_side: int = 0  # rows from here on are side lanes (gathers: main rows need no overlay)
 
 
 @dataclass
@@ -405,7 +405,7 @@ class Engine:
             for a, b, s in _groups([span(ln.row) for ln in side]):
                 side_groups.append((nm + a, sides[a:b], s))
             read_len = max([r[4] for r in runs] + [g[2] for g in side_groups] + [1])
-        plan = Plan(runs, side_groups, n, read_len, any(p < read_len - 1 for p in pos))
+        plan = Plan(runs, side_groups, n, read_len, any(p < read_len - 1 for p in pos), first_side=nm)
         pieces = len(runs) + len(side_groups)
         if pieces > GATHER_PIECES and pieces * PIECE_ELEMS > 2 * n * read_len * tl.k.shape[3] * tl.k.shape[5]:
             if span is None:
@@ -414,7 +414,6 @@ class Engine:
             else:
                 plan.gathers = [(a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in main])]
                 plan.gathers += [(nm + a, b - a, s) for a, b, s in _groups([span(ln.row) for ln in side])]
-            plan.first_side = nm
             if side:
                 inp["is_side"] = inp["side_slot"] != trash_slot
         return inp, order, plan
@@ -449,7 +448,8 @@ class Engine:
         else:
             hidden = None
         side_slot = inp["side_slot"] if plan is None or plan.side_groups else None
-        at = self.timeline(kind).write_index(inp["row"], inp["level"], inp["write_pos"], side_slot)
+        rows = None if plan is None else (slice(0, plan.first_side), slice(plan.first_side, plan.n_real))
+        at = self.timeline(kind).write_index(inp["row"], inp["level"], inp["write_pos"], side_slot, rows)
         self._call = _Call(inp, hidden, side_slot, plan, at)
         attend_for = self._attenders[kind].__getitem__
         try:

@@ -14,7 +14,14 @@ def check_generate_args(
     model: LoopedLM, prompt, max_new_tokens, sampling, seed, depth
 ) -> tuple[list[int], int]:
     """Validate what every decoder's generate() receives; returns (prompt ids, depth)."""
-    ids = model.check_ids(prompt).tolist()
+    return check_run_args(model, model.check_ids(prompt).tolist(), max_new_tokens, sampling, seed, depth)
+
+
+def check_run_args(
+    model: LoopedLM, ids: list[int], max_new_tokens, sampling, seed, depth
+) -> tuple[list[int], int]:
+    """check_generate_args for prompt ids already checked (model.check_ids(prompt).tolist()):
+    a batch that repeats one prompt checks its ids once."""
     check_int("max_new_tokens", max_new_tokens, 0)
     if len(ids) + max_new_tokens > model.cfg.max_seq_len:
         raise LoopcertError(

@@ -124,7 +124,7 @@ class CallParts:
     context: int
     total: float
     host: float  # Engine.phase_inputs: planning the call, index tensors, stacking lane states (Python)
-    cache_write: float  # Timeline.write: the call's keys and values into the cache
+    cache_write: float  # Timeline.write_index and write_at: the call's keys and values into the cache
     cache_read: float  # Timeline.run_view / side_view / gather: the keys and values the lanes read
     attention: float  # fastdec.engine.attention: scores, softmax and values over the keys read
     mlp: float  # refdec.layers.mlp: the core blocks' MLPs
@@ -182,7 +182,8 @@ def call_parts(engine: Engine, context: int, width: int, clock: str = "cpu", cal
         tl = engine.timeline("recur")
         acc = dict.fromkeys(("cache_write", "cache_read", "attention", "mlp"), 0.0)
         targets = [
-            (tl, "write", "cache_write"),
+            (tl, "write_index", "cache_write"),
+            (tl, "write_at", "cache_write"),
             (tl, "run_view", "cache_read"),
             (tl, "side_view", "cache_read"),
             (tl, "gather", "cache_read"),
