@@ -450,6 +450,9 @@ def batch_section(res: SpeedReport) -> str:
         [
             r.label,
             fmt(r.lane_steps_per_token, 3),
+            fmt(1e6 / (r.tokens_per_s * r.lane_steps_per_token), 3)
+            if r.tokens_per_s * r.lane_steps_per_token
+            else DASH,
             _x(r.speedup),
             _x(t.ceiling(r.label, b)) if t.ceiling(r.label, b) is not None else DASH,
         ]
@@ -465,10 +468,15 @@ def batch_section(res: SpeedReport) -> str:
             "one lane deepened to the full depth, so a setting's decode time is about its lane-steps per "
             "token times the per-lane-step cost at its width; ceiling: the baseline's per-lane-step cost at "
             f"width B={b} over the cheapest of any width, times the baseline's lane-steps per token over the "
-            "setting's: what the setting would reach if its steps cost nothing but their lanes.\n\n"
+            "setting's: what the setting would reach if its steps cost nothing but their lanes. "
+            "us/lane-step (decoding): the setting's own decode time per lane-step at B (aggregate: "
+            "1 / (tok/s x lane-steps/token)); speedup is about the baseline's lane-steps/token x "
+            "us/lane-step over the setting's, so the two columns say why a setting falls short of its "
+            "ceiling: extra lane-steps (rejections, the pipeline's fill), or steps dearer than their width's "
+            "(readouts, the prelude, attention over scattered depths, host work).\n\n"
             + table(costs, ["width", "lanes per sequence", "ms/step", "us/lane-step"])
             + "\n\n"
-            + table(bounds, ["setting", "lane-steps/token", "speedup", "ceiling"])
+            + table(bounds, ["setting", "lane-steps/token", "us/lane-step (decoding)", "speedup", "ceiling"])
         )
     )
     return (

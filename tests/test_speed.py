@@ -57,6 +57,9 @@ def test_settings_labels_and_grid():
         "pipelined d1=2 d2=8",
     ]
     assert settings.rewind_depths(32) == [4, 8, 16] and settings.rewind_depths(4) == [1, 2]
+    # the batch table: the gate settings and a deeper-drafting pipeline where R allows one
+    assert [s.label for s in settings.batch_settings(32)][-1] == "pipelined d1=4"
+    assert settings.batch_settings(8) == settings.gate_settings(8)
 
 
 def test_ratio_is_paired_by_round():
@@ -267,6 +270,8 @@ def test_bench_end_to_end_renders(model):
     assert "best pipelined at B=2" in judged
     assert "samples/s through generate_batch >= 20x generate() one at a time" in judged
     assert "Why B=2 speedups are small" in md and "us/lane-step" in md  # the step cost against width
+    assert "us/lane-step (decoding)" in md  # each setting's own cost per lane-step at B
+    assert "us/lane-step (decoding)" in md  # each setting's own cost per lane-step at B
     assert render(res) == md  # rendering computes nothing
 
 

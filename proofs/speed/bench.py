@@ -13,7 +13,7 @@ from proofs.speed.context import context_sweep
 from proofs.speed.costs import call_costs, pooled_costs
 from proofs.speed.report import BenchPlan, SpeedReport
 from proofs.speed.rows import naive_comparison, rows_from, telemetry, with_telemetry
-from proofs.speed.settings import BASELINE, NAIVE, gate_settings, grid, rewind_depths
+from proofs.speed.settings import BASELINE, NAIVE, batch_settings, gate_settings, grid, rewind_depths
 from proofs.speed.targets import judge
 from proofs.speed.theorem2_vs_measured import depth_spectrum, theorem2_compare
 from proofs.speed.timing import GREEDY, SAMPLING, default_clock, loadavg, time_runs
@@ -98,7 +98,7 @@ def bench(
     sample_settings = fastdec_configs(sample_model.cfg.recurrence, full=False)  # what certify samples
     batch = batch_table(
         model,
-        gate_settings(R),
+        batch_settings(R),
         every_prompt,
         sample_model,
         SAMPLE_MODEL,
