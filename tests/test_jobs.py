@@ -98,3 +98,20 @@ def test_default_jobs():
     assert default_jobs("cuda") == 1
     with pytest.raises(LoopcertError, match="--jobs"):
         jobs_mod.check_jobs(2, "cuda:0")
+
+
+def test_dispatch_order_puts_whole_checks_first_then_sampling_by_n():
+    """The order decides the wall time, never the results: whole checks first (the speed check
+    cannot be split), then sampling units by decreasing N, then the mutants; each unit once."""
+    import torch
+
+    run = certify_mod.CertifyRun(SHARD_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    units, _ = certify_mod.plan_units(run, "float32")
+    order = [uid for uid, _ in certify_mod.dispatch_order(run, units)]
+    assert sorted(order) == sorted(uid for uid, _ in units)
+    kinds = [0 if u.startswith("check/") else 1 if u.startswith("sampling/") else 2 for u in order]
+    assert kinds == sorted(kinds) and set(kinds) == {0, 1, 2}
+    n = {u.id: u.samples for u in run.sampling_units_by_id().values()}
+    ns = [n[u] for u in order if u in n]
+    assert ns == sorted(ns, reverse=True) and len(set(ns)) > 1  # two cases of different N
+    assert order.index("check/speed") < order.index(next(u for u in order if u in n))
