@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import queue
 import signal
-import time
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
 
 import torch
 
@@ -59,13 +58,30 @@ def check_jobs(jobs: int, device: str) -> int:
     return jobs
 
 
-def _worker_init(threads: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends the workers
+SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _serve(conn, threads: int) -> None:
+    """A worker: run the units the parent sends ((uid, share); None: stop), answer each with
+    (uid, result, None) or (uid, None, why)."""
+    # the parent handles Ctrl-C and SIGTERM and ends the workers with SIGTERM: they die quietly,
+    # not through the CLI's handler the fork copied (a traceback each)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     torch.set_num_threads(threads)
-
-
-def _run(uid: str, share: float | None) -> tuple[str, dict]:
-    return uid, _WORK[uid](share)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if msg is None:
+            return
+        uid, share = msg
+        try:
+            conn.send((uid, _WORK[uid](share), None))
+        except Exception as e:  # noqa: BLE001 - the parent names the unit and fails the run
+            conn.send((uid, None, f"{type(e).__name__}: {e}"))
 
 
 def run_units(
@@ -80,37 +96,53 @@ def run_units(
     share, result) when it comes back (what it did not use goes back to the pool)."""
     _WORK.clear()
     _WORK.update(dict(units))
-    done: queue.SimpleQueue = queue.SimpleQueue()
     ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(torch.get_num_threads(),))
+    workers = []
+    # no signal between a fork and the try below: the workers are ended in its finally
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        for _ in range(jobs):
+            parent_end, child_end = ctx.Pipe()
+            p = ctx.Process(target=_serve, args=(child_end, torch.get_num_threads()), daemon=True)
+            p.start()
+            child_end.close()
+            workers.append((p, parent_end))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     results: dict[str, dict] = {}
     shares: dict[str, float | None] = {}
+    busy: dict = {}  # connection -> the unit its worker runs
+    pending = [uid for uid, _ in units]
+
+    def dispatch(conn) -> None:
+        uid = pending.pop(0)
+        shares[uid] = share_of(uid)
+        conn.send((uid, shares[uid]))
+        busy[conn] = uid
+
     try:
-        pending = [uid for uid, _ in units]
-        running = 0
-        while pending or running:
-            while pending and running < jobs:
-                uid = pending.pop(0)
-                shares[uid] = share_of(uid)
-                pool.apply_async(_run, (uid, shares[uid]), callback=done.put, error_callback=done.put)
-                running += 1
-            got = _next(done)
-            running -= 1
-            if isinstance(got, BaseException):
-                raise RuntimeError(f"a certify worker failed: {type(got).__name__}: {got}") from got
-            uid, result = got
-            results[uid] = result
-            returned(uid, shares[uid], result)
-    finally:
-        pool.terminate()  # also on Ctrl-C or an error: no worker outlives the run
-        pool.join()
+        for _, conn in workers:
+            if pending:
+                dispatch(conn)
+        while busy:
+            for conn in wait(list(busy), timeout=0.5):  # a timeout: signals are handled meanwhile
+                try:
+                    uid, result, error = conn.recv()
+                except EOFError:
+                    raise RuntimeError(f"a certify worker died running {busy[conn]}") from None
+                del busy[conn]
+                if error is not None:
+                    raise RuntimeError(f"work unit {uid} failed in its worker: {error}")
+                results[uid] = result
+                returned(uid, shares[uid], result)
+                if pending:
+                    dispatch(conn)
+    finally:  # also on Ctrl-C, SIGTERM or an error: no worker outlives the run
+        for p, _ in workers:
+            if p.is_alive():
+                p.terminate()
+        for p, conn in workers:
+            p.join()
+            conn.close()
         _WORK.clear()
     return results
-
-
-def _next(done: queue.SimpleQueue):
-    while True:  # a timeout keeps the parent responsive to signals while it waits
-        try:
-            return done.get(timeout=0.5)
-        except queue.Empty:
-            time.sleep(0)

@@ -46,21 +46,45 @@ CASES = [
 
 @pytest.mark.parametrize("command, sig", CASES)
 def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
+    signalled(tmp_path, command, sig, [], None)
+
+
+def test_a_signal_ends_the_certify_workers_quietly(tmp_path):
+    """--jobs 2: SIGTERM once the workers run; the parent ends them (no worker's traceback, the
+    one line), and no worker outlives the run."""
+    pids = signalled(tmp_path, "certify", signal.SIGTERM, ["--jobs", "2"], "[greedy_float64] ...")
+    assert len(pids) == 2
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "(python" not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def children_of(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def signalled(tmp_path, command, sig, extra, wait_for) -> list[int]:
+    """Run `command` on tiny-raven, signal it once a progress line (containing `wait_for`) is
+    out; -> the pids of its child processes at that moment."""
     out = tmp_path / "out"
     out.mkdir()
     for name in REPORTS[command]:
         (out / name).write_text(f"the previous {name}\n")
     before = snapshot(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "loopcert", command, "tiny-raven", "--quick", "--out", str(out)]
+    argv = [sys.executable, "-m", "loopcert", command, "tiny-raven", "--quick", "--out", str(out), *extra]
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     q: queue.Queue = queue.Queue()
     threading.Thread(target=lines_of, args=(proc.stdout, q), daemon=True).start()
     try:
-        first = q.get(timeout=120)  # the first progress line: models loaded, checks running
-        assert first is not None, proc.stderr.read()
+        while True:  # the first progress line (models loaded, checks running), or the one asked for
+            line = q.get(timeout=120)
+            assert line is not None, proc.stderr.read()
+            if wait_for is None or wait_for in line:
+                break
+        pids = children_of(proc.pid)
         proc.send_signal(sig)
         proc.wait(timeout=60)
         err = proc.stderr.read()
@@ -71,6 +95,7 @@ def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
         f"loopcert {command}: interrupted by {signal.Signals(sig).name}; {KEPT[command]}"
     ]
     assert snapshot(out) == before  # the old report, byte for byte; no partial or temporary file
+    return pids
 
 
 def test_a_signal_while_a_report_is_written_waits_for_both_files():
