@@ -378,7 +378,9 @@ class Pipelined(Sequence):
         self.live: list[Node] = [self.front]
         while True:
             yield Step([n.lane for n in self.live], [])
-            for node in sorted((n for n in self.live if n.lane.side < 0), key=lambda n: n.lane.pos):
+            # main-line nodes that reached d1 or d2, proposing in position order (the RNG's order)
+            due = [n for n in self.live if n.lane.side < 0 and n.lane.depth in (self.d1, self.d2)]
+            for node in sorted(due, key=lambda n: n.lane.pos) if len(due) > 1 else due:
                 if node.lane.depth == self.d1:
                     self.propose_first(node)
                 if self.d2 is not None and node.lane.depth == self.d2:
