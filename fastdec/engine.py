@@ -60,6 +60,7 @@ PHASES = ("prelude", "recur", "readout")
 # seconds per step at B = 64) gather; the default model at B = 16 (long keys) keeps its views.
 GATHER_PIECES = 2
 PIECE_ELEMS = 32768
+LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
 
 
 class Readout:
@@ -69,7 +70,9 @@ class Readout:
     time a lane asks (`law`): on a CPU each small op costs a few microseconds, and a batch's
     readout call holds hundreds of lanes. Row i of that transform is bitwise the transform of
     row i alone (a row-wise softmax of the same values: tests/test_sampling.py), so a lane's
-    law never depends on its neighbours; top-k / top-p apply to the asking row only."""
+    law never depends on its neighbours; top-k / top-p apply to the asking row only. A call whose
+    laws would exceed LAW_BATCH_ELEMS (a real vocabulary in a wide call: 1,024 x 65,536 float64 is
+    512 MiB, held while any of its rows is) transforms each row alone, as before."""
 
     __slots__ = ("logits", "_laws")
 
@@ -79,6 +82,8 @@ class Readout:
 
     def law(self, i: int, params: SamplingParams) -> torch.Tensor:
         """(V,) float64: refdec.sampling.transform(logits[i], params), bit for bit."""
+        if self.logits.numel() > LAW_BATCH_ELEMS:
+            return transform(self.logits[i].detach().cpu(), params)
         t = params.temperature
         laws = self._laws.get(t)
         if laws is None:

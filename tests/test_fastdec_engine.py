@@ -6,9 +6,10 @@ import torch
 
 from fastdec.cache import Timeline
 from fastdec.decoder import capacity_for
-from fastdec.engine import WIDTHS, Engine, Lane, attention, split_runs, width_for
+from fastdec.engine import LAW_BATCH_ELEMS, WIDTHS, Engine, Lane, Readout, attention, split_runs, width_for
 from fastdec.stats import Stats
 from refdec import LoopedLM, get_preset
+from refdec.sampling import SamplingParams, transform
 
 
 def test_width_for_pads_to_the_next_width():
@@ -243,3 +244,22 @@ def test_stats_rates():
     assert set(d) == public and all(d[n] == getattr(s, n) for n in public)
     empty = Stats("autoregressive", depth=4)
     assert (empty.gamma, empty.acceptance_rate, empty.rewind_hit_rate) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("n, V", [(5, 13), (300, 61), (20, 65536)])  # the last: rows alone (LAW_BATCH_ELEMS)
+def test_readout_laws_are_each_rows_transform_bitwise(n, V):
+    """A readout call's laws (Readout.law, computed for every row at once when small) are
+    bitwise refdec.sampling.transform of each row alone, filtered or not, whichever row asks first."""
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(n, V, generator=g) * 4
+    out = Readout(logits)
+    assert (n * V > LAW_BATCH_ELEMS) == (V == 65536)
+    for params in (
+        SamplingParams(0.0),
+        SamplingParams(0.8),
+        SamplingParams(0.8, top_k=3),
+        SamplingParams(1.2, top_p=0.7),
+    ):
+        for i in (n - 1, 0, n // 2):
+            assert torch.equal(out.law(i, params), transform(logits[i], params)), (params, i)
+    assert not torch.equal(out.law(0, SamplingParams(0.8)), transform(logits[1], SamplingParams(0.8)))
