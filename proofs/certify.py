@@ -71,6 +71,7 @@ from refdec.validate import check_int, check_number
 FALLBACK_MODEL = "tiny-raven"
 NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
+SHARE_SLACK = 2.0  # a sampling unit may use up to 2x its proportional share of the pool left
 
 
 @dataclass(frozen=True)
@@ -420,11 +421,14 @@ class CertifyRun:
 
     def pool_sampling(self, unit_ids, workers: int = 1) -> None:
         """The sampling budget as one pool over the sampling units this process runs (all of them,
-        or a shard's: then its share of the budget by N). Each unit gets what is left of the pool
-        in proportion to its N among the units left, and what it did not use stays in the pool: a
-        fast setting's leftover helps the slow ones after it. Only how far a case gets before its
-        deadline depends on the clock; N, seeds and samples do not. With `workers` processes
-        sampling at once (--jobs) the pool holds that many times the budget: it stays wall time."""
+        or a shard's: then its share of the budget by N). Each unit may use up to SHARE_SLACK
+        times what is left of the pool in proportion to its N among the units left (never more
+        than is left), and what it did not use stays in the pool: a fast setting's leftover helps
+        the slow ones after it, and a slow unit that comes first is not cut at its bare
+        proportion (a full run with --jobs 2 cut the first pipelined case at 85% of its N so).
+        Only how far a case gets before its deadline depends on the clock; N, seeds and samples
+        do not. With `workers` processes sampling at once (--jobs) the pool holds that many times
+        the budget: it stays wall time."""
         every = [u for chk in self._sampling for u in chk.units]
         ids = set(unit_ids)
         mine = sum(u.samples for u in every if u.id in ids)
@@ -440,7 +444,8 @@ class CertifyRun:
         if self._pool is None:
             self.pool_sampling([u.id for chk in self._sampling for u in chk.units])
         p = self._pool
-        share = p["seconds"] * unit.samples / p["samples"] if p["samples"] > 0 else 0.0
+        fair = p["seconds"] * unit.samples / p["samples"] if p["samples"] > 0 else 0.0
+        share = min(p["seconds"], SHARE_SLACK * fair)
         p["samples"] = max(0, p["samples"] - unit.samples)
         p["units"] = max(0, p["units"] - 1)
         return share
