@@ -273,6 +273,7 @@ class CertifyRun:
         self._setups: dict = {}
         self._sampling: list[SamplingCheck] = []  # sampling_checks()
         self._pool: dict | None = None  # pool_sampling()
+        self._reserved: dict[str, float] = {}  # dispatch_share(): unit id -> seconds reserved
 
     def grid(self, R: int) -> list[Candidate]:
         return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full")
@@ -454,19 +455,24 @@ class CertifyRun:
         return {u.id: u for chk in self._sampling for u in chk.units}
 
     def dispatch_share(self, uid: str) -> float | None:
-        """A parallel run hands a sampling unit its share when it starts (reserved from the pool);
-        None for any other unit."""
+        """A parallel run hands a sampling unit its share when it starts; None for any other unit.
+        Only its proportional part is reserved from the pool (reserving the slack too would leave
+        nothing for a unit dispatched beside it); what it used is settled when it returns."""
         unit = self.sampling_units_by_id().get(uid)
         if unit is None:
             return None
+        p = self._pool
+        fair = p["seconds"] * unit.samples / p["samples"] if p["samples"] > 0 else 0.0
         share = self.pool_share(unit)
-        self._pool["seconds"] = max(0.0, self._pool["seconds"] - share)
+        p["seconds"] = max(0.0, p["seconds"] - fair)
+        self._reserved[uid] = fair
         return share
 
     def returned_share(self, uid: str, share: float | None, result: dict) -> None:
-        """What a parallel unit did not use of its share goes back to the pool."""
+        """A parallel unit returns its reservation and pays for the time it used."""
         if share is not None:
-            self._pool["seconds"] += max(0.0, share - float(result.get("seconds", 0.0)))
+            used = float(result.get("seconds", 0.0))
+            self._pool["seconds"] = max(0.0, self._pool["seconds"] + self._reserved.pop(uid, 0.0) - used)
 
     def say_prediction(self, rate: float) -> None:
         """What the sampling units left plan, and their time at the rate the last one reached."""
