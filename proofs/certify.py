@@ -36,6 +36,7 @@ from proofs.bitwise import check_bitwise
 from proofs.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid, user_candidate
 from proofs.distribution import (
     Case,
+    CaseLaw,
     Target,
     alpha_per_test,
     case_law,
@@ -74,6 +75,9 @@ REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decode
 SHARE_SLACK = 2.0  # a sampling unit may use up to 2x its proportional share of the pool left
 
 
+CaseSpec = tuple[str, SamplingParams, int]  # (name, params, n tokens)
+
+
 @dataclass(frozen=True)
 class CertifyPlan:
     mode: str
@@ -82,7 +86,9 @@ class CertifyPlan:
     greedy_tokens: int
     bitwise_prompts: int
     bitwise_tokens: int
-    sampling_cases: tuple[tuple[str, SamplingParams, int], ...]  # (name, params, n tokens)
+    # each entry a case (name, params, n tokens) or a path's options, a tuple of cases in order of
+    # preference: the sampled model's own law picks one (choose_case)
+    sampling_cases: tuple[CaseSpec | tuple[CaseSpec, ...], ...]
     tv: float  # every sampling view must detect a binned TV >= this (N per case follows)
     sampling_budget_s: float  # sampling time of the whole run (--time-budget overrides)
     sampling_presets: bool  # also sample the tiny preset of the certified model's family
@@ -96,6 +102,7 @@ class CertifyPlan:
     alpha: float = 1e-3  # family-wise level of each sampling check (Holm across its views)
     power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_names: tuple[str, ...] | None = None  # a subset of proofs.mutants.LIBRARY (None: all)
+    case_cap: int | None = None  # a path's options: the first whose N is at most this (choose_case)
 
     @property
     def target(self) -> Target:
@@ -110,24 +117,37 @@ QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread 
 # balanced bins (kappa = 4) and ~1e4 when one bin holds most of the mass (kappa = 1/(P(A)(1-P(A)))),
 # so at 8 settings x 2 models on two cores it buys only concentrated cases: one per path of the
 # sampling transform, each the cheap twin of the mutant library's case for that path (the mutation
-# check shows the same test at the same TV killing every bug of the path, proofs/mutants.py). On the
-# default model v4 (V=256) / tiny-raven: N per setting 22,510 / 5,662; 22,130 / 5,662; 41,467 /
-# 18,257 (tests/test_certify.py checks each against TV 0.01). N is steep in T and the law: the cases
-# chosen on v3 (T=0.3, T=0.3 top-k=2, T=0.4 top-p=0.9) need 58,743 / 50,466 / 57,536 on v4, whose
-# low-temperature laws are less concentrated; top-p <= 0.9 at T <= 0.5 leaves one token on v4 and
-# T=0.2 top-p=0.95 one on tiny-raven (no power), hence T=0.3 top-p=0.95. The spread cases (T=0.7, T=1.5, top-p
-# 0.8, T=1.5 top-p=0.9, 4 tokens at T=1: N 111k-143k each) are left to the quick plan at TV 0.05,
-# a GPU or shards: their bug classes are the ones these cases see, at a flatter law.
+# check shows the same test at the same TV killing every bug of the path, proofs/mutants.py).
+# How concentrated a temperature makes a law depends on the model, so each path lists options and
+# the sampled model's own law picks one (choose_case): the first that has power past the first
+# token within FULL_CASE_CAP samples. On the default model v4 (V=256) and tiny-raven the first
+# options fit: N per setting 22,510 / 5,662; 22,130 / 5,662; 41,467 / 18,257 (tests/test_certify.py
+# checks each against TV 0.01). Measured with FULL's target (OMP_NUM_THREADS=1, proofs.certify
+# sampling_setup over every option): on v4 T=0.3, T=0.3 top-k=2 and T=0.4 top-p=0.9 need 58,743 /
+# 50,466 / 57,536 (v3's choices; v4's low-temperature laws are less concentrated); on a synthetic
+# V=61 checkpoint (tests/test_certify_vocab.py) T=0.3 top-p=0.95 leaves one token (no power) and
+# T=0.4 top-p=0.95 is taken (10,205); on a V=65,536 one every first option needs 117k-129k and
+# T=0.1, T=0.1 top-k=3, T=0.1 top-p=0.99 are taken (34,588 / 34,588 / 27,531). The spread cases
+# (T=0.7, T=1.5, top-p 0.8, T=1.5 top-p=0.9, 4 tokens at T=1: N 111k-143k each) are left to the
+# quick plan at TV 0.05, a GPU or shards: their bug classes are the ones these cases see, at a
+# flatter law.
+FULL_CASE_CAP = 45_000  # x 3 cases x 8 settings at 250-500 samples/s (v4): the hour on two cores
 FULL_CASES = (
     # temperature, no filter: the whole support, a tail of small tokens; a temperature on one side
     # only, an unnormalised residual, an int8 draft, a rejected lane kept (mutants of case T=0.5)
-    ("T=0.2", SamplingParams(temperature=0.2), 3),
+    tuple((f"T={t}", SamplingParams(temperature=t), 3) for t in (0.2, 0.3, 0.15, 0.1, 0.4)),
     # the top-k path: a filter missing on the target side, a q reported before the filter, stale
     # KV after a rejection, a draft scored at another depth (mutants of case top-k=2)
-    ("T=0.2 top-k=3", SamplingParams(temperature=0.2, top_k=3), 3),
+    tuple(
+        (f"T={t} top-k={k}", SamplingParams(temperature=t, top_k=k), 3)
+        for t, k in ((0.2, 3), (0.3, 2), (0.15, 3), (0.1, 3), (0.3, 3))
+    ),
     # the top-p path: the nucleus cut on either side, always-accept, resampling from the target
     # (mutants of case top-p=0.5)
-    ("T=0.3 top-p=0.95", SamplingParams(temperature=0.3, top_p=0.95), 3),
+    tuple(
+        (f"T={t} top-p={p}", SamplingParams(temperature=t, top_p=p), 3)
+        for t, p in ((0.3, 0.95), (0.4, 0.95), (0.2, 0.99), (0.2, 0.95), (0.1, 0.99))
+    ),
 )
 QUICK = CertifyPlan(
     "quick",
@@ -156,6 +176,7 @@ FULL = CertifyPlan(
     bitwise_prompts=4,
     bitwise_tokens=32,
     sampling_cases=FULL_CASES,
+    case_cap=FULL_CASE_CAP,
     tv=0.01,
     sampling_budget_s=2400.0,
     sampling_presets=True,
@@ -168,6 +189,53 @@ FULL = CertifyPlan(
     speed=BENCH_PLANS["full"].grid,
 )
 PLANS = {"quick": QUICK, "full": FULL}
+
+
+def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
+    """One entry of CertifyPlan.sampling_cases -> its cases in order of preference."""
+    return (entry,) if isinstance(entry[0], str) else tuple(entry)
+
+
+def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPlan) -> CaseLaw:
+    """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
+    path's options, the first that is eligible (it has power, N > 0, and a view past the first
+    token: a view of token 1 alone never sees a token drawn after a rejection) and needs at most
+    plan.case_cap samples; else the eligible one that needs the fewest; else the first (which then
+    fails as no power, or tests only its first token: the certificate says which). N is judged at
+    the Holm level of one such case per entry. The law's `chosen` says what was passed over."""
+    options = case_options(entry)
+    if len(options) == 1:
+        name, sp, k = options[0]
+        return case_law(oracle, Case(name, sp, prompt, k))
+    cap = plan.case_cap if plan.case_cap is not None else math.inf
+    tried: list[tuple[CaseLaw, int, str]] = []  # (law, N, why passed over; "" = fits)
+    for name, sp, k in options:
+        law = case_law(oracle, Case(name, sp, prompt, k))
+        n = planned_samples(
+            law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views)))
+        )
+        if n == 0:
+            why = "no view with 2 bins (no power)"
+        elif all(v.position == 0 for v in law.views):
+            why = f"tests only the first token (N {n:,})"
+        else:
+            why = f"N {n:,} > {cap:,}" if n > cap else ""
+        tried.append((law, n, why))
+        if not why:
+            break
+    eligible = [t for t in tried if t[2] == "" or t[2].startswith("N ")]
+    if not tried[-1][2]:
+        law, n, _ = tried[-1]
+        rule = f"the first of {len(options)} options with power past the first token and N <= {cap:,}"
+    elif eligible:
+        law, n, _ = min(eligible, key=lambda t: t[1])
+        rule = f"no option has N <= {cap:,}: of those with power past the first token, the one needing fewest"
+    else:
+        law, n, _ = tried[0]
+        rule = "no option has power past the first token: the first"
+    passed = "; ".join(f"{t[0].case.name}: {t[2]}" for t in tried if t[0] is not law)
+    note = f"{law.case.name} (N {n:,}), {rule}" + (f"; passed over {passed}" if passed else "")
+    return replace(law, chosen=note)
 
 
 @dataclass(frozen=True)
@@ -362,7 +430,7 @@ class CertifyRun:
         if key not in self._setups:
             o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
             prompt = pick_prompt(o, model_prompts(o.model, name, 6))
-            laws = [case_law(o, Case(cn, sp, prompt, k)) for cn, sp, k in self.plan.sampling_cases]
+            laws = [choose_case(o, prompt, entry, self.plan) for entry in self.plan.sampling_cases]
             a = alpha_per_test(laws, self.plan.target)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
             self._setups[key] = {

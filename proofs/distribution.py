@@ -167,6 +167,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
                 "needed_n": max((v["needed_n"] or 0 for v in views), default=0) or None,
                 "has_power": bool(views) and all(v["has_power"] for v in views),
                 "not_tested": law.not_tested,
+                "chosen": law.chosen,
                 "views": views,
             }
         )

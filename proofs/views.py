@@ -206,6 +206,7 @@ class CaseLaw:
     not_tested: list[str]  # views the rules left out, and why
     nodes: dict[tuple[int, ...], np.ndarray] = field(repr=False)
     V: int
+    chosen: str = ""  # a plan path's choice among its options (proofs.certify.choose_case)
 
     def tally(self, samples: Sequence[Sequence[int]]) -> dict:
         """Counts of every view, and the samples that are impossible under the law: a wrong length,
@@ -244,8 +245,16 @@ def case_law(oracle: Oracle, case: Case) -> CaseLaw:
             not_tested.append(f"{name}: the prefix has probability {w:.3g} < {COND_MIN:.3g}")
             continue
         bins, probs, labels = token_partition(nodes[prefix])
-        if probs.size < 2:  # one token: any other is impossible, which tally() checks outright
-            not_tested.append(f"{name}: one token has all the mass (any other fails as impossible)")
+        if probs.size < 2:
+            live = int(np.count_nonzero(nodes[prefix] > 0))
+            if live == 1:  # any other token is impossible, which tally() checks outright
+                not_tested.append(f"{name}: one token has all the mass (any other fails as impossible)")
+            else:  # the light tokens pool with the top one (GROUP_MIN): one bin, nothing to test
+                top = float(nodes[prefix].max())
+                not_tested.append(
+                    f"{name}: one bin: the most likely token has p={top:.6g}, the other {live - 1} "
+                    f"tokens of positive probability ({1 - top:.3g} together) pool with it"
+                )
             continue
         law = (
             f"law of token {j + 1}"

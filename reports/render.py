@@ -340,12 +340,20 @@ def sampling_section(checks: list[dict]) -> str:
             )
         )
         out.append("\n".join(notes))
-        laws, untested = {}, {}
+        laws, untested, chosen = {}, {}, {}
         for c in group:
             for r in c["details"].get("cases", []):
                 laws[r["case"]] = "; ".join(f"{v['view']}: {v['law']}" for v in r["views"]) or "no view"
                 if r.get("not_tested"):
                     untested[r["case"]] = "; ".join(r["not_tested"])
+                if r.get("chosen"):
+                    chosen[r["case"]] = r["chosen"]
+        if chosen:
+            out.append(
+                "Cases chosen from this model's law (proofs.certify.choose_case): "
+                + " | ".join(chosen.values())
+                + "."
+            )
         if laws:
             out.append("Laws: " + " | ".join(f"**{k}**: {v}" for k, v in laws.items()) + ".")
         if untested:

@@ -355,6 +355,11 @@ def test_every_full_plan_case_detects_tv_0_01_within_its_n(name):
         pytest.skip("the default model is not installed")
     s, a = _full_plan_views(name)
     assert all(n > 0 for n in s["samples"]), [law.case.name for law in s["laws"]]
+    # each path's first option is the one chosen here (choose_case passes over nothing)
+    assert [law.case.name for law in s["laws"]] == [
+        certify_mod.case_options(e)[0][0] for e in FULL.sampling_cases
+    ]
+    assert all("passed over" not in law.chosen for law in s["laws"])
     for law, n in zip(s["laws"], s["samples"], strict=True):
         assert law.views and all(v.bins >= 2 for v in law.views)
         for v in law.views:

@@ -23,7 +23,9 @@ import torch
 import refdec
 from fastdec.config import DecodeConfig
 from proofs.candidates import Candidate, fastdec_candidate
-from proofs.certify import QUICK, QUICK_CASES, CertifyRun
+from proofs.certify import FULL, FULL_CASE_CAP, QUICK, QUICK_CASES, CertifyRun, case_options, choose_case
+from proofs.distribution import planned_samples
+from proofs.views import Case, case_law
 from refdec.checkpoints import write_published
 from refdec.sampling import SamplingParams
 
@@ -120,3 +122,64 @@ def test_quick_plan_cases_certified_with_power_at_its_own_vocabulary(checkpoints
     assert_certified_with_power(run, results, V)
     run, results = run_sampling(checkpoints[V], cases, user=WRONG)
     assert_rejected(run, results)
+
+
+def _first_options_n(run, folder: str) -> list[int]:
+    """N of each full-plan path's first option on `folder`'s law (the fixed plan before choose_case)."""
+    prompt, o = run.sampling_setup(folder)["laws"][0].case.prompt, run.oracle
+    out = []
+    for entry in FULL.sampling_cases:
+        name, sp, k = case_options(entry)[0]
+        law = case_law(o, Case(name, sp, prompt, k))
+        out.append(
+            planned_samples(
+                law, FULL.target, FULL.alpha / (len(FULL.sampling_cases) * max(1, len(law.views)))
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("V", [61, 65536])
+def test_full_plan_picks_each_paths_case_from_the_certified_models_law(checkpoints, V):
+    """The full plan's paths list options and the certified model's own law picks one
+    (proofs.certify.choose_case): every chosen case has power past the first token within
+    FULL_CASE_CAP samples and says what it passed over. Negative control: the first options, the
+    cases chosen on the default model, fail there (V = 61: T=0.3 top-p=0.95 leaves one token, no
+    power; V = 65,536: each needs 117k-129k samples, about 3x the cap)."""
+    folder = checkpoints[V]
+    run = CertifyRun(FULL, folder, None, "cpu", torch.float32, 0, lambda _m: None)
+    s = run.sampling_setup(folder)
+    for law, n in zip(s["laws"], s["samples"], strict=True):
+        assert 0 < n <= FULL_CASE_CAP and any(v.position != 0 for v in law.views), law.chosen
+        assert law.chosen.startswith(f"{law.case.name} (N ") and "the first of 5 options" in law.chosen
+    first = _first_options_n(run, folder)
+    names = [law.case.name for law in s["laws"]]
+    if V == 61:
+        assert first[2] == 0 and names[2] == "T=0.4 top-p=0.95"
+        assert "passed over T=0.3 top-p=0.95: no view with 2 bins" in s["laws"][2].chosen
+    else:
+        assert min(first) > 2 * FULL_CASE_CAP and names == ["T=0.1", "T=0.1 top-k=3", "T=0.1 top-p=0.99"]
+
+
+def test_choose_case_falls_back_to_the_fewest_samples_then_to_the_first():
+    """No option within the cap (tiny-ouro, V = 13, flat laws: every option needs > 45k): the one
+    with power past the first token that needs the fewest; no option with power (top-k = 1 leaves
+    one token): the first, which the sampling check then fails as no power."""
+    run = CertifyRun(FULL, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    prompt = run.sampling_setup("tiny-ouro")["laws"][0].case.prompt
+    entry = FULL.sampling_cases[0]
+    law = choose_case(run.oracle, prompt, entry, FULL)
+    ns = {
+        name: planned_samples(
+            law_i := case_law(run.oracle, Case(name, sp, prompt, k)),
+            FULL.target,
+            FULL.alpha / (len(FULL.sampling_cases) * len(law_i.views)),
+        )
+        for name, sp, k in case_options(entry)
+    }
+    assert min(ns.values()) > FULL_CASE_CAP and ns[law.case.name] == min(ns.values())
+    assert "no option has N <= 45,000" in law.chosen
+    one = tuple((f"T={t} top-k=1", SamplingParams(temperature=t, top_k=1), 3) for t in (0.5, 1.0))
+    law = choose_case(run.oracle, prompt, one, FULL)
+    assert law.case.name == "T=0.5 top-k=1" and not law.views
+    assert "no option has power past the first token: the first" in law.chosen
