@@ -121,7 +121,7 @@ QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread 
 # How concentrated a temperature makes a law depends on the model, so each path lists options and
 # the sampled model's own law picks one (choose_case): the first that has power past the first
 # token within FULL_CASE_CAP samples. On the default model v4 (V=256) and tiny-raven the first
-# options fit: N per setting 22,510 / 5,662; 22,130 / 5,662; 41,467 / 18,257 (tests/test_certify.py
+# options fit: N per setting 20,384 / 5,127; 20,040 / 5,127; 41,467 / 18,257 (tests/test_certify.py
 # checks each against TV 0.01). Measured with FULL's target (OMP_NUM_THREADS=1, proofs.certify
 # sampling_setup over every option): on v4 T=0.3, T=0.3 top-k=2 and T=0.4 top-p=0.9 need 58,743 /
 # 50,466 / 57,536 (v3's choices; v4's low-temperature laws are less concentrated); on a synthetic

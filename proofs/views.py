@@ -266,25 +266,43 @@ def case_law(oracle: Oracle, case: Case) -> CaseLaw:
         views.append(View(name, probs, labels, w, law, position=j, prefix=prefix, token_bins=bins))
     head, probs, expanded = joint_head(oracle, case, nodes)
     rest = max(0.0, 1.0 - sum(probs))
-    if head and (rest > 1e-12 or len(head) >= 2):
-        full = rest <= 1e-12
-        bin_probs = np.asarray(probs + ([rest] if not full else []))
-        labels = tuple(" ".join(map(str, s)) for s in head) + (() if full else ("every other sequence",))
+    full = rest <= 1e-12
+    # a light remainder joins the lightest head sequence's bin, as a light token group joins its
+    # neighbour (GROUP_MIN): a bin of mass 1e-6 would ask N >= MIN_EXPECTED / 1e-6 (millions) for
+    # a shift the joined bin shows as well; not when that leaves one bin (then the remainder is the
+    # view's only test, at N >= MIN_EXPECTED / rest)
+    joined = not full and rest < GROUP_MIN and len(head) >= 2
+    bins = len(head) + (0 if full or joined else 1)
+    if head and bins >= 2:
+        labels = [" ".join(map(str, s)) for s in head]
+        bin_probs = list(probs)
+        if joined:
+            bin_probs[-1] += rest
+            labels[-1] += " + every other sequence"
+        elif not full:
+            bin_probs.append(rest)
+            labels.append("every other sequence")
         law = (
             f"the {len(head)} most likely sequences of {case.n} tokens (each p >= {SINGLE_MIN:g}; "
             f"exact best-first search, {expanded} prefixes expanded)"
-            + ("" if full else f" + the other sequences pooled (mass {rest:.4f})")
+            + ("" if full else f" + the other sequences pooled (mass {rest:.4g})")
+            + (f", with the last (mass < {GROUP_MIN:g})" if joined else "")
         )
         views.append(
             View(
                 f"{case.n} tokens",
-                bin_probs,
-                labels,
+                np.asarray(bin_probs),
+                tuple(labels),
                 1.0,
                 law,
                 seq_bins={s: i for i, s in enumerate(head)},
-                rest=None if full else len(head),
+                rest=None if full else len(head) - 1 if joined else len(head),
             )
+        )
+    elif head:
+        not_tested.append(
+            f"{case.n} tokens: one bin: the sequence {' '.join(map(str, head[0]))} has p={probs[0]:.6g}, "
+            f"the others ({rest:.3g} together) pool with it"
         )
     else:
         not_tested.append(f"{case.n} tokens: no sequence has probability >= {SINGLE_MIN:g}")

@@ -240,3 +240,38 @@ def test_load_factory_good_spec():
     assert load_factory("math:sqrt")(4.0) == 2.0
     assert load_factory("os.path:join")("a", "b") == os.path.join("a", "b")
     assert load_factory("fractions:Fraction.from_float")(0.5) == Fraction(1, 2)
+
+
+class _IidOracle:
+    """Every position draws from one fixed law (no model): an exact joint law to bin."""
+
+    R = 1
+
+    def __init__(self, probs):
+        self.p = torch.tensor(probs, dtype=torch.float64)
+        self.V = len(probs)
+
+    def law(self, prompt, depth, sampling):
+        return self.p
+
+
+@pytest.mark.parametrize("light", [0.003, 0.012])
+def test_a_light_joint_remainder_joins_the_last_head_sequence(light):
+    """The 2-token view: four sequences of p >= 0.01 and the rest. A remainder of mass < GROUP_MIN
+    (light = 0.003: rest 0.006) joins the last head bin instead of asking N >= 5 / 0.006 for its
+    own; a heavier one (light = 0.012: rest 0.024, the negative control) keeps its own bin."""
+    from proofs.views import GROUP_MIN
+
+    law = case_law(_IidOracle([0.7, 0.3 - light, light, 0.0]), Case("c", SamplingParams(), (1,), 2))
+    joint = next(v for v in law.views if v.seq_bins is not None)
+    rest = 1.0 - sum(p * q for p in (0.7, 0.3 - light) for q in (0.7, 0.3 - light))
+    assert joint.probs.sum() == pytest.approx(1.0)
+    counts = joint.bin_counts(np.array([[2, 2], [0, 2], [0, 0]]))
+    if rest < GROUP_MIN:
+        assert joint.bins == 4 and joint.rest == 3 and joint.labels[-1].endswith("+ every other sequence")
+        assert counts.tolist() == [1, 0, 0, 2]  # (2, 2) and (0, 2) count in the joined bin
+        assert joint.probs.min() > GROUP_MIN
+    else:
+        assert joint.bins == 5 and joint.rest == 4 and joint.labels[-1] == "every other sequence"
+        assert counts.tolist() == [1, 0, 0, 0, 2]
+        assert joint.probs[-1] == pytest.approx(rest)
