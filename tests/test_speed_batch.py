@@ -1,7 +1,12 @@
 """proofs.speed.batch: the batch table's structure (never its timings: speed is a ratio measured
 by `loopcert bench`, not asserted by a test)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import torch
 
 from fastdec import DecodeConfig
 from proofs.speed.batch import BatchPlan, BatchRow, BatchTable, SampleRate, batch_table, judge_batch
@@ -58,3 +63,20 @@ def test_batch_targets_are_judged_in_proofs():
         "samples/s through generate_batch >= 20x generate() one at a time": True,
     }
     assert not any(t.met for t in judge_batch(table(1.4, 19.0)))
+
+
+def test_the_prepared_gpu_check_refuses_to_run_without_cuda(tmp_path):
+    """benchmarks/gpu_check.sh (the device run of issue 11) is valid bash, names the CLI flags
+    that exist, and without CUDA exits 2 having checked nothing (it never passes by skipping)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "certify --device cuda --quick" in text and "bench --device cuda --quick" in text
+    assert "-m gpu" in text
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: the script would run the whole device check")
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "NO CUDA" in summary and "nothing was checked" in summary
