@@ -196,13 +196,18 @@ def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]
     return (entry,) if isinstance(entry[0], str) else tuple(entry)
 
 
+def option_samples(law: CaseLaw, plan: CertifyPlan) -> int:
+    """N of one option of a path, judged at the Holm level of one such case per plan entry."""
+    return planned_samples(law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views))))
+
+
 def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPlan) -> CaseLaw:
     """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
     path's options, the first that is eligible (it has power, N > 0, and a view past the first
     token: a view of token 1 alone never sees a token drawn after a rejection) and needs at most
     plan.case_cap samples; else the eligible one that needs the fewest; else the first (which then
-    fails as no power, or tests only its first token: the certificate says which). N is judged at
-    the Holm level of one such case per entry. The law's `chosen` says what was passed over."""
+    fails as no power, or tests only its first token: the certificate says which); N as
+    option_samples judges it. The law's `chosen` says what was passed over."""
     options = case_options(entry)
     if len(options) == 1:
         name, sp, k = options[0]
@@ -211,9 +216,7 @@ def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPla
     tried: list[tuple[CaseLaw, int, str]] = []  # (law, N, why passed over; "" = fits)
     for name, sp, k in options:
         law = case_law(oracle, Case(name, sp, prompt, k))
-        n = planned_samples(
-            law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views)))
-        )
+        n = option_samples(law, plan)
         if n == 0:
             why = "no view with 2 bins (no power)"
         elif all(v.position == 0 for v in law.views):

@@ -23,8 +23,16 @@ import torch
 import refdec
 from fastdec.config import DecodeConfig
 from proofs.candidates import Candidate, fastdec_candidate
-from proofs.certify import FULL, FULL_CASE_CAP, QUICK, QUICK_CASES, CertifyRun, case_options, choose_case
-from proofs.distribution import planned_samples
+from proofs.certify import (
+    FULL,
+    FULL_CASE_CAP,
+    QUICK,
+    QUICK_CASES,
+    CertifyRun,
+    case_options,
+    choose_case,
+    option_samples,
+)
 from proofs.views import Case, case_law
 from refdec.checkpoints import write_published
 from refdec.sampling import SamplingParams
@@ -127,16 +135,8 @@ def test_quick_plan_cases_certified_with_power_at_its_own_vocabulary(checkpoints
 def _first_options_n(run, folder: str) -> list[int]:
     """N of each full-plan path's first option on `folder`'s law (the fixed plan before choose_case)."""
     prompt, o = run.sampling_setup(folder)["laws"][0].case.prompt, run.oracle
-    out = []
-    for entry in FULL.sampling_cases:
-        name, sp, k = case_options(entry)[0]
-        law = case_law(o, Case(name, sp, prompt, k))
-        out.append(
-            planned_samples(
-                law, FULL.target, FULL.alpha / (len(FULL.sampling_cases) * max(1, len(law.views)))
-            )
-        )
-    return out
+    firsts = [case_options(entry)[0] for entry in FULL.sampling_cases]
+    return [option_samples(case_law(o, Case(name, sp, prompt, k)), FULL) for name, sp, k in firsts]
 
 
 @pytest.mark.parametrize("V", [61, 65536])
@@ -170,11 +170,7 @@ def test_choose_case_falls_back_to_the_fewest_samples_then_to_the_first():
     entry = FULL.sampling_cases[0]
     law = choose_case(run.oracle, prompt, entry, FULL)
     ns = {
-        name: planned_samples(
-            law_i := case_law(run.oracle, Case(name, sp, prompt, k)),
-            FULL.target,
-            FULL.alpha / (len(FULL.sampling_cases) * len(law_i.views)),
-        )
+        name: option_samples(case_law(run.oracle, Case(name, sp, prompt, k)), FULL)
         for name, sp, k in case_options(entry)
     }
     assert min(ns.values()) > FULL_CASE_CAP and ns[law.case.name] == min(ns.values())

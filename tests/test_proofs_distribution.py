@@ -275,3 +275,18 @@ def test_a_light_joint_remainder_joins_the_last_head_sequence(light):
         assert joint.bins == 5 and joint.rest == 4 and joint.labels[-1] == "every other sequence"
         assert counts.tolist() == [1, 0, 0, 0, 2]
         assert joint.probs[-1] == pytest.approx(rest)
+
+
+def test_a_path_never_prefers_an_option_that_tests_only_the_first_token():
+    """proofs.certify.choose_case: a spread law (20 tokens of 0.05: no 3-token sequence reaches
+    p >= 0.01, no prefix reaches COND_MIN) has a view of token 1 alone, which never sees a token
+    drawn after a rejection: every option is passed over for that, and the first is kept and
+    named as such (the same oracle for every option: the rule, not the law, decides)."""
+    from proofs.certify import FULL, choose_case
+
+    oracle = _IidOracle([0.05] * 20)
+    options = tuple((f"o{i}", SamplingParams(temperature=t), 3) for i, t in enumerate((0.5, 1.0)))
+    law = choose_case(oracle, (1,), options, FULL)
+    assert [v.position for v in law.views] == [0] and law.case.name == "o0"
+    assert "no option has power past the first token: the first" in law.chosen
+    assert "passed over o1: tests only the first token (N " in law.chosen
