@@ -58,7 +58,8 @@ def test_settings_labels_and_grid():
     ]
     assert settings.rewind_depths(32) == [4, 8, 16] and settings.rewind_depths(4) == [1, 2]
     # the batch table: the gate settings and a deeper-drafting pipeline where R allows one
-    assert [s.label for s in settings.batch_settings(32)][-1] == "pipelined d1=4"
+    assert [s.label for s in settings.batch_settings(32)][-2:] == ["pipelined d1=4", "pipelined d1=8"]
+    assert [s.label for s in settings.batch_settings(16)][-1] == "pipelined d1=4"  # R/8 = 2: not deeper
     assert settings.batch_settings(8) == settings.gate_settings(8)
 
 
