@@ -119,7 +119,13 @@ def combine(shards: Sequence[dict]) -> tuple[dict, dict]:
                 f"{where} is one of {s['shard'][1]} shards, but {first['_folder']} is one of {n}"
             )
         if s["units"] != first["units"]:
-            raise LoopcertError(f"{where} plans other work units than {first['_folder']}")
+            # e.g. a full-plan case chosen otherwise from a law computed with other last bits
+            k = next((k for k, (a, b) in enumerate(zip(s["units"], first["units"])) if a != b), None)
+            if k is None:
+                diff = f"{len(s['units'])} units against {len(first['units'])}"
+            else:
+                diff = f"unit {k + 1}: {s['units'][k]!r} against {first['units'][k]!r}"
+            raise LoopcertError(f"{where} plans other work units than {first['_folder']} ({diff})")
         i = s["shard"][0]
         if i in seen:
             raise LoopcertError(f"shard {i}/{n} given twice: {seen[i]} and {s['_folder']}")

@@ -121,6 +121,23 @@ def test_missing_and_repeated_shards_are_named(runs, capsys):
     assert "no shard.json" in capsys.readouterr().err
 
 
+def test_shards_that_planned_other_units_are_refused_naming_the_first_difference(runs, capsys):
+    """The full plan picks its cases per machine from float64 laws (proofs.certify.choose_case): a
+    shard that chose another case plans other unit ids, and merge names the first of them."""
+    _, _, root = runs
+    shutil.copytree(root / "s2", root / "bad-units", dirs_exist_ok=True)
+    data = json.loads((root / "bad-units" / "shard.json").read_text())
+    k = next(k for k, u in enumerate(data["units"]) if u.startswith("sampling/"))
+    good = data["units"][k]
+    data["units"][k] = good.rsplit("/", 1)[0] + "/T=0.3"
+    (root / "bad-units" / "shard.json").write_text(json.dumps(data))
+    assert merge(root, "s1", "bad-units", "s3", out="m-units") == 2
+    err = capsys.readouterr().err
+    assert f"shard 2/{N}" in err and "plans other work units" in err
+    assert f"unit {k + 1}: {data['units'][k]!r} against {good!r}" in err
+    assert not (root / "m-units" / "certificate.json").exists()
+
+
 @pytest.mark.parametrize("spec", ["0/3", "4/3", "1/0", "x", "1-3"])
 def test_bad_shard_spec(spec):
     with pytest.raises(LoopcertError, match="--shard"):
