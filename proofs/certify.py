@@ -228,17 +228,16 @@ def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPla
             break
     eligible = [t for t in tried if t[2] == "" or t[2].startswith("N ")]
     if not tried[-1][2]:
-        law, n, _ = tried[-1]
+        law = tried[-1][0]
         rule = f"the first of {len(options)} options with power past the first token and N <= {cap:,}"
     elif eligible:
-        law, n, _ = min(eligible, key=lambda t: t[1])
+        law = min(eligible, key=lambda t: t[1])[0]
         rule = f"no option has N <= {cap:,}: of those with power past the first token, the one needing fewest"
     else:
-        law, n, _ = tried[0]
+        law = tried[0][0]
         rule = "no option has power past the first token: the first"
     passed = "; ".join(f"{t[0].case.name}: {t[2]}" for t in tried if t[0] is not law)
-    note = f"{law.case.name} (N {n:,}), {rule}" + (f"; passed over {passed}" if passed else "")
-    return replace(law, chosen=note)
+    return replace(law, chosen=rule + (f"; passed over {passed}" if passed else ""))
 
 
 @dataclass(frozen=True)

@@ -347,7 +347,7 @@ def sampling_section(checks: list[dict]) -> str:
                 if r.get("not_tested"):
                     untested[r["case"]] = "; ".join(r["not_tested"])
                 if r.get("chosen"):
-                    chosen[r["case"]] = r["chosen"]
+                    chosen[r["case"]] = f"{r['case']} (N {r['planned']:,}): {r['chosen']}"
         if chosen:
             out.append(
                 "Cases chosen from this model's law (proofs.certify.choose_case): "

@@ -110,7 +110,7 @@ def certificate(failing: bool) -> dict:
                     "needed_n": 3800,
                     "has_power": True,
                     "not_tested": ["token 2 | 3: the prefix has probability 0.1 < 0.2"],
-                    "chosen": "T=0.7 top-k=4 (N 4,000), the first of 2; passed over T=0.3 top-k=4: no power",
+                    "chosen": "the first of 2; passed over T=0.3 top-k=4: no power",
                     "views": [view],
                 }
             ],
@@ -442,5 +442,7 @@ def test_the_summary_names_why_a_sampling_check_failed():
 def test_sampling_section_states_untested_views_and_how_each_case_was_chosen():
     md = render_certificate(certificate(False))
     assert "Views not tested (by rule, from the law): T=0.7 top-k=4: token 2 | 3: the prefix has" in md
-    assert "Cases chosen from this model's law (proofs.certify.choose_case): T=0.7 top-k=4 (N 4,000)" in md
+    assert (
+        "Cases chosen from this model's law (proofs.certify.choose_case): T=0.7 top-k=4 (N 4,000): the" in md
+    )
     assert "passed over T=0.3 top-k=4: no power" in md
