@@ -126,7 +126,7 @@ QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread 
 # sampling_setup over every option): on v4 T=0.3, T=0.3 top-k=2 and T=0.4 top-p=0.9 need 58,743 /
 # 50,466 / 57,536 (v3's choices; v4's low-temperature laws are less concentrated); on a synthetic
 # V=61 checkpoint (tests/test_certify_vocab.py) T=0.3 top-p=0.95 leaves one token (no power) and
-# T=0.4 top-p=0.95 is taken (10,205); on a V=65,536 one every first option needs 117k-129k and
+# T=0.4 top-p=0.95 is taken (9,865); on a V=65,536 one every first option needs 117k-129k and
 # T=0.1, T=0.1 top-k=3, T=0.1 top-p=0.99 are taken (34,588 / 34,588 / 27,531). The spread cases
 # (T=0.7, T=1.5, top-p 0.8, T=1.5 top-p=0.9, 4 tokens at T=1: N 111k-143k each) are left to the
 # quick plan at TV 0.05, a GPU or shards: their bug classes are the ones these cases see, at a
