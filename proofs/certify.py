@@ -205,9 +205,9 @@ def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPla
     """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
     path's options, the first that is eligible (it has power, N > 0, and a view past the first
     token: a view of token 1 alone never sees a token drawn after a rejection) and needs at most
-    plan.case_cap samples; else the eligible one that needs the fewest; else the first (which then
-    fails as no power, or tests only its first token: the certificate says which); N as
-    option_samples judges it. The law's `chosen` says what was passed over."""
+    plan.case_cap samples; else the eligible one that needs the fewest; else the one with power on
+    its first token alone that needs the fewest; else the first (which then fails as no power); N
+    as option_samples judges it. The law's `chosen` says which rule chose and what was passed over."""
     options = case_options(entry)
     if len(options) == 1:
         name, sp, k = options[0]
@@ -226,16 +226,20 @@ def choose_case(oracle: Oracle, prompt: tuple[int, ...], entry, plan: CertifyPla
         tried.append((law, n, why))
         if not why:
             break
-    eligible = [t for t in tried if t[2] == "" or t[2].startswith("N ")]
+    past_first = [t for t in tried if t[1] > 0 and any(v.position != 0 for v in t[0].views)]
+    powered = [t for t in tried if t[1] > 0]
     if not tried[-1][2]:
         law = tried[-1][0]
         rule = f"the first of {len(options)} options with power past the first token and N <= {cap:,}"
-    elif eligible:
-        law = min(eligible, key=lambda t: t[1])[0]
+    elif past_first:
+        law = min(past_first, key=lambda t: t[1])[0]
         rule = f"no option has N <= {cap:,}: of those with power past the first token, the one needing fewest"
+    elif powered:
+        law = min(powered, key=lambda t: t[1])[0]
+        rule = "no option has power past the first token: of those with power on it, the one needing fewest"
     else:
         law = tried[0][0]
-        rule = "no option has power past the first token: the first"
+        rule = "no option has power: the first"
     passed = "; ".join(f"{t[0].case.name}: {t[2]}" for t in tried if t[0] is not law)
     return replace(law, chosen=rule + (f"; passed over {passed}" if passed else ""))
 

@@ -277,16 +277,29 @@ def test_a_light_joint_remainder_joins_the_last_head_sequence(light):
         assert joint.probs[-1] == pytest.approx(rest)
 
 
+class _TemperatureOracle(_IidOracle):
+    """One token below temperature 0.6 (no power), else the fixed law."""
+
+    def law(self, prompt, depth, sampling):
+        if sampling.temperature < 0.6:
+            return torch.nn.functional.one_hot(torch.tensor(0), self.V).double()
+        return self.p
+
+
 def test_a_path_never_prefers_an_option_that_tests_only_the_first_token():
-    """proofs.certify.choose_case: a spread law (20 tokens of 0.05: no 3-token sequence reaches
-    p >= 0.01, no prefix reaches COND_MIN) has a view of token 1 alone, which never sees a token
-    drawn after a rejection: every option is passed over for that, and the first is kept and
-    named as such (the same oracle for every option: the rule, not the law, decides)."""
+    """proofs.certify.choose_case on a spread law (20 tokens of 0.05: no 3-token sequence reaches
+    p >= 0.01, no prefix reaches COND_MIN, so only token 1 has a view, which never sees a token
+    drawn after a rejection) beside a one-token law (no power): no option is eligible, and the one
+    with power on its first token is kept over the first option, which has none; with no power
+    anywhere (every option one token), the first is kept and fails as no power."""
     from proofs.certify import FULL, choose_case
 
-    oracle = _IidOracle([0.05] * 20)
-    options = tuple((f"o{i}", SamplingParams(temperature=t), 3) for i, t in enumerate((0.5, 1.0)))
+    oracle = _TemperatureOracle([0.05] * 20)
+    options = tuple((f"o{i}", SamplingParams(temperature=t), 3) for i, t in enumerate((0.5, 1.0, 1.5)))
     law = choose_case(oracle, (1,), options, FULL)
-    assert [v.position for v in law.views] == [0] and law.case.name == "o0"
-    assert "no option has power past the first token: the first" in law.chosen
-    assert "passed over o1: tests only the first token (N " in law.chosen
+    assert law.case.name == "o1" and [v.position for v in law.views] == [0]
+    assert law.chosen.startswith("no option has power past the first token: of those with power on it")
+    assert "passed over o0: no view with 2 bins (no power); o2: tests only the first token (N " in law.chosen
+    cold = tuple((f"c{i}", SamplingParams(temperature=t), 3) for i, t in enumerate((0.3, 0.5)))
+    law = choose_case(oracle, (1,), cold, FULL)
+    assert law.case.name == "c0" and not law.views and law.chosen.startswith("no option has power: the first")
