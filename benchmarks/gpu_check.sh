@@ -38,7 +38,7 @@ if ! "$PY" -c "$probe" >>"$OUT/summary.txt" 2>&1; then
     echo "gpu_check: CUDA is not available: nothing was checked" | tee -a "$OUT/summary.txt"
     exit 2
 fi
-step gpu_tests 200 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests/test_fastdec_gpu.py
+step gpu_tests 200 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests/fastdec/test_gpu.py
 step certify 150 "$PY" -m loopcert certify --device cuda --quick --out "$OUT/certify"
 step bench 220 "$PY" -m loopcert bench --device cuda --quick --out "$OUT/bench"
 if [ ${#failed[@]} -ne 0 ]; then

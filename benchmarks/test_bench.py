@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from fastdec import Decoder
-from proofs.naive_kv import NaiveKVDecoder
+from proofs.decoders.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.speed import gates
 from proofs.speed.settings import BASELINE, gate_settings
 from proofs.speed.timing import GREEDY, SAMPLING, Workload, aggregate
-from refdec.io import load_model
+from refdec.load import load_model
 
 BASELINE_FILE = Path(__file__).parent / "baseline.json"
 N_TOKENS = 32
@@ -94,7 +94,7 @@ def test_decode(benchmark, model, prompts, setting, device, mode):
 
 @pytest.mark.parametrize("mode", ["greedy"])
 def test_naive_kv_reference(benchmark, model, prompts, mode):
-    """proofs.naive_kv, the honest baseline the autoregressive strategy must be at least as fast as."""
+    """proofs.decoders.naive_kv: the honest baseline the autoregressive strategy must be as fast as."""
     dec = NaiveKVDecoder(model)
     dec.generate(list(prompts[0]), 4)
     benchmark.pedantic(lambda: [dec.generate(list(p), N_TOKENS) for p in prompts], rounds=3, iterations=1)

@@ -4,7 +4,7 @@ from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig, default_draft_dep
 from fastdec.continuous import ContinuousBatch
 from fastdec.decoder import Decoder, GenerateResult
 from fastdec.engine import WIDTHS, Engine, Lane
-from fastdec.stats import Stats
+from fastdec.telemetry import Stats
 
 __all__ = [
     "LOSSLESS",

@@ -12,7 +12,7 @@ row, its own span (the capacity it would have decoding alone), its own torch.Gen
 the prompt's prefill taken from a row that holds it (fastdec.strategies.Prefills). The driver
 never lets sequences see each other's lanes, RNG or rows, so a sequence's law is generate()'s
 whatever joined or left around it and when, and in fixed-width mode its tokens and logits are
-generate()'s bit for bit (tests/test_fastdec_continuous.py).
+generate()'s bit for bit (tests/fastdec/test_continuous.py).
 
 The batch decodes in the decoder's own cache: decode nothing else with that decoder while a
 ContinuousBatch of it is in use (a Decoder is not thread-safe either).

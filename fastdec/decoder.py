@@ -10,11 +10,11 @@ import torch
 from fastdec.batch import run_batch
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
-from fastdec.stats import Stats
 from fastdec.strategies import STRATEGY, Prefills
+from fastdec.telemetry import Stats
 from refdec.decode import check_generate_args, check_run_args
 from refdec.errors import LoopcertError
-from refdec.io import parse_dtype
+from refdec.load import parse_dtype
 from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams
 from refdec.validate import check_int
@@ -68,7 +68,7 @@ class Decoder:
     holds from this decoder's previous run.
     """
 
-    batch_queue = True  # generate_batch takes any number of prompts (proofs.sampler sizes its calls)
+    batch_queue = True  # generate_batch takes any number of prompts (proofs.decoders.draw sizes its calls)
 
     def __init__(
         self,

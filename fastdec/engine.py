@@ -69,7 +69,7 @@ class Readout:
     A lane's law at some temperature is computed for every row of its call at once, the first
     time a lane asks (`law`): on a CPU each small op costs a few microseconds, and a batch's
     readout call holds hundreds of lanes. Row i of that transform is bitwise the transform of
-    row i alone (a row-wise softmax of the same values: tests/test_sampling.py), so a lane's
+    row i alone (a row-wise softmax of the same values: tests/refdec/test_sampling.py), so a lane's
     law never depends on its neighbours; top-k / top-p apply to the asking row only. A call whose
     laws would exceed LAW_BATCH_ELEMS (a real vocabulary in a wide call: 1,024 x 65,536 float64 is
     512 MiB, held while any of its rows is) transforms each row alone, as before."""

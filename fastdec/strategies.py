@@ -44,7 +44,7 @@ import torch
 from fastdec.accept import Source, gated_residual, greedy_verify, loopspec_verify
 from fastdec.config import DecodeConfig
 from fastdec.engine import Lane, LaneLogits
-from fastdec.stats import Stats
+from fastdec.telemetry import Stats
 from refdec.sampling import SamplingParams, greedy_token, sample
 
 

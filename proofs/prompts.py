@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from refdec.errors import LoopcertError
-from refdec.io import DEFAULT_MODEL_DIR
+from refdec.load import DEFAULT_MODEL_DIR
 
 # Token-id prompts for tiny vocabularies (ids are taken mod V); byte texts for byte models.
 ID_POOL = ((0, 5), (1, 2, 3), (4, 7, 11, 2), (12, 3, 8, 6, 9), (2,), (9, 9, 1), (6, 10, 4, 1, 8, 3))

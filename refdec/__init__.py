@@ -3,7 +3,7 @@
 from refdec.config import PRESETS, ModelConfig, get_preset
 from refdec.decode import generate
 from refdec.errors import LoopcertError
-from refdec.io import load_model, save_model
+from refdec.load import load_model, save_model
 from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams, transform
 

@@ -3,7 +3,7 @@
 Reads config.json and safetensors (one `model.safetensors`, or shards listed by
 `model.safetensors.index.json`) in the key layouts the upstream code writes, and maps them onto
 LoopedLM (shared/MODELS.md is the specification); `write_published` writes the same layouts.
-Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.io refuses
+Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.load refuses
 pickles before this module is reached.
 
 Four layouts, told apart by model_type, then (huginn_raven) by the keys of the first block:

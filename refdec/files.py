@@ -1,4 +1,4 @@
-"""Files on disk, for refdec.io (loopcert's own format) and refdec.checkpoints (published
+"""Files on disk, for refdec.load (loopcert's own format) and refdec.checkpoints (published
 layouts) alike: atomic writes, config.json, refusing pickles, dtype names, the format marker.
 
 It imports neither of them: io dispatches published folders to checkpoints, and both read
@@ -16,7 +16,7 @@ import torch
 
 from refdec.errors import LoopcertError
 
-FORMAT = "loopcert"  # config.json's "format" in loopcert's own folders (refdec.io)
+FORMAT = "loopcert"  # config.json's "format" in loopcert's own folders (refdec.load)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 DTYPES = {
     "float32": torch.float32,

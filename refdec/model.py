@@ -11,7 +11,7 @@ cached: `depth_logits` recomputes the whole prefix, so it is the oracle for ever
 
 `Net` is P, B and C as functions of the model's tensors (its parameters themselves, shared),
 built on refdec.layers' block maths; `LoopedLM.net()` makes one. It is the only
-implementation: the oracle below, the trainer, proofs.naive_kv and fastdec's engine (one Net
+implementation: the oracle below, the trainer, proofs.decoders.naive_kv and fastdec's engine (one Net
 per engine) all call it, with their own `attend_for` (where the keys and values come from).
 """
 

@@ -77,7 +77,7 @@ def _filter(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     Only a ranked head that holds every kept token is sorted (a stable sort of V = 65,536 float64
     costs ~12 ms, a top-k ~0.1 ms): the k first under top-k, else the first of HEAD_SIZES whose
     mass passes top_p, else the whole vocabulary. The result is bitwise what a stable sort of all
-    V gives (tests/test_sampling.py compares them): the head is that sort's prefix, a cumsum's
+    V gives (tests/refdec/test_sampling.py compares them): the head is that sort's prefix, a cumsum's
     prefix does not depend on what follows it, and each renormalising sum runs over a length-V
     vector laid out as the sorted one (head first, then zeros)."""
     V = probs.shape[-1]

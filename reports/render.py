@@ -1,4 +1,4 @@
-"""Render a certificate (the JSON `proofs.certify.certify` returns) as markdown with tabulate.
+"""Render a certificate (the JSON `proofs.run.certify.certify` returns) as markdown with tabulate.
 
 Render-only: every number printed here was computed by a check; nothing is recomputed or
 judged. Layout: the verdict line first, the stamp, a summary table of every check (measured
@@ -350,7 +350,7 @@ def sampling_section(checks: list[dict]) -> str:
                     chosen[r["case"]] = f"{r['case']} (N {r['planned']:,}): {r['chosen']}"
         if chosen:
             out.append(
-                "Cases chosen from this model's law (proofs.certify.choose_case): "
+                "Cases chosen from this model's law (proofs.run.certify.choose_case): "
                 + " | ".join(chosen.values())
                 + "."
             )

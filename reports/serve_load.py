@@ -1,4 +1,4 @@
-"""Render `loopcert bench --serve-load` (loopcert/serve/bench.py) as markdown."""
+"""Render `loopcert bench --serve-load` (loopcert/serve/load_run.py) as markdown."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ arithmetic here is formatting (percentages, milliseconds, ratios of two shown fi
 
 from __future__ import annotations
 
-from proofs.speed.batch import SAMPLE_TOKENS
+from proofs.speed.batch_table import SAMPLE_TOKENS
 from proofs.speed.context import factors
 from proofs.speed.report import SpeedReport
 from proofs.speed.rows import GridRow
@@ -154,7 +154,10 @@ def naive_section(res: SpeedReport) -> str:
         return ""
     rows = [
         ["fastdec autoregressive", fmt(n.baseline_tokens_per_s, 4)],
-        ["proofs.naive_kv (minimal KV-cached loop over refdec's layers)", fmt(n.naive_tokens_per_s, 4)],
+        [
+            "proofs.decoders.naive_kv (minimal KV-cached loop over refdec's layers)",
+            fmt(n.naive_tokens_per_s, 4),
+        ],
         [f"ratio ({res.clock}, median of rounds)", _x(n.baseline_over_naive)],
         [f"ratio ({_other(res.clock)})", _x(getattr(n, f"baseline_over_naive_{_other(res.clock)}"))],
         ["same tokens", "yes" if n.same_tokens else "no"],
@@ -168,7 +171,7 @@ def naive_section(res: SpeedReport) -> str:
         "over the baseline compare at equal machinery; over the loop, each setting gains:\n\n"
         + table(rows, ["", "tokens/s"])
         + "\n\n"
-        + table(over, ["setting", "speedup over proofs.naive_kv"])
+        + table(over, ["setting", "speedup over proofs.decoders.naive_kv"])
     )
 
 

@@ -1,11 +1,13 @@
-"""The reduced certify plan the command-path tests share (tests/test_certify.py, test_shards.py,
+"""The reduced certify plan the command-path tests share (tests/proofs/run/test_certify.py, test_shards.py,
 test_certify_http.py): a handful of samples, small Theorem 1 searches, one speed prompt, so that a
 whole `loopcert certify` run takes seconds. Each test file states only what it changes
-(dataclasses.replace); the real plans are proofs.certify.QUICK / FULL."""
+(dataclasses.replace); the real plans are proofs.run.certify.QUICK / FULL."""
 
 from __future__ import annotations
 
-from proofs.certify import CertifyPlan
+from dataclasses import replace
+
+from proofs.run.certify import CertifyPlan
 from proofs.speed.timing import Workload
 from refdec.sampling import SamplingParams
 
@@ -29,3 +31,26 @@ SMALL_PLAN = CertifyPlan(
     speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_names=("always-accept", "control: gate inverted"),
 )
+
+# the sharding and --jobs tests: two cases and two mutants, so that units split across shards
+SHARD_PLAN = replace(
+    SMALL_PLAN,
+    sampling_cases=(
+        ("T=1", SamplingParams(temperature=1.0), 3),
+        ("top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),
+    ),
+    mutant_names=("always-accept", "greedy-near-miss"),
+)
+TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}
+
+
+def untimed(x):
+    """The certificate without what depends on the clock: timing keys, and the speed check's
+    figures (speed is all timings)."""
+    if isinstance(x, dict):
+        if x.get("name") == "speed":
+            return {"name": "speed", "passed": x["passed"]}
+        return {k: untimed(v) for k, v in x.items() if k not in TIMING_KEYS}
+    if isinstance(x, list):
+        return [untimed(v) for v in x]
+    return x

@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from proofs.depth_profile import window_profile
+from analysis.depth_profile import window_profile
+from analysis.state_dynamics import init_sensitivity, iteration_gain, step_sizes, summarize_steps
+from analysis.theorem2 import PUBLISHED, fit_depth_curve
 from proofs.stamp import stamp as make_stamp
-from proofs.state_dynamics import init_sensitivity, iteration_gain, step_sizes, summarize_steps
-from proofs.theorem2 import PUBLISHED, fit_depth_curve
 from refdec.decode import generate
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
-from refdec.io import DEFAULT_MODEL_DIR, load_model
+from refdec.load import DEFAULT_MODEL_DIR, load_model
 from trainer.train import (
     build_manifest,
     collect_documents,
@@ -384,7 +384,7 @@ def render(m: dict, stamp: dict) -> str:
         "",
         f"{ev['n_windows']} evenly spaced windows of {ev['window']} + 1 bytes of the held-out split, "
         f"{ev['n_positions']:,} next-byte predictions (contexts of 1..{ev['window']} bytes), "
-        f"{ev['dtype']}; all figures from `proofs.depth_profile` (the one depth-profile "
+        f"{ev['dtype']}; all figures from `analysis.depth_profile` (the one depth-profile "
         "implementation, shared with the bench and Theorem 2's traces).",
         "",
         f"### Depth profile against depth R = {R}",
@@ -407,7 +407,7 @@ def render(m: dict, stamp: dict) -> str:
             tablefmt="github",
         ),
         "",
-        "Power-law envelope TV <= beta r^-alpha (DESIGN.md Theorem 2; `proofs.theorem2.fit_depth_curve`, "
+        "Power-law envelope TV <= beta r^-alpha (DESIGN.md Theorem 2; `analysis.theorem2.fit_depth_curve`, "
         f"the certificate's fit) over depths {m['envelope']['fit_depths']} (r < R with TV >= "
         f"{FLOAT32_TV_FLOOR:g}; smaller TV is float32 noise): "
         f"alpha = {m['envelope']['alpha']:.3f}, beta = {m['envelope']['beta']:.3f}.",

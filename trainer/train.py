@@ -50,12 +50,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from proofs.depth_profile import window_profile
+from analysis.depth_profile import window_profile
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
-from refdec.io import DEFAULT_MODEL_DIR, save_model
 from refdec.layers import rope_tables
+from refdec.load import DEFAULT_MODEL_DIR, save_model
 from refdec.model import LoopedLM
 from refdec.validate import is_int, is_number
 

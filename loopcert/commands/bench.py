@@ -7,7 +7,7 @@
     loopcert bench [MODEL] --serve-load [--clients 32 --seconds 30]  load test of `loopcert serve MODEL`
                                                                   on 127.0.0.1: DIR/serve-load.md + .json
 
-Reports are written atomically (refdec.io.write_atomic), only once the whole run has finished.
+Reports are written atomically (refdec.load.write_atomic), only once the whole run has finished.
 Exit status: 0 ok, 1 a gate failed, 2 a usage error.
 """
 
@@ -19,16 +19,16 @@ import time
 from pathlib import Path
 
 from loopcert.commands.common import load_from_args, uninterrupted
-from proofs.naive_kv import NaiveKVDecoder
+from proofs.decoders.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.result import _plain
 from proofs.speed import gates
-from proofs.speed.bench import bench, with_overrides
+from proofs.speed.measure import bench, with_overrides
 from proofs.speed.report import PLANS
 from proofs.speed.timing import Workload
 from proofs.stamp import stamp
 from refdec.errors import LoopcertError
-from refdec.io import write_atomic
+from refdec.load import write_atomic
 from refdec.validate import check_int
 from reports.speedup import render
 
@@ -151,10 +151,10 @@ def run(args) -> int:
 
 
 def run_serve_load(args) -> int:
-    """The load test (loopcert/serve/bench.py); exit 1 if a request was lost, duplicated, failed or
+    """The load test (loopcert/serve/load_run.py); exit 1 if a request was lost, duplicated, failed or
     differs from generate for its seed."""
     try:
-        from loopcert.serve.bench import serve_load
+        from loopcert.serve.load_run import serve_load
         from loopcert.serve.loadtest import LoadPlan
         from reports.serve_load import render as render_load
     except ImportError as e:

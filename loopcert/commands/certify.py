@@ -3,7 +3,7 @@
 Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error (loopcert/cli.py).
 With --shard i/n it runs the i-th of n deterministic parts of the plan's work units and writes
 their raw results to OUT/shard.json (exit 0); `loopcert merge` assembles the certificate.
-Both files are written atomically (refdec.io.write_atomic), and only once the whole run has
+Both files are written atomically (refdec.load.write_atomic), and only once the whole run has
 finished: a run that crashes or is interrupted leaves the last report in place.
 """
 
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
-from proofs.certify import certify, predict
-from proofs.jobs import MAX_DEFAULT_JOBS, default_jobs
-from proofs.shards import Shard, write_shard
-from refdec.io import write_atomic
+from proofs.run.certify import certify, predict
+from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
+from proofs.run.shards import Shard, write_shard
+from refdec.load import write_atomic
 from reports.render import render_certificate
 
 HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"

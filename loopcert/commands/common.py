@@ -9,7 +9,7 @@ import signal
 import torch
 
 from refdec.errors import LoopcertError
-from refdec.io import load_model, parse_dtype
+from refdec.load import load_model, parse_dtype
 from refdec.sampling import SamplingParams
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopcert.commands.certify import DEFAULT_OUT, publish, timed_progress
-from proofs.certify import certify
-from proofs.shards import combine, read_shard
+from proofs.run.certify import certify
+from proofs.run.shards import combine, read_shard
 
 HELP = "merge the shard folders of `loopcert certify --shard i/n` into one certificate"
 ON_INTERRUPT = "no certificate written, the previous one is left in place"

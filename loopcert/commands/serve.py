@@ -23,7 +23,7 @@ from loopcert.commands.common import (
     load_from_args,
 )
 from refdec.errors import LoopcertError
-from refdec.io import write_atomic
+from refdec.load import write_atomic
 
 HELP = "serve fastdec over an OpenAI-compatible /v1/completions API (pip install 'loopcert[serve]')"
 OWN_THREADS = True  # adds and applies the shared --threads itself (bench --serve-load reuses its parser)
@@ -70,7 +70,7 @@ def build_served(args):
     """The model, decoder and scheduler, before any socket is opened (usage errors first)."""
     from loopcert.serve.app import Served
     from loopcert.serve.scheduler import Scheduler
-    from proofs.http_decoder import model_fingerprint
+    from proofs.decoders.http_decoder import model_fingerprint
 
     if args.max_batch < 1 or args.max_waiting < 1:
         raise LoopcertError(

@@ -12,7 +12,7 @@ thread decodes them, at one of three granularities (`join`):
   with rows x capacity at most BATCH_POSITIONS); a job that does not fit it waits, and the
   jobs behind it too (FIFO: nothing overtakes it), until the batch has drained.
   Each sequence is decoded exactly as generate() decodes it alone (same law; the same bits in
-  fixed-width mode): tests/test_fastdec_continuous.py.
+  fixed-width mode): tests/fastdec/test_continuous.py.
 - "round" (a decoder with generate_batch but no steps, e.g. a user's): the thread takes a
   *round*, the oldest waiting job and every other waiting job that can share its
   generate_batch call (same EOS, same logprobs wish: generate_batch takes one of each), up to

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from proofs.candidates import Candidate
+from proofs.decoders.candidates import Candidate
 from proofs.progress import Progress, quiet
 from proofs.result import CheckResult
 from proofs.speed.rows import measured_speed

@@ -11,7 +11,7 @@ two kinds of figure with the baseline:
   and torch build, so they are gated EXACTLY: any change is a change in what the decoder does,
   and the gate names the figure. (Another CPU may round float32 differently: rewrite the baseline there.)
 - speed: each setting's speedup over the autoregressive baseline of the same run, and the
-  baseline's over proofs.naive_kv (below 1: the engine's per-call machinery, R + 1 planned
+  baseline's over proofs.decoders.naive_kv (below 1: the engine's per-call machinery, R + 1 planned
   calls per token, against a plain loop's one forward per token; the gate claims only that
   this cost did not grow beyond the tolerance, not that the baseline beats the loop);
   ratios, never absolute times. A regression is
@@ -216,7 +216,7 @@ def compare(current: dict, baseline: dict, tolerance: float | None = None) -> li
                 )
             for k, what in (
                 ("speedup", "speedup over autoregressive"),
-                ("speedup_over_naive", "speedup over proofs.naive_kv"),
+                ("speedup_over_naive", "speedup over proofs.decoders.naive_kv"),
             ):
                 if k not in base:
                     continue

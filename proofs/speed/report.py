@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from proofs.result import _plain
-from proofs.speed.batch import BatchPlan, BatchTable
+from proofs.speed.batch_table import BatchPlan, BatchTable
 from proofs.speed.context import ContextSweep
 from proofs.speed.costs import CallCost
 from proofs.speed.rows import GridRow, NaiveComparison
@@ -23,7 +23,7 @@ class BenchPlan:
     lengths: tuple[int, ...]  # the context sweep's cached positions
     sweep_tokens: int  # new tokens per context: enough that the pipeline's fill (R - d1 steps) amortises
     sweep_repeats: int
-    batch: BatchPlan  # the batch table (proofs.speed.batch)
+    batch: BatchPlan  # the batch table (proofs.speed.batch_table)
 
 
 PLANS = {

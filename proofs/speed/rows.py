@@ -177,7 +177,7 @@ def with_telemetry(rows: Sequence[GridRow], tele: dict) -> list[GridRow]:
 
 @dataclass(frozen=True)
 class NaiveComparison:
-    """fastdec beside proofs.naive_kv, a plain KV-cached loop over the same maths (the honest
+    """fastdec beside proofs.decoders.naive_kv, a plain KV-cached loop over the same maths (the honest
     baseline). The autoregressive strategy is slower than that loop (its R + 1 engine calls per
     token each plan a call, build index tensors, look up RoPE rows and write the cache by index;
     naive_kv does that once per token): `baseline_over_naive` measures that machinery, which

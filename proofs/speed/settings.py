@@ -1,7 +1,7 @@
 """Which decoder settings (fastdec.DecodeConfig) the speed report and the gates time.
 
 A setting's `DecodeConfig.label` names it in every table, JSON file and gate baseline; the
-baseline is the "autoregressive" setting (BASELINE). NAIVE labels proofs.naive_kv, the
+baseline is the "autoregressive" setting (BASELINE). NAIVE labels proofs.decoders.naive_kv, the
 honest-baseline reference loop (DESIGN.md section 6).
 """
 
@@ -46,7 +46,7 @@ def gate_settings(R: int) -> list[DecodeConfig]:
 
 
 def batch_settings(R: int) -> list[DecodeConfig]:
-    """The batch table's settings (proofs.speed.batch): the gate settings, plus pipelines that
+    """The batch table's settings (proofs.speed.batch_table): the gate settings, plus pipelines that
     draft deeper, at d1 = R/8 and R/4. With B sequences in the engine the calls are already wide,
     so a pipeline gains nothing from more lanes per sequence and pays for every rejected one: on
     the default model v3 (R = 32) at B = 16, d1 = 4 ran 33 lane-steps per token and 1.17x the

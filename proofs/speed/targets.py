@@ -15,7 +15,7 @@ TARGETS = {  # issue 6, CPU, default model, R = 32, greedy
     "pipelined": 3.0,  # pipelined (2, 8) or the best grid point, over the baseline
     "draft-verify": 1.8,  # draft-verify, draft 4, ahead 4
     "efficiency": 0.8,  # measured / ideal, every strategy
-    # the best pipelined setting over proofs.naive_kv (whole calls): fastdec's speedups hold
+    # the best pipelined setting over proofs.decoders.naive_kv (whole calls): fastdec's speedups hold
     # against a plain KV-cached loop, machinery included (its autoregressive strategy alone is
     # slower than that loop: rows.NaiveComparison)
     "naive": 1.0,
@@ -62,7 +62,7 @@ def judge(rows: Sequence[GridRow], naive: NaiveComparison | None) -> list[Target
     if naive is not None and pipes and best.label in naive.over_naive:
         out.append(
             _target(
-                f"best pipelined ({best.label}) over proofs.naive_kv >= 1.0x (whole calls)",
+                f"best pipelined ({best.label}) over proofs.decoders.naive_kv >= 1.0x (whole calls)",
                 naive.over_naive[best.label],
                 "naive",
                 note=f"the autoregressive strategy alone: x{naive.baseline_over_naive:.3g}",

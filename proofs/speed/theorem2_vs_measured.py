@@ -1,5 +1,5 @@
 """The depth spectrum of the decoded positions and Theorem 2's optimum beside the measured best
-(d1, d2) of the grid (DESIGN.md section 4; the envelope is proofs.theorem2.fit_depth_curve, the
+(d1, d2) of the grid (DESIGN.md section 4; the envelope is analysis.theorem2.fit_depth_curve, the
 certificate's fit)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from proofs.depth_profile import depth_profile
+from analysis.depth_profile import depth_profile
+from analysis.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from proofs.speed.rows import GridRow
-from proofs.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from refdec.errors import LoopcertError
 
 
@@ -29,7 +29,7 @@ def depth_spectrum(
 ) -> DepthSpectrum:
     """Per depth r = 1..R, over the decoded positions (the baseline's greedy tokens): mean
     TV(p_r, p_R) at temperature 1 and the greedy agreement argmax p_r == argmax p_R, from the
-    one depth profile (proofs.depth_profile, refdec's block maths, float64 laws)."""
+    one depth profile (analysis.depth_profile, refdec's block maths, float64 laws)."""
     R = model.cfg.recurrence
     pairs = [(p, g) for p, g in zip(prompts, generated) if g]
     if not pairs:

@@ -6,7 +6,7 @@ interleaved within each round (the order rotates), so a change in the host's loa
 alike; a setting's speedup is the median over rounds of (baseline time / its time) in that
 round. For fastdec decoders the time is decode time (`Stats.decode_seconds`: the prefill, the
 same for every strategy, and the first token, which comes out of it, are excluded); for other
-decoders (proofs.naive_kv, a user's `--decoder`) it is the whole generate() call. Two clocks
+decoders (proofs.decoders.naive_kv, a user's `--decoder`) it is the whole generate() call. Two clocks
 are kept: wall time (what a user sees) and process CPU time (what this process did; steadier
 when other jobs share the host). `default_clock` says which one the figures use.
 """
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from fastdec import Decoder, Stats
-from fastdec.stats import DERIVED
+from fastdec.telemetry import DERIVED
+from proofs.decoders.protocol import tokens_of
 from proofs.progress import Progress
-from proofs.protocol import tokens_of
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 from refdec.validate import check_int

@@ -1,0 +1,87 @@
+"""Bitwise agreement with the engine's own autoregressive baseline (DESIGN.md section 6, check 2).
+
+In fastdec's fixed-width mode every engine call, the baseline's included, runs at one width
+W, so a row's arithmetic does not depend on what else is in the batch: every lossless
+strategy must then emit exactly the baseline's greedy tokens in float32, with no tie excuse
+(DESIGN.md section 5, batch invariance by construction). Only candidates that have a
+fixed-width mode can take this check; for others it is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastdec.config import DecodeConfig
+from proofs.decoders.candidates import Candidate, fastdec_candidate
+from proofs.decoders.protocol import run_generate
+from proofs.progress import Progress
+from proofs.result import CheckResult
+from refdec.sampling import SamplingParams
+
+FIXED_WIDTH = 8
+
+
+def check_bitwise(
+    name: str,
+    candidates: Sequence[Candidate],
+    model32,
+    prompts: Sequence[Sequence[int]],
+    n_tokens: int,
+    width: int = FIXED_WIDTH,
+    progress: Progress | None = None,
+) -> CheckResult:
+    """measured = (strategy, prompt) pairs whose tokens differ from the baseline's; bound 0."""
+    able = [c for c in candidates if c.fixed_width and c.lossless]
+    if not able:
+        return CheckResult(
+            name,
+            0,
+            0,
+            True,
+            {"skipped": "the candidate has no fixed-width mode (only fastdec's engine does)"},
+        )
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
+    baseline = baseline.build(model32, fixed_width=width)
+    greedy = SamplingParams()
+    base = {tuple(p): run_generate(baseline, p, n_tokens, greedy, 0) for p in prompts}
+    rows, mismatches = [], []
+    for c in able:
+        dec = c.build(model32, fixed_width=width)
+        equal = 0
+        for p in prompts:
+            try:
+                got = run_generate(dec, p, n_tokens, greedy, 0)
+            except Exception as e:  # noqa: BLE001 - a decoder failure is a finding
+                got, err = None, f"{type(e).__name__}: {e}"
+            else:
+                err = None
+            ref = base[tuple(p)]
+            if got == ref:
+                equal += 1
+                continue
+            first = (
+                None
+                if got is None
+                else next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
+            )
+            mismatches.append(
+                {
+                    "setting": c.label,
+                    "prompt": list(p),
+                    "first_difference": first,
+                    "baseline": ref,
+                    "candidate": got,
+                    "error": err,
+                }
+            )
+        rows.append({"setting": c.label, "prompts": len(prompts), "equal": equal})
+        if progress:
+            progress(f"  {name} {c.label}: {equal}/{len(prompts)} prompts bitwise equal at W={width}")
+    details = {
+        "width": width,
+        "dtype": str(next(model32.parameters()).dtype).replace("torch.", ""),
+        "tokens_per_prompt": n_tokens,
+        "runs": rows,
+        "mismatches": mismatches,
+    }
+    return CheckResult(name, len(mismatches), 0, not mismatches, details)

@@ -1,0 +1,404 @@
+"""Mutation power (DESIGN.md section 6, check 4): wrong decoders must be rejected, lossless
+but unusual ones must not.
+
+The mutants are `proofs.decoders.specref.SpecRef` with one bug switched on (independent of fastdec's
+engine), plus fastdec's lossy `adaptive-verify`. Each is run through the same greedy check
+(proofs/checks/greedy.py) and the same sampling check, planned by the same target TV
+(proofs/checks/sampling.py), as a candidate, on the setting where its bug shows. Each mutant's
+exact TV shift is computed by enumeration (`SpecRef.sequence_law`), over whole sequences and as
+each view of the test sees it, and set against the view's detectable TV: a mutant is *promised*
+to be caught when some view's binned shift is at least that view's detectable TV. The quick
+plan must kill every promised mutant and reports the others as below its power; the full plan
+must kill them all. Enumerable entries are sampled from their exact law (proofs/decoders/exact_law.py),
+the fastdec entry through fastdec itself.
+
+The controls change efficiency, never the law (DESIGN.md section 4: the gate is free; the
+draft may use any law as long as it is scored with the law it was drawn from); each is run on
+every sampling case, and its exact TV shift must be 0 up to float64 rounding. The check fails
+if a mutant the plan must kill survives or any control is flagged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+import refdec
+from proofs.checks.greedy import check_greedy
+from proofs.checks.sampling import Target, check_distribution
+from proofs.decoders.exact_law import LawSampler
+from proofs.decoders.specref import Bugs, SpecRef
+from proofs.progress import Progress
+from proofs.result import CheckResult
+from proofs.stats.exact_laws import Oracle
+from proofs.stats.views import Case, CaseLaw, case_law
+from refdec.sampling import SamplingParams
+
+MODEL = "tiny-ouro"
+WIDE = "tiny-ouro at V=61"  # the top_k=50 default is invisible below 51 tokens
+WHY_MODEL = (
+    "R=4, vocab 13 (and 61 for the top-k default): every law is enumerated exactly, so each "
+    "mutant's TV shift is known and its sampling costs microseconds"
+)
+PROMPT = (1, 2, 3)
+CASES = (
+    Case("T=0.5", SamplingParams(temperature=0.5), PROMPT),
+    Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), PROMPT),
+    Case("top-p=0.5", SamplingParams(temperature=1.0, top_p=0.5), PROMPT),
+    Case("T=1.5 n=2", SamplingParams(temperature=1.5), PROMPT, 2),  # on WIDE only: 61^2 sequences
+)
+GREEDY_PROMPTS = ((1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1))
+GREEDY_TOKENS = 12
+CONTROL_TV_TOL = 1e-9  # a control's exact TV shift is float64 rounding only
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str  # what is wrong (or, for a control, what is unusual), in words
+    specref: dict = field(default_factory=dict)  # SpecRef kwargs; empty for a fastdec entry
+    fastdec: dict | None = None  # fastdec.Decoder kwargs
+    case: str | None = None  # sampling case the bug shows in; None: every case (controls)
+    control: bool = False  # lossless: must NOT be rejected
+    model: str = MODEL  # MODEL or WIDE
+
+    def build(self, oracle: Oracle):
+        if self.fastdec is not None:
+            from fastdec import Decoder
+
+            return Decoder(oracle.model, **self.fastdec)
+        return SpecRef(oracle, **self.specref)
+
+
+LIBRARY = (
+    Mutant(
+        "always-accept",
+        "u = 0: the first proposal is accepted whenever p_R(x1) > 0",
+        {"d1": 1, "bugs": Bugs(always_accept=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "resample-target",
+        "after a rejection the token is drawn from p_R, not p_R (-) q1",
+        {"d1": 3, "bugs": Bugs(resample_target=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "target-no-temperature",
+        "temperature applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="temperature")},
+        case="T=0.5",
+    ),
+    Mutant(
+        "target-no-top-k",
+        "top-k applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="top_k")},
+        case="top-k=2",
+    ),
+    Mutant(
+        "target-no-top-p",
+        "top-p applied to the draft but not to p_R",
+        {"d1": 1, "bugs": Bugs(target_missing="top_p")},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "scored-other-depth",
+        "x1 drawn from p_2 but scored (ratio and residual) with p_3",
+        {"d1": 2, "bugs": Bugs(score_depth=3)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "second-wrong-base",
+        "x2 drawn from p_d2 (-) p_d1 but scored with p_d2",
+        {"d1": 1, "d2": 2, "gate": "on", "bugs": Bugs(second_scored_as_p_d2=True)},
+        case="top-p=0.5",
+    ),
+    Mutant(
+        "unnormalised-residual",
+        "x2's ratio uses [p_R - q1]_+ without normalising it",
+        {"d1": 2, "d2": 3, "gate": "off", "bugs": Bugs(unnormalised_residual=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "stale-kv",
+        "after rejecting x1 the context keeps x1 (stale KV after rollback)",
+        {"d1": 1, "bugs": Bugs(stale_kv=True)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "greedy-near-miss",
+        "greedy accepts x1 whose p_R logit is within 0.25 of the max",
+        {"d1": 1, "bugs": Bugs(greedy_near_miss=0.25)},
+        case=None,
+    ),
+    # -- from serving stacks' speculative samplers ----------------------------------------------
+    Mutant(
+        "draft int8, scored exact",
+        "x1 drawn from the int8-quantised q1 (scale max p / 127), scored with the exact q1",
+        {"d1": 1, "bugs": Bugs(draft_rounding="int8")},
+        case="T=0.5",
+    ),
+    Mutant(
+        "reported q is not the sampled q",
+        "x1 drawn from the top-k filtered q1, scored with q1 before top-k",
+        {"d1": 1, "bugs": Bugs(scored_unfiltered=True)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "accept iff equal to a target sample",
+        "x1 accepted iff it equals an independent y ~ p_R; residual on rejection",
+        {"d1": 1, "bugs": Bugs(accept_if_equal=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "first draft unverified",
+        "rounds of 4 tokens; the first drafted token of each round is committed without verification",
+        {"d1": 3, "bugs": Bugs(first_unverified=4)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "rejected lane left in place",
+        "after x2 is rejected the context keeps x2 (its lane's state not rolled back)",
+        {"d1": 1, "d2": 3, "bugs": Bugs(stale_second=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "target top-k default",
+        "p_R carries top_k=50 the user never asked for (transformers' generate() default)",
+        {"d1": 1, "bugs": Bugs(target_top_k_default=50)},
+        case="T=1.5 n=2",
+        model=WIDE,
+    ),
+    Mutant(
+        "fastdec adaptive-verify",
+        "lossy by design: verifies at depth 2 < R, escalates on disagreement",
+        fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2},
+        case="top-k=2",
+    ),
+    # -- controls: lossless, must pass ------------------------------------------------------------
+    Mutant(
+        "control: gate inverted",
+        "second proposal exactly when LoopSpec's gate is closed",
+        {"d1": 1, "d2": 2, "gate": "inverted"},
+        control=True,
+    ),
+    Mutant(
+        "control: gate off",
+        "second proposal whenever q2 has mass",
+        {"d1": 1, "d2": 3, "gate": "off"},
+        control=True,
+    ),
+    Mutant(
+        "control: unfiltered draft",
+        "draft without top-k / top-p, scored with that same law",
+        {"d1": 1, "draft_filter": False},
+        control=True,
+    ),
+    Mutant("control: other depths", "d1 = 3 = R - 1, no second proposal", {"d1": 3}, control=True),
+)
+
+
+def wide_model() -> refdec.LoopedLM:
+    """tiny-ouro's architecture at a 61-token vocabulary (random weights, seed 0), float64."""
+    cfg = replace(refdec.get_preset(MODEL), vocab_size=61, name=WIDE)
+    return refdec.LoopedLM(cfg).init_weights(0).to(torch.float64).eval()
+
+
+def exact_shift(decoder, law: CaseLaw) -> dict:
+    """TV between the mutant's exact law (enumerated) and refdec's: whole sequences, and per view."""
+    if not isinstance(decoder, SpecRef):
+        return {"tv": None, "view_tv": {}, "how": "black box: not enumerable"}
+    c = law.case
+    mine = decoder.sequence_law(c.prompt, c.n, c.sampling)
+    ref = SpecRef(decoder.oracle, d1=decoder.oracle.R).sequence_law(c.prompt, c.n, c.sampling)  # = p_R
+    tv = 0.5 * sum(abs(mine.get(s, 0.0) - ref.get(s, 0.0)) for s in set(mine) | set(ref))
+    return {"tv": tv, "view_tv": {v.name: v.binned_tv(mine) for v in law.views}, "how": "enumerated"}
+
+
+def _rejects(dist: CheckResult | None) -> bool:
+    """The sampling check rejected the law (Holm, an impossible sample, a decoder error), as
+    opposed to failing for want of power."""
+    return dist is not None and any(
+        v.get("holm_rejected") or c["impossible"] or c["error"]
+        for c in dist.details["cases"]
+        for v in c["views"]
+    )
+
+
+def sampler_for(dec) -> object:
+    """Enumerable entries are sampled from their exact law; fastdec through itself."""
+    if isinstance(dec, SpecRef):
+        return LawSampler(lambda p, n, s: dec.sequence_law(p, n, s))
+    return dec
+
+
+class MutantRun:
+    """The models, oracles and exact laws the mutants share (built lazily, once), and one
+    mutant at a time: `row(m)` is one work unit of certify (`mutant/<name>`), `result(rows)`
+    assembles the check from the rows in library order (any shard's)."""
+
+    def __init__(
+        self,
+        target: Target,
+        base_seed: int,
+        model=None,
+        progress: Progress | None = None,
+        blackbox_samples: int = 300,
+        require_all: bool = False,
+    ):
+        self.target, self.base_seed, self.progress = target, base_seed, progress
+        self.blackbox_samples, self.require_all = blackbox_samples, require_all
+        self.models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
+        self.oracles: dict[str, Oracle] = {}
+        self.laws: dict[tuple[str, str], CaseLaw] = {}
+        self.references: dict = {}
+        self.cases = {c.name: c for c in CASES}
+
+    def law_of(self, model_name: str, case_name: str) -> CaseLaw:
+        if model_name not in self.oracles:
+            if model_name not in self.models:
+                self.models[model_name] = wide_model()
+            self.oracles[model_name] = Oracle(self.models[model_name])
+        if (model_name, case_name) not in self.laws:
+            self.laws[model_name, case_name] = case_law(self.oracles[model_name], self.cases[case_name])
+        return self.laws[model_name, case_name]
+
+    def row(self, m: Mutant) -> dict:
+        """Run one mutant: greedy, then sampling on its cases; -> its row (JSON-able)."""
+        t0 = time.perf_counter()
+        self.law_of(m.model, "T=0.5" if m.case is None else m.case)
+        oracle = self.oracles[m.model]
+        dec = m.build(oracle)
+        greedy = check_greedy(
+            f"greedy[{m.name}]",
+            [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
+            lambda _o: GREEDY_PROMPTS,
+            GREEDY_TOKENS,
+            references=self.references,
+        )
+        names = (
+            ["T=0.5", "top-k=2", "top-p=0.5"]
+            if m.case is None and m.control
+            else ([m.case] if m.case else [])
+        )
+        dist, shifts = None, []
+        if names:
+            case_laws = [self.law_of(m.model, c) for c in names]
+            fixed = None if m.fastdec is None else [self.blackbox_samples] * len(names)
+            dist = check_distribution(
+                f"sampling[{m.name}]", sampler_for(dec), case_laws, self.target, self.base_seed, samples=fixed
+            )
+            shifts = [exact_shift(dec, cl) for cl in case_laws]
+        rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
+        killed = bool(rejected_by)
+        tvs = [s["tv"] for s in shifts if s["tv"] is not None]
+        views = [] if dist is None else [v for c in dist.details["cases"] for v in c["views"]]
+        seen = [
+            (s["view_tv"].get(v["view"]), v["detectable_tv"])
+            for s, c in zip(shifts, [] if dist is None else dist.details["cases"], strict=False)
+            for v in c["views"]
+        ]
+        margin = max((t / d for t, d in seen if t is not None and d and math.isfinite(d)), default=None)
+        promised = bool(names) and margin is not None and margin >= 1.0
+        if m.control:
+            ok = not killed and all(t <= CONTROL_TV_TOL for t in tvs)
+        elif m.case is None or m.fastdec is not None:
+            ok = killed  # greedy-only and black-box entries: no TV to weigh, must die
+        else:
+            ok = killed or (not promised and not self.require_all)
+        row = {
+            "name": m.name,
+            "bug": m.bug,
+            "control": m.control,
+            "model": oracle.cfg.name,
+            "settings": _settings(m),
+            "cases": names,
+            "rejected_by": rejected_by,
+            "rejected": killed,
+            "ok": ok,
+            "promised": promised if not m.control else None,
+            "power_margin": margin,
+            "greedy_real_bugs": greedy.measured,
+            "greedy_divergences": len(greedy.details["divergences"]),
+            "p_value": None if dist is None else dist.measured,
+            "alpha_case": None if dist is None else dist.bound,
+            "tv": max(tvs) if tvs else None,
+            "binned_tv": max((t for s in shifts for t in s["view_tv"].values()), default=None),
+            "empirical_binned_tv": max(
+                (v["empirical_tv"] for v in views if v["empirical_tv"] is not None), default=None
+            ),
+            "detectable_tv": None if dist is None else dist.details["detectable_tv"],
+            "n_samples": max((c["samples"] for c in dist.details["cases"]), default=0) if dist else 0,
+            "laws": {
+                f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
+                for c in ["T=0.5" if m.case is None else m.case, *names]
+            },
+            "seconds": time.perf_counter() - t0,
+        }
+        if self.progress:
+            verdict = ("rejected by " + " + ".join(rejected_by)) if killed else "not rejected"
+            self.progress(f"  mutation {m.name}: {verdict} ({'ok' if row['ok'] else 'WRONG'})")
+        return row
+
+    def result(self, rows: Sequence[dict]) -> CheckResult:
+        """The check from every mutant's row (in library order)."""
+        target, rows = self.target, [dict(r) for r in rows]
+        laws: dict[str, dict] = {}
+        for r in rows:
+            laws.update(r.pop("laws", {}))
+        bad = [r["name"] for r in rows if not r["ok"]]
+        survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
+        flagged = sum(1 for r in rows if r["control"] and not r["ok"])
+        below = [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]]
+        details = {
+            "model": MODEL,
+            "why_this_model": WHY_MODEL,
+            "rows": rows,
+            "survivors": survivors,
+            "below_power": below,
+            "controls_flagged": flagged,
+            "target_tv": target.tv,
+            "power_level": target.power,
+            "require_all": self.require_all,
+            "n_samples": max((r["n_samples"] for r in rows), default=0),
+            "alpha": target.alpha,
+            "seeds": f"{self.base_seed} + i for sample i of each case",
+            "greedy_prompts": [list(p) for p in GREEDY_PROMPTS],
+            "greedy_tokens": GREEDY_TOKENS,
+            "cases": [c.describe() for c in CASES],
+            "laws": laws,
+            "wrong": bad,
+        }
+        return CheckResult("mutation", len(bad), 0, not bad, details)
+
+
+def check_mutants(
+    target: Target,
+    base_seed: int,
+    library: Sequence[Mutant] = LIBRARY,
+    model=None,
+    progress: Progress | None = None,
+    blackbox_samples: int = 300,
+    require_all: bool = False,
+) -> CheckResult:
+    """measured = mutants that had to die and survived + flagged controls; bound 0.
+
+    N per case is planned from `target` like any candidate's; the fastdec entries, which cost far
+    more per sample and sit far off the law, take `blackbox_samples`. `require_all`: every mutant
+    must die (the full plan), not only those some view has the power to see."""
+    run = MutantRun(target, base_seed, model, progress, blackbox_samples, require_all)
+    return run.result([run.row(m) for m in library])
+
+
+def _settings(m: Mutant) -> str:
+    if m.fastdec is not None:
+        return "fastdec " + ", ".join(f"{k}={v}" for k, v in m.fastdec.items())
+    parts = [f"{k}={v}" for k, v in m.specref.items() if k != "bugs"]
+    bugs = m.specref.get("bugs")
+    if bugs is not None and not bugs.lossless:
+        parts += [f"{k}={v}" for k, v in vars(bugs).items() if v not in (None, False, 0.0)]
+    return "specref " + ", ".join(parts)

@@ -1,0 +1,241 @@
+"""Distributional equality under sampling, planned by detectable TV (DESIGN.md section 6, check 3).
+
+For each case (prompt, sampling params, n) the views of refdec's exact law (proofs/stats/views.py)
+fix the bins; the candidate is sampled N times with seeds base .. base+N-1 (proofs/decoders/draw.py)
+and each view's counts get a chi-square goodness-of-fit p-value. Holm's procedure across every
+view of every case holds the family-wise level at alpha.
+
+Power is planned, not hoped for: the plan names the binned TV each view must detect with
+probability >= `power` at its strictest Holm level alpha/m, and N per case is the
+`required_samples` of its hungriest view (a conditional view counts only the samples on its
+prefix, so it needs N / P(prefix), with a margin for the binomial count). A view that ends
+below its target (fewer than 2 bins, or a time budget stopped the sampling first) FAILS as
+"no power", stating the TV it reached and the N it would need: a check that cannot detect the
+deviations it names has not passed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from proofs.decoders.draw import draw
+from proofs.decoders.protocol import Decoder
+from proofs.progress import Progress
+from proofs.result import CheckResult
+from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
+from proofs.stats.views import Case, CaseLaw, View, case_law
+from refdec.validate import check_number
+
+__all__ = ["Case", "Target", "case_law", "check_distribution", "evaluate", "planned_samples"]
+
+POWER = 0.99
+MIN_EXPECTED = 5.0  # chisquare_gof pools bins expected fewer times
+COUNT_MARGIN_SIGMAS = 3.5  # a conditional view's count falls short of its need with p < 3e-4
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every sampling view must detect: binned TV >= tv with probability >= power, the
+    family of views of one setting held at level alpha (Holm)."""
+
+    tv: float
+    power: float = POWER
+    alpha: float = 1e-3
+
+    def __post_init__(self):
+        for name in ("tv", "power", "alpha"):
+            check_number(f"Target.{name}", getattr(self, name), 0, 1, low_open=True, high_open=True)
+
+
+def alpha_per_test(laws: Sequence[CaseLaw], target: Target) -> float:
+    """Holm's strictest level: alpha / (number of views of the setting)."""
+    return target.alpha / max(1, sum(len(law.views) for law in laws))
+
+
+def view_needs(view: View, target: Target, alpha_test: float) -> int | None:
+    """Samples of the case this view needs to reach the target; None when it has < 2 bins."""
+    if view.bins < 2:
+        return None
+    need = max(
+        required_samples(target.tv, view.probs, alpha_test, target.power),
+        math.ceil(MIN_EXPECTED / float(view.probs[view.probs > 0].min())),
+    )  # no bin pooled away
+    w = view.weight
+    if w >= 1.0:
+        return need
+    n = math.ceil(need / w)
+    while n * w - COUNT_MARGIN_SIGMAS * math.sqrt(n * w * (1 - w)) < need:
+        n = math.ceil(n * 1.02) + 1
+    return n
+
+
+def planned_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
+    """N of one case: the most any of its views needs (0 when none has 2 bins: no power)."""
+    return max((view_needs(v, target, alpha_test) or 0 for v in law.views), default=0)
+
+
+def sample_tally(
+    decoder: Decoder, law: CaseLaw, n_samples: int, base_seed: int, deadline: float | None = None
+) -> dict:
+    """Sample one case and count it through every view (what a work unit returns)."""
+    c = law.case
+    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline)
+    return {
+        **law.tally(d.samples),
+        "planned": n_samples,
+        "seconds": d.seconds,
+        "samples_per_s": d.samples_per_s,
+        "batched": d.batched,
+        "error": d.error,
+        "stopped_by_deadline": d.stopped_by_deadline,
+        "seeds": [base_seed, base_seed + n_samples - 1],
+    }
+
+
+def view_row(view: View, counts: Sequence[int], target: Target, alpha_test: float, fatal: bool) -> dict:
+    counts = np.asarray(counts, dtype=np.int64)
+    n = int(counts.sum())
+    need = view_needs(view, target, alpha_test)
+    row = {
+        "view": view.name,
+        "law": view.law,
+        "counted": n,
+        "needed_n": need,
+        "target_tv": target.tv,
+        "bin_labels": list(view.labels),
+        "bin_probs": view.probs.tolist(),
+        "counts": counts.tolist(),
+    }
+    if n == 0 or view.bins < 2:
+        return {
+            **row,
+            "bins": view.bins if n else 0,
+            "p_value": 0.0 if fatal else 1.0,
+            "stat": None,
+            "detectable_tv": math.inf,
+            "empirical_tv": None,
+            "has_power": False,
+        }
+    g = chisquare_gof(counts, view.probs)
+    tv = detectable_tv(n, g["bin_probs"], alpha_test, target.power)
+    emp = 0.5 * float(np.abs(counts / n - view.probs).sum())
+    return {
+        **row,
+        "bins": len(g["bins"]),
+        "stat": g["stat"],
+        "p_value": 0.0 if fatal else g["p_value"],
+        "detectable_tv": tv,
+        "empirical_tv": emp,
+        "has_power": tv <= target.tv,
+    }
+
+
+def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
+    """The check from the work units' tallies (pure: shards can be combined here).
+
+    measured = the smallest p-value, bound = alpha/m; passes iff Holm rejects nothing, no sample
+    was impossible, the decoder never failed, and every view reached the target TV."""
+    alpha_test = alpha_per_test(laws, target)
+    cases = []
+    rows: list[dict] = []
+    for law, t in zip(laws, tallies, strict=True):
+        fatal = bool(t["impossible"] or t["error"])
+        views = [
+            view_row(v, c, target, alpha_test, fatal) for v, c in zip(law.views, t["counts"], strict=True)
+        ]
+        for v in views:
+            v["case"] = law.case.name
+        reached = max((v["detectable_tv"] for v in views), default=math.inf)
+        cases.append(
+            {
+                **law.case.describe(),
+                "planned": t["planned"],
+                "samples": t["samples"],
+                "seconds": t["seconds"],
+                "samples_per_s": t["samples_per_s"],
+                "batched": t["batched"],
+                "impossible": t["impossible"],
+                "error": t["error"],
+                "seeds": t["seeds"],
+                "stopped_by_deadline": t["stopped_by_deadline"],
+                "detectable_tv": reached,
+                "needed_n": max((v["needed_n"] or 0 for v in views), default=0) or None,
+                "has_power": bool(views) and all(v["has_power"] for v in views),
+                "not_tested": law.not_tested,
+                "chosen": law.chosen,
+                "views": views,
+            }
+        )
+        rows += views
+    rejected = holm([r["p_value"] for r in rows], target.alpha) if rows else []
+    for r, rej in zip(rows, rejected, strict=True):
+        r["holm_rejected"] = rej
+    fatal = [c["case"] for c in cases if c["impossible"] or c["error"]]
+    rejected_cases = sorted({r["case"] for r in rows if r["holm_rejected"]})
+    # a case that failed on its samples (rejected, impossible, an error) is named for that; "no power"
+    # names only the cases that could have passed unseen
+    no_power = [
+        c["case"]
+        for c in cases
+        if not c["has_power"] and c["case"] not in fatal and c["case"] not in rejected_cases
+    ]
+    passed = not any(rejected) and not no_power and not fatal
+    worst = max((c["detectable_tv"] for c in cases), default=math.inf)
+    drawn = sum(c["samples"] for c in cases)
+    seconds = sum(c["seconds"] for c in cases)
+    power = (
+        f"every view must detect a binned TV >= {target.tv:g} with probability >= {target.power:g} at "
+        f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(rows))} Holm); reached: "
+        f"{worst:.3g} (worst case); non-central chi-square"
+    )
+    details = {
+        "alpha": target.alpha,
+        "alpha_test": alpha_test,
+        "target_tv": target.tv,
+        "power_level": target.power,
+        "detectable_tv": worst,
+        "no_power": no_power,
+        "rejected": rejected_cases,
+        "failed_samples": fatal,
+        "samples": drawn,
+        "sampling_seconds": seconds,
+        "samples_per_s": drawn / seconds if seconds > 0 else None,
+        "cases": cases,
+    }
+    measured = min((r["p_value"] for r in rows), default=0.0)
+    return CheckResult(name, measured, alpha_test, passed, details, power)
+
+
+def check_distribution(
+    name: str,
+    decoder: Decoder,
+    laws: Sequence[CaseLaw],
+    target: Target,
+    base_seed: int,
+    samples: Sequence[int] | None = None,
+    budget_s: float | None = None,
+    progress: Progress | None = None,
+) -> CheckResult:
+    """Plan (unless `samples` fixes N per case), sample and evaluate one decoder; `budget_s` caps
+    the sampling time, shared among the cases in proportion to their N."""
+    alpha_test = alpha_per_test(laws, target)
+    ns = list(samples) if samples is not None else [planned_samples(law, target, alpha_test) for law in laws]
+    end = None if budget_s is None else time.perf_counter() + budget_s
+    tallies = []
+    for i, (law, n) in enumerate(zip(laws, ns, strict=True)):
+        deadline = None  # what an earlier case left unused passes on to the later ones
+        if end is not None:
+            deadline = time.perf_counter() + (end - time.perf_counter()) * n / max(1, sum(ns[i:]))
+        t = sample_tally(decoder, law, n, base_seed, deadline)
+        tallies.append(t)
+        if progress:
+            progress(
+                f"  {name} {law.case.name}: {t['samples']}/{n} samples in {t['seconds']:.1f}s "
+                f"({t['samples_per_s']:.0f}/s{', batched' if t['batched'] else ''})"
+            )
+    return evaluate(name, laws, tallies, target)

@@ -1,0 +1,94 @@
+"""What gets certified: named decoder settings, each a recipe `build(model) -> decoder`.
+
+By default the candidate is fastdec with each strategy and a grid of fastdec.DecodeConfig
+settings whose depths scale with the model's R (DESIGN.md section 6; the defaults are
+fastdec.config's); `--decoder module:factory` makes it one user decoder. A Candidate with
+`fixed_width` can also be built in fastdec's fixed-width mode for the bitwise check
+(DESIGN.md section 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
+from proofs.decoders.protocol import Decoder, build_decoder, load_factory
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    build: Callable[..., Decoder]  # (model) -> decoder; fastdec recipes also take fixed_width=W
+    settings: dict = field(default_factory=dict)
+    lossless: bool = True  # False: must be REJECTED (a mutant), see proofs/checks/mutation.py
+    fixed_width: bool = False  # build(model, fixed_width=W) is supported
+    # True: the decoder serves only the certified checkpoint (a server): it is sampled on that
+    # model, and runs on other models are "not applicable"
+    own_model: bool = False
+
+
+def default_depths(R: int) -> tuple[int, int | None]:
+    """(d1, d2) used by the grid: fastdec's default d1 (about R/16) and d2 (about R/4)."""
+    d1 = default_draft_depth(R)
+    return d1, default_second_depth(R, d1)
+
+
+def fastdec_candidate(config: DecodeConfig, lossless: bool = True) -> Candidate:
+    def build(model, fixed_width=None):
+        from fastdec import Decoder as FastDecoder  # fastdec is optional for user decoders
+
+        p = next(model.parameters())  # the decoder runs where the model is, in its dtype
+        return FastDecoder(model, config, fixed_width=fixed_width, device=p.device, dtype=p.dtype)
+
+    defaults = DecodeConfig(config.strategy)
+    given = {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name == "strategy" or getattr(config, f.name) != getattr(defaults, f.name)
+    }
+    return Candidate(config.label, build, {"decoder": "fastdec", **given}, lossless, fixed_width=True)
+
+
+def fastdec_grid(R: int, full: bool) -> list[Candidate]:
+    """Each lossless strategy at the default depths; --full adds the unusual lossless settings."""
+    return [fastdec_candidate(c) for c in fastdec_configs(R, full)]
+
+
+def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
+    """The settings of fastdec_grid (the bench's certification-throughput figure uses them too)."""
+    d1, d2 = default_depths(R)
+    configs = [
+        DecodeConfig("autoregressive"),
+        DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=4),
+        DecodeConfig("pipelined", draft_depth=d1, second_depth=d2),
+    ]
+    if full:
+        deep = max(1, R // 2)
+        configs += [
+            DecodeConfig("draft-verify", draft_depth=deep, draft_ahead=2),
+            DecodeConfig("pipelined", draft_depth=d1, draft_filter=False),
+            DecodeConfig("pipelined", draft_depth=deep, rewind_depth=R - 1),
+        ]
+        if d2 is not None:
+            configs += [
+                DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
+                for gate in (False, "inverted")
+            ]
+    return configs
+
+
+def user_candidate(spec: str, connect: bool = True) -> Candidate:
+    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with
+    connect=False the server is reached only when a decoder is built)."""
+    from proofs.decoders.http_decoder import http_factory, is_http_spec
+
+    if is_http_spec(spec):
+        return Candidate(spec, http_factory(spec, connect), {"decoder": spec}, own_model=True)
+    factory = load_factory(spec)
+
+    def build(model):
+        return build_decoder(factory, model, spec)
+
+    return Candidate(spec, build, {"decoder": spec})

@@ -1,0 +1,84 @@
+"""Draw N samples of one case from a decoder, batched when it can, within a deadline.
+
+A decoder with `generate_batch(prompts, max_new_tokens, sampling, seeds)` (fastdec.Decoder,
+issue 11; a user decoder may offer it too) is called on chunks of seeds, each chunk sized from
+the time the last one took; otherwise `generate` is called once per seed. Sample i always uses
+seed base + i, so the samples do not depend on the chunking; a deadline only stops the draw
+early (what was reached is then reported, and the caller judges its power).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proofs.decoders.protocol import Decoder, run_generate, tokens_of
+from refdec.sampling import SamplingParams
+
+FIRST_CHUNK = 64  # seeds of the first generate_batch call
+MAX_CHUNK = 4096
+CHUNK_SECONDS = 5.0  # later chunks aim at about this long
+
+
+@dataclass
+class Draw:
+    samples: list[list[int]]
+    seconds: float
+    batched: bool  # generate_batch was used
+    error: str | None = None  # the decoder failed (sampling stopped there)
+    stopped_by_deadline: bool = False
+
+    @property
+    def samples_per_s(self) -> float:
+        return len(self.samples) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def draw(
+    decoder: Decoder,
+    prompt: Sequence[int],
+    n_tokens: int,
+    sampling: SamplingParams,
+    base_seed: int,
+    n_samples: int,
+    deadline: float | None = None,
+) -> Draw:
+    """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter())."""
+    t0 = time.perf_counter()
+    batch = getattr(decoder, "generate_batch", None)
+    out: list[list[int]] = []
+    cap = getattr(decoder, "max_batch", None)  # sequences one call may hold
+    if getattr(decoder, "batch_queue", False):  # fastdec.Decoder: any number, max_batch rows at a time
+        cap = None
+    cap = MAX_CHUNK if not isinstance(cap, int) or cap < 1 else min(MAX_CHUNK, cap)
+    chunk = min(FIRST_CHUNK, cap) if callable(batch) else 1
+    stopped = False
+    while len(out) < n_samples:
+        if deadline is not None and time.perf_counter() >= deadline:
+            stopped = True
+            break
+        seeds = list(range(base_seed + len(out), base_seed + min(n_samples, len(out) + chunk)))
+        t = time.perf_counter()
+        try:
+            if callable(batch):
+                got = batch([list(prompt)] * len(seeds), n_tokens, sampling, seeds)
+                got = [tokens_of(r) for r in got]
+                if len(got) != len(seeds):
+                    raise ValueError(f"generate_batch returned {len(got)} results for {len(seeds)} seeds")
+            else:
+                got = [run_generate(decoder, prompt, n_tokens, sampling, s) for s in seeds]
+        except Exception as e:  # noqa: BLE001 - any failure of the candidate is a finding
+            return Draw(
+                out,
+                time.perf_counter() - t0,
+                callable(batch),
+                f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}",
+            )
+        out += got
+        took = time.perf_counter() - t
+        if callable(batch):
+            per = took / len(seeds)
+            chunk = int(min(cap, max(1, CHUNK_SECONDS / max(per, 1e-9))))
+            if deadline is not None:  # never overshoot the deadline by more than about one chunk
+                chunk = max(1, min(chunk, int((deadline - time.perf_counter()) / max(per, 1e-9)) + 1))
+    return Draw(out, time.perf_counter() - t0, callable(batch), None, stopped)

@@ -1,0 +1,313 @@
+"""The reference speculative decoder: one LoopSpec step per token over refdec, with bug switches.
+
+Each step drafts x1 ~ q1 = p_d1, optionally a gated second proposal x2 ~ q2 = p_d2 (-) p_d1,
+and verifies the cascade against p_R (DESIGN.md section 4, LoopSpec Algorithm 1). Logits come
+from `proofs.stats.exact_laws.Oracle` (refdec's uncached `depth_logits`, float64), so the decoder is
+independent of fastdec's engine; with no bug switched on it consumes the RNG exactly like
+`fastdec.accept.loopspec_step` and emits the same tokens.
+
+`Bugs` switches on the wrong decoders of the mutant library (proofs/checks/mutation.py), one field per
+bug that real speculative decoders have shipped with. The lossless knobs (d1, d2, gate,
+draft_filter) are the controls: they change efficiency, never the law.
+
+`step_law` is the exact law of one sampling step, bugs included, as a (V, V) joint law of
+(emitted token, token the context continues with): the two differ only under `stale_kv`, where
+a rejected draft stays in the context after rollback. `sequence_law` chains it over n tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from fastdec.accept import GATES, RESIDUAL_TOL, gate_mask, gate_open_greedy, greedy_verify, positive_part
+from proofs.stats.exact_laws import Oracle
+from refdec.decode import check_generate_args
+from refdec.errors import LoopcertError
+from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
+from refdec.validate import check_number, is_int
+
+TARGET_FILTERS = ("temperature", "top_k", "top_p")
+ROUNDINGS = ("bfloat16", "int8")
+
+
+def rounded(law: torch.Tensor, how: str) -> torch.Tensor:
+    """A (V,) law as a low-precision draft path holds it, renormalised: bf16, or int8 with one
+    scale per row (max p / 127: every token below half a step drops out)."""
+    if how == "bfloat16":
+        q = law.to(torch.bfloat16).to(torch.float64)
+    else:
+        scale = float(law.max()) / 127.0
+        q = torch.round(law / scale) * scale
+    return q / q.sum()
+
+
+@dataclass(frozen=True)
+class Bugs:
+    """One switch per known speculative-decoding bug; all off is the lossless decoder."""
+
+    always_accept: bool = False  # u = 0: a first proposal with p_R(x1) > 0 is always accepted
+    resample_target: bool = False  # after every rejection draw from p_R, not from the residual
+    target_missing: str | None = None  # this filter is applied to the draft but not to p_R
+    score_depth: int | None = None  # x1 ~ p_d1 but min(1, p_R/q) and the residual use p_score_depth
+    second_scored_as_p_d2: bool = False  # x2 ~ p_d2 (-) p_d1 but scored with p_d2: the wrong base
+    unnormalised_residual: bool = False  # rho1 = [p_R - q1]_+ left unnormalised in x2's ratio
+    stale_kv: bool = False  # after rejecting x1 the context keeps x1 (stale KV after rollback)
+    greedy_near_miss: float = 0.0  # greedy accepts x1 whose p_R logit is within this of the max
+    # -- bugs from serving stacks' speculative samplers --------------------------------------
+    draft_rounding: str | None = None  # x1 drawn from a bf16 / int8-rounded q1, scored with the exact q1
+    scored_unfiltered: bool = False  # x1 drawn from the filtered q1, reported (scored) before top-k/p
+    accept_if_equal: bool = False  # accept x1 iff it equals an independent y ~ p_R; residual otherwise
+    first_unverified: int = 0  # rounds of this many tokens: each round's first draft is committed as is
+    stale_second: bool = False  # after rejecting x2 the context keeps x2 (its lane not rolled back)
+    target_top_k_default: int | None = None  # p_R carries this top_k when the user asked for none
+
+    def __post_init__(self):
+        if self.target_missing not in (None, *TARGET_FILTERS):
+            raise LoopcertError(
+                f"Bugs.target_missing must be None or one of {TARGET_FILTERS}, got {self.target_missing!r}"
+            )
+        if self.score_depth is not None and not is_int(self.score_depth, 1):
+            raise LoopcertError(f"Bugs.score_depth must be a depth >= 1, got {self.score_depth!r}")
+        check_number("Bugs.greedy_near_miss", self.greedy_near_miss, 0)
+        if self.draft_rounding not in (None, *ROUNDINGS):
+            raise LoopcertError(
+                f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, got {self.draft_rounding!r}"
+            )
+        for name in ("first_unverified", "target_top_k_default"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise LoopcertError(f"Bugs.{name} must be an integer >= 0, got {v!r}")
+        if self.first_unverified == 1:
+            raise LoopcertError("Bugs.first_unverified=1 would commit every token unverified; use >= 2")
+
+    @property
+    def lossless(self) -> bool:
+        return self == Bugs()
+
+
+def _ratio(rho: torch.Tensor, q: torch.Tensor, x: int) -> float:
+    """rho(x)/q(x), +inf when q(x) = 0 (only a bug scores a proposal where its law is 0)."""
+    return float(rho[x] / q[x]) if float(q[x]) > 0 else math.inf
+
+
+def _shrink(rho: torch.Tensor, q: torch.Tensor, normalise: bool) -> torch.Tensor:
+    """rho (-) q, or the unnormalised [rho - q]_+ under the bug; rho itself when it is empty
+    (the same fallback as fastdec.accept.residual / cascade)."""
+    pos = positive_part(rho, q)
+    mass = float(pos.sum())
+    if mass <= RESIDUAL_TOL:
+        return rho
+    return pos / mass if normalise else pos
+
+
+class SpecRef:
+    """Uncached LoopSpec decoder over refdec (DESIGN.md section 4), bugs optional."""
+
+    def __init__(
+        self,
+        model_or_oracle,
+        d1: int,
+        d2: int | None = None,
+        gate: bool | str = "on",
+        draft_filter: bool = True,
+        bugs: Bugs = Bugs(),
+    ):
+        self.oracle = model_or_oracle if isinstance(model_or_oracle, Oracle) else Oracle(model_or_oracle)
+        R = self.oracle.R
+        if not 1 <= d1 <= R:
+            raise LoopcertError(f"d1={d1} must be in 1..R={R}")
+        if d2 is not None and not d1 < d2 <= R:
+            raise LoopcertError(f"d2={d2} must satisfy d1={d1} < d2 <= R={R}")
+        if not (gate is True or gate is False or (isinstance(gate, str) and gate in GATES)):
+            raise LoopcertError(f"gate must be True, False or one of {GATES}, got {gate!r}")
+        if bugs.score_depth is not None and bugs.score_depth > R:
+            raise LoopcertError(f"Bugs.score_depth={bugs.score_depth} exceeds R={R}")
+        self.d1, self.d2, self.gate, self.draft_filter, self.bugs = d1, d2, gate, draft_filter, bugs
+        self._laws: dict[tuple, dict[str, torch.Tensor]] = {}
+
+    # -- the laws one step works with --------------------------------------------------------
+    def _target_params(self, s: SamplingParams) -> SamplingParams:
+        if self.bugs.target_top_k_default and s.top_k is None:
+            s = replace(s, top_k=self.bugs.target_top_k_default)
+        missing = self.bugs.target_missing
+        if missing == "temperature":
+            return replace(s, temperature=1.0)
+        return replace(s, **{missing: None}) if missing else s
+
+    def _draft_params(self, s: SamplingParams) -> SamplingParams:
+        return s if self.draft_filter else SamplingParams(temperature=s.temperature)
+
+    def laws(self, context: Sequence[int], s: SamplingParams) -> dict[str, torch.Tensor]:
+        """target, q1 (drawn), q1s (scored), and when d2 is set: p_d2, the gate mask over x1,
+        q2 (drawn) and q2s (scored). All (V,) float64; remembered per (context, sampling)."""
+        key = (tuple(context), s)
+        if key not in self._laws:
+            self._laws[key] = self._compute_laws(key[0], s)
+        return self._laws[key]
+
+    def _compute_laws(self, context: tuple[int, ...], s: SamplingParams) -> dict[str, torch.Tensor]:
+        o, b = self.oracle, self.bugs
+        draft = self._draft_params(s)
+        out = {"target": o.law(context, o.R, self._target_params(s)), "q1": o.law(context, self.d1, draft)}
+        out["q1s"] = out["q1"] if b.score_depth is None else o.law(context, b.score_depth, draft)
+        if b.scored_unfiltered:
+            out["q1s"] = o.law(context, self.d1, SamplingParams(temperature=s.temperature))
+        if b.draft_rounding:
+            out["q1"] = rounded(out["q1"], b.draft_rounding)
+        if self.d2 is not None:
+            p_d2 = o.law(context, self.d2, draft)
+            out["opens"] = gate_mask(p_d2, out["q1"], self.gate)
+            out["q2"] = _shrink(p_d2, out["q1"], normalise=True)  # only drawn where the gate opens
+            out["q2s"] = p_d2 if b.second_scored_as_p_d2 else out["q2"]
+        return out
+
+    # -- decoding ----------------------------------------------------------------------------
+    def unverified(self, position: int) -> bool:
+        """Under `first_unverified`, the first token of each round is committed as drafted."""
+        k = self.bugs.first_unverified
+        return bool(k) and position % k == 0
+
+    def step(
+        self, context: Sequence[int], s: SamplingParams, gen: torch.Generator, position: int = 0
+    ) -> tuple[int, int]:
+        """One committed token: (emitted token, token the context continues with)."""
+        if s.greedy:
+            return self._greedy_step(context, position)
+        b, L = self.bugs, self.laws(context, s)
+        x1 = sample(L["q1"], gen)
+        if self.unverified(position):
+            return x1, x1
+        proposals = [(x1, L["q1s"])]
+        if self.d2 is not None and bool(L["opens"][x1]):
+            proposals.append((sample(L["q2"], gen), L["q2s"]))
+        rho = L["target"]
+        for j, (x, q) in enumerate(proposals):  # Algorithm 1: accept if u < rho(x)/q(x)
+            if j == 0 and b.accept_if_equal:
+                accepted = sample(L["target"], gen) == x
+            else:
+                u = 0.0 if (b.always_accept and j == 0) else draw_uniform(gen)
+                accepted = u < _ratio(rho, q, x)
+            if accepted:
+                return x, x
+            rho = _shrink(rho, q, normalise=not b.unnormalised_residual)
+        y = sample_from(L["target"] if b.resample_target else rho, draw_uniform(gen))
+        if b.stale_kv:
+            return y, x1
+        return y, (proposals[1][0] if b.stale_second and len(proposals) == 2 else y)
+
+    def _greedy_step(self, context: Sequence[int], position: int = 0) -> tuple[int, int]:
+        logits = self.oracle.logits(context)  # (R, V)
+        target = logits[-1]
+        x1 = int(torch.argmax(logits[self.d1 - 1]))
+        if self.unverified(position):
+            return x1, x1
+        proposals = [x1]
+        if self.d2 is not None:
+            x2 = int(torch.argmax(logits[self.d2 - 1]))
+            gate = {True: "on", False: "off"}.get(self.gate, self.gate)
+            closed_on = not gate_open_greedy(x2, x1)  # LoopSpec's gate is closed: argmax p_d2 == x1
+            if {"on": not closed_on, "off": True, "inverted": closed_on, "none": False}[gate]:
+                proposals.append(x2)
+        near = self.bugs.greedy_near_miss
+        if near > 0 and float(target[x1]) >= float(target.max()) - near:
+            return x1, x1
+        y, _ = greedy_verify(int(torch.argmax(target)), proposals)
+        return y, (x1 if self.bugs.stale_kv and y != x1 else y)
+
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[int]:
+        ids, _ = check_generate_args(self.oracle.model, prompt, max_new_tokens, sampling, seed, None)
+        gen = torch.Generator().manual_seed(seed)
+        context, new = list(ids), []
+        for i in range(max_new_tokens):
+            y, c = self.step(context, sampling, gen, i)
+            new.append(y)
+            context.append(c)
+            if y == eos_token_id:
+                break
+        return new
+
+    # -- the exact law -----------------------------------------------------------------------
+    def step_law(self, context: Sequence[int], s: SamplingParams, position: int = 0) -> torch.Tensor:
+        """(V, V) float64 joint law J[y, c] of one sampling `step` (emitted y, context c).
+
+        Summed over x1 ~ q1 in closed form, exactly as `step` draws: a1(x1) = min(1, rho0/q1s)
+        (1 where that ratio is > 0 under always_accept, p_R(x1) under accept_if_equal); after a
+        rejection the token has law F1 (gate closed) or, gate open, x2 ~ q2 is accepted with
+        a2 = min(1, rho1/q2s), else F2 (F: the residual, or p_R under resample_target).
+        """
+        if s.greedy:
+            raise LoopcertError("step_law is for sampling; greedy steps are deterministic")
+        b, L = self.bugs, self.laws(context, s)
+        target, q1, q1s = L["target"], L["q1"], L["q1s"]
+        V = target.numel()
+        idx = torch.arange(V)
+        joint = torch.zeros(V, V, dtype=torch.float64)
+        if self.unverified(position):
+            joint[idx, idx] = q1
+            return joint
+        ratio1 = torch.tensor([_ratio(target, q1s, x) for x in range(V)], dtype=torch.float64)
+        if b.accept_if_equal:
+            a1 = target.clone()
+        elif b.always_accept:
+            a1 = (ratio1 > 0).to(torch.float64)
+        else:
+            a1 = ratio1.clamp(max=1.0)
+        rho1 = _shrink(target, q1s, normalise=not b.unnormalised_residual)
+
+        def final(rho: torch.Tensor) -> torch.Tensor:
+            law = target if b.resample_target else rho
+            return law / law.sum()  # sample_from draws in proportion to the mass
+
+        joint[idx, idx] = q1 * a1
+        rejected = q1 * (1.0 - a1)  # (V,) over x1
+        opens = L["opens"] if self.d2 is not None else torch.zeros(V, dtype=torch.bool)
+        closed = rejected * (~opens)
+        f1 = final(rho1)
+        if b.stale_kv:
+            joint += f1[:, None] * closed[None, :]  # y ~ F1, the context keeps x1
+        else:
+            joint[idx, idx] += f1 * float(closed.sum())
+        if bool(opens.any()):
+            q2, q2s = L["q2"], L["q2s"]
+            a2 = torch.tensor([min(1.0, _ratio(rho1, q2s, x)) for x in range(V)], dtype=torch.float64)
+            f2 = final(_shrink(rho1, q2s, normalise=not b.unnormalised_residual))
+            acc2, rej2 = q2 * a2, q2 * (1.0 - a2)  # (V,) over x2
+            opened = rejected * opens
+            if b.stale_kv:
+                joint += (acc2 + float(rej2.sum()) * f2)[:, None] * opened[None, :]
+            else:
+                mass = float(opened.sum())
+                joint[idx, idx] += acc2 * mass
+                if b.stale_second:
+                    joint += f2[:, None] * rej2[None, :] * mass  # y ~ F2, the context keeps x2
+                else:
+                    joint[idx, idx] += f2 * float(rej2.sum()) * mass
+        return joint
+
+    def sequence_law(self, prompt: Sequence[int], n: int, s: SamplingParams) -> dict[tuple[int, ...], float]:
+        """Exact law of the first n emitted tokens, summed over the contexts they leave behind."""
+        states: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {((), ()): 1.0}
+        prompt = tuple(prompt)
+        for _ in range(n):
+            nxt: dict = {}
+            for (emitted, ctx), p in states.items():
+                joint = self.step_law(prompt + ctx, s, len(ctx))
+                for y, c in torch.nonzero(joint > 0).tolist():
+                    key = (emitted + (y,), ctx + (c,))
+                    nxt[key] = nxt.get(key, 0.0) + p * float(joint[y, c])
+            states = nxt
+        law: dict[tuple[int, ...], float] = {}
+        for (emitted, _), p in states.items():
+            law[emitted] = law.get(emitted, 0.0) + p
+        return law

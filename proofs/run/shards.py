@@ -1,0 +1,144 @@
+"""Split a certification into shards and merge them back (issue 13).
+
+A certify run is a list of work units with stable ids, in plan order (proofs/run/certify.py:
+one per sampling case of each setting on each model, one per other check). `--shard i/n`
+runs the units whose position k in that order has k mod n == i - 1 and writes their raw
+results (sample tallies, check results) with the run's identity to DIR_i/shard.json. `merge`
+reads n such files, refuses any whose identity differs (commit, plan, model and its
+fingerprint, seed, decoder, device, dtype, time budget) naming the shard and the field,
+names missing or repeated shards and missing units, and hands the union of the raw results to
+the same code that assembles an unsharded certificate: Holm across all cases of a check, one
+verdict. Only timings differ from a single run (and what a time budget cut, which depends on
+the machine: a unit that stopped at its deadline is flagged in its tally either way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from refdec.errors import LoopcertError
+
+SHARD_FILE = "shard.json"
+FORMAT = 1
+IDENTITY = (
+    "commit",
+    "plan",
+    "plan_hash",
+    "model",
+    "model_fingerprint",
+    "seed",
+    "decoder",
+    "device",
+    "dtype",
+    "time_budget",
+)
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # 1-based
+    count: int
+
+    def __post_init__(self):
+        if not (
+            isinstance(self.count, int)
+            and self.count >= 1
+            and isinstance(self.index, int)
+            and 1 <= self.index <= self.count
+        ):
+            raise LoopcertError(f"--shard must be i/n with 1 <= i <= n, got {self.index}/{self.count}")
+
+    @classmethod
+    def parse(cls, spec: str) -> Shard:
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(spec))
+        if not m:
+            raise LoopcertError(f"--shard must look like i/n (e.g. 2/8), got {spec!r}")
+        return cls(int(m.group(1)), int(m.group(2)))
+
+    def takes(self, position: int) -> bool:
+        """Round robin over the plan order: neighbouring units (one check's cases) spread out."""
+        return position % self.count == self.index - 1
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def plan_hash(plan) -> str:
+    """A stable digest of a frozen plan dataclass (its repr lists every field)."""
+    return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
+
+
+def write_shard(out: Path, data: dict) -> Path:
+    from refdec.load import write_atomic
+
+    path = Path(out) / SHARD_FILE
+    text = json.dumps({"format": FORMAT, **data}, indent=1, allow_nan=False) + "\n"
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
+    return path
+
+
+def read_shard(folder: Path) -> dict:
+    path = Path(folder) / SHARD_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LoopcertError(f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise LoopcertError(f"{path}: cannot read it ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or "shard" not in data:
+        raise LoopcertError(f"{path}: not a loopcert shard file of format {FORMAT}")
+    data["_folder"] = str(folder)
+    return data
+
+
+def combine(shards: Sequence[dict]) -> tuple[dict, dict]:
+    """(identity, {unit id: raw result}) of compatible, complete shards; else a LoopcertError
+    naming the shard and what is wrong."""
+    if not shards:
+        raise LoopcertError("merge needs at least one shard folder")
+    first = shards[0]
+    ref = first["identity"]
+    n = first["shard"][1]
+    seen: dict[int, str] = {}
+    for s in shards:
+        where = f"shard {s['shard'][0]}/{s['shard'][1]} ({s['_folder']})"
+        for key in IDENTITY:
+            if s["identity"].get(key) != ref.get(key):
+                raise LoopcertError(
+                    f"{where} has {key} {s['identity'].get(key)!r}, but shard "
+                    f"{first['shard'][0]}/{n} ({first['_folder']}) has {ref.get(key)!r}: "
+                    "shards of different runs cannot be merged"
+                )
+        if s["shard"][1] != n:
+            raise LoopcertError(
+                f"{where} is one of {s['shard'][1]} shards, but {first['_folder']} is one of {n}"
+            )
+        if s["units"] != first["units"]:
+            # e.g. a full-plan case chosen otherwise from a law computed with other last bits
+            k = next((k for k, (a, b) in enumerate(zip(s["units"], first["units"])) if a != b), None)
+            if k is None:
+                diff = f"{len(s['units'])} units against {len(first['units'])}"
+            else:
+                diff = f"unit {k + 1}: {s['units'][k]!r} against {first['units'][k]!r}"
+            raise LoopcertError(f"{where} plans other work units than {first['_folder']} ({diff})")
+        i = s["shard"][0]
+        if i in seen:
+            raise LoopcertError(f"shard {i}/{n} given twice: {seen[i]} and {s['_folder']}")
+        seen[i] = s["_folder"]
+    missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in seen]
+    if missing:
+        raise LoopcertError(
+            f"missing shard(s) {', '.join(missing)} of {n} (got {', '.join(sorted(seen.values()))})"
+        )
+    results: dict[str, dict] = {}
+    for s in shards:
+        results.update(s["results"])
+    lost = [u for u in first["units"] if u not in results]
+    if lost:
+        raise LoopcertError(f"work unit(s) {', '.join(lost)} are in no shard's results")
+    return ref, results

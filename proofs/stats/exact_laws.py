@@ -1,0 +1,180 @@
+"""Exact next-token laws from refdec, and the exact law of the first n generated tokens.
+
+`Oracle` wraps a float64 copy of a model and remembers `depth_logits` of every context it
+was asked about (a pure function of the context, so remembering it is not a cache in the
+DESIGN.md section 5 sense: nothing is ever rolled back or reused across different inputs).
+
+`exact_law` enumerates the prefix tree of the first n tokens under p_R (DESIGN.md section 6,
+check 3): every sequence when the vocabulary is tiny, otherwise the head of the law (every
+node whose probability is at least `min_prob`) plus one pooled remainder cell. A sample is
+classified into a head cell, the remainder, or the impossible cell (a continuation the law
+gives probability 0 at a node it expanded, a wrong length, or an out-of-range id).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from refdec.errors import LoopcertError
+from refdec.sampling import SamplingParams, transform
+
+MAX_FULL_CONTEXTS = 400  # enumerate the whole tree when it has at most this many inner nodes
+
+
+class Oracle:
+    """float64 refdec logits at every depth 1..R of the last position of a context, remembered."""
+
+    def __init__(self, model):
+        self.model = copy.deepcopy(model).to(device="cpu", dtype=torch.float64).eval()
+        self.cfg = self.model.cfg
+        self.R = self.cfg.recurrence
+        self.V = self.cfg.vocab_size
+        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
+        self._laws: dict[tuple, torch.Tensor] = {}
+
+    def logits(self, context: Sequence[int]) -> torch.Tensor:
+        """(R, V) float64: row r-1 is the depth-r logits of the token after `context`."""
+        key = tuple(int(t) for t in context)
+        got = self._logits.get(key)
+        if got is None:
+            got = self.model.depth_logits(list(key), list(range(1, self.R + 1)))[:, -1]
+            self._logits[key] = got
+        return got
+
+    def law(self, context: Sequence[int], depth: int, sampling: SamplingParams) -> torch.Tensor:
+        """(V,) float64: transform(p_depth) for the token after `context` (DESIGN.md section 3)."""
+        if not 1 <= depth <= self.R:
+            raise LoopcertError(f"depth {depth} outside 1..R={self.R}")
+        key = (tuple(context), depth, sampling)
+        got = self._laws.get(key)
+        if got is None:
+            got = transform(self.logits(context)[depth - 1], sampling)
+            self._laws[key] = got
+        return got
+
+    @property
+    def contexts_seen(self) -> int:
+        return len(self._logits)
+
+
+IMPOSSIBLE = -1  # classify(): a sample the law gives probability zero
+REMAINDER = -2  # classify(): a sample outside the enumerated head
+
+
+@dataclass
+class ExactLaw:
+    """The law of the first n new tokens: head cells + one remainder cell (mass `remainder`)."""
+
+    prompt: tuple[int, ...]
+    n: int
+    sampling: SamplingParams
+    cells: list[tuple[int, ...]]
+    probs: np.ndarray  # (len(cells),) float64
+    remainder: float  # mass of every sequence not enumerated (0 under full enumeration)
+    full: bool
+    min_prob: float
+    nodes: dict[tuple[int, ...], np.ndarray] = field(repr=False)  # expanded prefix -> (V,) law
+    index: dict[tuple[int, ...], int] = field(repr=False)
+
+    def classify(self, seq: Sequence[int]) -> int:
+        """Cell index of a generated sequence, or REMAINDER / IMPOSSIBLE."""
+        seq = tuple(seq)
+        if len(seq) != self.n:
+            return IMPOSSIBLE
+        got = self.index.get(seq)
+        if got is not None:
+            return got
+        for i in range(self.n):
+            law = self.nodes.get(seq[:i])
+            if law is None:
+                return REMAINDER
+            if not 0 <= seq[i] < law.size or law[seq[i]] <= 0.0:
+                return IMPOSSIBLE
+        return REMAINDER  # positive probability, below the head's threshold
+
+    def cell_probs(self) -> np.ndarray:
+        """Head cells, then the remainder cell, then the impossible cell (probability 0)."""
+        return np.concatenate([self.probs, [max(self.remainder, 0.0), 0.0]])
+
+    def counts(self, samples: Sequence[Sequence[int]]) -> np.ndarray:
+        """Counts over `cell_probs()`'s cells."""
+        c = np.zeros(len(self.cells) + 2, dtype=np.int64)
+        for s in samples:
+            k = self.classify(s)
+            c[k if k >= 0 else (len(self.cells) if k == REMAINDER else len(self.cells) + 1)] += 1
+        return c
+
+    def describe(self) -> str:
+        if self.full:
+            return f"full enumeration of {len(self.cells)} sequences of positive probability"
+        return (
+            f"head of {len(self.cells)} sequences (every node with p >= {self.min_prob:.3g}) "
+            f"+ one pooled remainder of mass {self.remainder:.4f}"
+        )
+
+
+def exact_law(
+    oracle: Oracle,
+    prompt: Sequence[int],
+    n: int,
+    sampling: SamplingParams,
+    n_samples: int | None = None,
+    min_expected: float = 5.0,
+) -> ExactLaw:
+    """Enumerate the law of the first n tokens of refdec at depth R under `sampling`.
+
+    Full enumeration when the tree has at most MAX_FULL_CONTEXTS inner nodes; otherwise only
+    nodes with probability >= min_expected / n_samples are expanded: a smaller cell could only
+    ever fall into the chi-square test's pooled bin (proofs.stats.chisquare.chisquare_gof), so the head
+    loses no power to the pooling.
+    """
+    prompt = tuple(int(t) for t in prompt)
+    if n < 1:
+        raise LoopcertError(f"n must be >= 1, got {n}")
+    inner = sum(oracle.V**k for k in range(n))
+    full = inner <= MAX_FULL_CONTEXTS
+    if full:
+        min_prob = 0.0
+    elif n_samples is None:
+        raise LoopcertError("a head-of-law enumeration needs n_samples")
+    else:
+        min_prob = min_expected / n_samples
+    nodes: dict[tuple[int, ...], np.ndarray] = {}
+    cells: list[tuple[int, ...]] = []
+    probs: list[float] = []
+    frontier = [((), 1.0)]
+    for depth in range(n):
+        nxt = []
+        for prefix, p in frontier:
+            law = oracle.law(prompt + prefix, oracle.R, sampling).numpy()
+            nodes[prefix] = law
+            for t in np.flatnonzero(law > 0):
+                q = p * float(law[t])
+                if depth == n - 1:
+                    if q > 0 and (full or q >= min_prob):
+                        cells.append(prefix + (int(t),))
+                        probs.append(q)
+                elif full or q >= min_prob:
+                    nxt.append((prefix + (int(t),), q))
+        frontier = nxt
+    probs_arr = np.asarray(probs, dtype=np.float64)
+    remainder = 0.0 if full else max(0.0, 1.0 - float(probs_arr.sum()))
+    if full:  # float64 rounding only: renormalise so the cells sum to exactly one
+        probs_arr = probs_arr / probs_arr.sum()
+    return ExactLaw(
+        prompt,
+        n,
+        sampling,
+        cells,
+        probs_arr,
+        remainder,
+        full,
+        min_prob,
+        nodes,
+        {c: i for i, c in enumerate(cells)},
+    )

@@ -1,0 +1,159 @@
+"""`loopcert certify --decoder http://...`: a real `loopcert serve` subprocess certified through
+its completions API; a lossy server is rejected, a seed-ignoring one is NON-REPRODUCIBLE
+(issue 13). A reduced plan keeps each run to seconds; `tox -e certify` style runs use QUICK."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import replace
+
+import pytest
+
+for extra in ("httpx", "fastapi", "uvicorn"):  # the serve extra; tox's py env installs it
+    pytest.importorskip(extra)
+
+from plans import SMALL_PLAN  # noqa: E402
+from serving import start  # noqa: E402
+
+import proofs.run.certify as certify_mod  # noqa: E402
+import refdec  # noqa: E402
+from loopcert.cli import main  # noqa: E402
+from proofs.decoders.http_decoder import HTTPDecoder, model_fingerprint, request_body  # noqa: E402
+from refdec.errors import LoopcertError  # noqa: E402
+from refdec.sampling import SamplingParams  # noqa: E402
+
+HTTP_PLAN = replace(
+    SMALL_PLAN,
+    greedy_prompts=2,
+    greedy_tokens=8,
+    sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
+    tv=0.2,
+    mutant_names=("always-accept",),
+)
+TINY = ("tiny-ouro", "--draft-depth", "1")
+
+
+@pytest.fixture(scope="module")
+def good_server(request, tmp_path_factory):
+    return start(request, tmp_path_factory, *TINY)
+
+
+@pytest.fixture
+def http_plan(monkeypatch):
+    monkeypatch.setitem(certify_mod.PLANS, "quick", HTTP_PLAN)
+
+
+def certify_json(url: str, out) -> tuple[int, dict]:
+    rc = main(["certify", "tiny-ouro", "--decoder", url, "--out", str(out), "--seed", "1"])
+    return rc, json.loads((out / "certificate.json").read_text())
+
+
+def test_lossless_server_is_certified(good_server, tmp_path, http_plan):
+    server = good_server
+    rc, cert = certify_json(server.url, tmp_path)
+    assert rc == 0 and cert["verdict"] == "PASS", cert["failed"]
+    names = [c["name"] for c in cert["checks"]]
+    assert f"sampling[tiny-ouro: {server.url}]" in names and "reproducibility" in names
+    greedy = next(c for c in cert["checks"] if c["name"] == "greedy_float64")
+    assert any("tiny-raven" in s for s in greedy["details"]["not_applicable"])  # serves only its own model
+    assert "## Reproducibility: pass" in (tmp_path / "certificate.md").read_text()
+
+
+def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan):
+    server = start(
+        request,
+        tmp_path_factory,
+        "tiny-ouro",
+        "--strategy",
+        "adaptive-verify",
+        "--draft-depth",
+        "1",
+        "--rewind-depth",
+        "2",
+    )
+    rc, cert = certify_json(server.url, tmp_path)
+    assert rc == 1 and cert["verdict"] == "FAIL"
+    assert f"sampling[tiny-ouro: {server.url}]" in cert["failed"] and "greedy_float64" in cert["failed"]
+    assert "reproducibility" not in cert["failed"]
+
+
+def test_seed_ignoring_server_is_non_reproducible_not_wrong(request, tmp_path_factory, tmp_path, http_plan):
+    server = start(request, tmp_path_factory, *TINY, "--ignore-request-seed")
+    rc, cert = certify_json(server.url, tmp_path)
+    assert rc == 1 and cert["verdict"] == "NON-REPRODUCIBLE" and cert["failed"] == ["reproducibility"]
+    repro = next(c for c in cert["checks"] if c["name"] == "reproducibility")
+    assert repro["measured"] == 3 and repro["details"]["differences"]
+    assert (tmp_path / "certificate.md").read_text().startswith("# loopcert certificate: NON-REPRODUCIBLE")
+
+
+def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
+    dec = HTTPDecoder(good_server.url)
+    try:
+        dec.check_model(refdec.load_model("tiny-ouro", dtype="float64"))  # float64 copy: same fingerprint
+        with pytest.raises(LoopcertError, match="serves 'tiny-ouro'.*not 'tiny-raven'"):
+            dec.check_model(refdec.load_model("tiny-raven"))
+        toks = dec.generate([1, 2, 3], 5, SamplingParams(temperature=0.7, top_k=3), seed=4)
+        assert len(toks) == 5 and all(0 <= t < 13 for t in toks)
+        sp = SamplingParams(temperature=0.7, top_k=3)
+        assert dec.generate_batch([[1, 2, 3]] * 3, 5, sp, [9, 4, 9]) == [
+            dec.generate([1, 2, 3], 5, sp, seed=s) for s in (9, 4, 9)
+        ]
+        # runs of consecutive seeds of one prompt go as requests of `choices` samples (API's n)
+        sent, request = [], dec._request
+        dec._request = lambda p, m, s, seed, n: sent.append((p[0], seed, n)) or request(p, m, s, seed, n)
+        prompts = [[1, 2, 3]] * 40 + [[2]] * 2
+        seeds = list(range(20, 60)) + [60, 61]
+        got = dec.generate_batch(prompts, 4, sp, seeds)
+        assert sorted(sent) == [(1, 20, 16), (1, 36, 16), (1, 52, 8), (2, 60, 2)]
+        assert got == [dec.generate(p, 4, sp, seed=s) for p, s in zip(prompts, seeds)]
+    finally:
+        dec.close()
+    fingerprints = {model_fingerprint(refdec.load_model(name)) for name in ("tiny-ouro", "tiny-raven")}
+    assert len(fingerprints) == 2
+    body = request_body("m", [1, 2], 3, SamplingParams(temperature=0.5, top_p=0.9), 7)
+    assert body == {
+        "model": "m",
+        "prompt": [1, 2],
+        "max_tokens": 3,
+        "n": 1,
+        "seed": 7,
+        "ignore_eos": True,
+        "temperature": 0.5,
+        "top_p": 0.9,
+    }
+    assert request_body("m", [1], 1, SamplingParams(), 0)["temperature"] == 0.0
+
+
+def test_unreachable_server_is_a_usage_error(tmp_path, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = main(["certify", "tiny-ouro", "--decoder", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path)])
+    assert rc == 2 and "cannot reach" in capsys.readouterr().err
+    assert not (tmp_path / "certificate.json").exists()
+
+
+def test_http_decoder_refuses_choices_decoded_for_other_seeds(good_server):
+    """The per-choice seed rule (choice k: seed + k) is checked on every response: a server
+    that numbers choices otherwise is refused, naming the choice and both seeds."""
+    import httpx
+
+    dec = HTTPDecoder(good_server.url)
+
+    def handler(req):
+        body = json.loads(req.content)
+        choices = [
+            {"tokens": [0] * body["max_tokens"], "requested_seed": body["seed"] + 2 * k}
+            for k in range(body["n"])
+        ]
+        return httpx.Response(200, json={"loopcert": {"choices": choices}})
+
+    try:
+        dec.client = httpx.Client(transport=httpx.MockTransport(handler))
+        sp = SamplingParams(temperature=1.0)
+        assert dec.generate_batch([[1]], 2, sp, [5]) == [[0, 0]]  # one choice: seed + 0
+        with pytest.raises(LoopcertError, match="choice 1 was decoded for seed 7, not 6"):
+            dec.generate_batch([[1]] * 3, 2, sp, [5, 6, 7])
+    finally:
+        dec.close()

@@ -1,0 +1,50 @@
+"""The minimal KV-cached baseline agrees with refdec token for token in float64."""
+
+import pytest
+import torch
+
+import refdec
+from proofs.decoders.naive_kv import NaiveKVDecoder
+from refdec.config import TINY_PRESETS
+from refdec.sampling import SamplingParams
+
+
+@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(1.0, top_k=6, top_p=0.9)])
+def test_matches_refdec_in_float64(name, sampling):
+    m = refdec.load_model(name, seed=3, dtype=torch.float64)
+    for prompt, depth in (([1, 2, 3, 4, 5], None), ([7], 2)):
+        want = refdec.generate(m, prompt, 12, sampling, seed=9, depth=depth)
+        assert NaiveKVDecoder(m, depth=depth).generate(prompt, 12, sampling, seed=9) == want
+
+
+def test_eos_and_zero_tokens():
+    m = refdec.load_model("tiny-raven", dtype=torch.float64)
+    full = refdec.generate(m, [1, 2], 8)
+    d = NaiveKVDecoder(m)
+    assert d.generate([1, 2], 8, eos_token_id=full[2]) == full[: full.index(full[2]) + 1]
+    assert d.generate([1, 2], 0) == []
+
+
+def test_a_cache_bug_is_caught(monkeypatch):
+    # negative control: a cache that zeroes the keys of decoded rows must disagree
+    m = refdec.load_model("tiny-raven-llama", seed=1, dtype=torch.float64)
+    d = NaiveKVDecoder(m)
+    sp = SamplingParams(1.0)
+    good = d.generate([1, 2, 3], 10, sp, seed=4)
+    from proofs.decoders import naive_kv
+
+    orig = naive_kv._Timeline.attend_at
+
+    def stale(self, start):
+        inner = orig(self, start)
+
+        def attend(q, k, v):
+            return inner(q, torch.zeros_like(k), v) if start > 3 else inner(q, k, v)
+
+        return attend
+
+    monkeypatch.setattr(naive_kv._Timeline, "attend_at", stale)
+    assert d.generate([1, 2, 3], 10, sp, seed=4) != good
+    monkeypatch.undo()
+    assert good == refdec.generate(m, [1, 2, 3], 10, sp, seed=4)

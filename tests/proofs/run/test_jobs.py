@@ -1,0 +1,121 @@
+"""`loopcert certify --jobs N`: the plan's work units run in N forked worker processes give the
+certificate of --jobs 1, apart from timings (proofs/run/jobs.py). Negative control: the same
+comparison tells two runs of different seeds apart, so the equality is not vacuous."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from plans import SHARD_PLAN, SMALL_PLAN, untimed
+
+import proofs.run.certify as certify_mod
+import proofs.run.jobs as jobs_mod
+from loopcert.cli import main
+from proofs.run.jobs import default_jobs
+from refdec.errors import LoopcertError
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+    root = tmp_path_factory.mktemp("jobs")
+    log = root / "pids"  # each unit appends the pid of the process that ran it
+    real = certify_mod.run_units
+
+    def logged(units, *a):
+        def wrap(fn):
+            def run(share=None):
+                with open(log, "a") as f:
+                    f.write(f"{os.getpid()}\n")
+                return fn(share)
+
+            return run
+
+        return real([(uid, wrap(fn)) for uid, fn in units], *a)
+
+    mp.setattr(certify_mod, "run_units", logged)
+    try:
+        rcs = {
+            name: main(["certify", "tiny-ouro", "--seed", seed, "--jobs", j, "--out", str(root / name)])
+            for name, seed, j in (
+                ("serial", "2", "1"),
+                ("two", "2", "2"),
+                ("three", "2", "3"),
+                ("other", "5", "2"),
+            )
+        }
+    finally:
+        mp.undo()
+    certs = {name: json.loads((root / name / "certificate.json").read_text()) for name in rcs}
+    return rcs, certs, [int(x) for x in log.read_text().split()]
+
+
+def test_jobs_give_the_serial_certificate(runs):
+    rcs, certs, pids = runs
+    assert rcs == {"serial": 0, "two": 0, "three": 0, "other": 0}
+    assert untimed(certs["two"]) == untimed(certs["serial"])
+    assert untimed(certs["three"]) == untimed(certs["serial"])
+    units = certs["serial"]["stamp"]["work_units"]
+    assert units > 10 and len(pids) == 3 * units  # every unit of the 3 parallel runs, once
+    assert os.getpid() not in pids and len(set(pids)) >= 2  # in other processes, more than one
+
+
+def test_the_comparison_sees_another_seed(runs):
+    """Negative control: a run with another seed draws other samples, and the comparison says so."""
+    _, certs, _ = runs
+    assert untimed(certs["other"]) != untimed(certs["serial"])
+
+
+def test_jobs_share_the_time_budget_as_wall_time():
+    """With N workers the sampling pool holds N x the budget (worker-seconds): each worker gets
+    about the budget's worth of wall time, as a serial run does."""
+    import torch
+
+    run = certify_mod.CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    units = [u for c in run.sampling_checks() for u in c.units]
+    run.pool_sampling([u.id for u in units], workers=2)
+    assert run._pool["seconds"] == pytest.approx(2 * SMALL_PLAN.sampling_budget_s)
+    pool = run._pool["seconds"]
+    first = run.dispatch_share(units[0].id)  # may use up to SHARE_SLACK x its proportion ...
+    fair = pool / len(units)
+    assert first == pytest.approx(min(pool, certify_mod.SHARE_SLACK * fair))
+    assert run._pool["seconds"] == pytest.approx(pool - fair)  # ... but reserves only its proportion
+    if len(units) > 1:  # a unit dispatched beside it still gets its own share, not what is left of 2x
+        assert run.dispatch_share(units[1].id) > 0
+    assert run.dispatch_share("check/speed") is None
+    left = run._pool["seconds"]
+    run.returned_share(units[0].id, first, {"seconds": 1.0})  # used 1 s
+    assert run._pool["seconds"] == pytest.approx(left + fair - 1.0)
+
+
+@pytest.mark.parametrize("argv", [["--jobs", "0"], ["--jobs", "2", "--device", "cuda"]])
+def test_bad_jobs_exit_2(argv, tmp_path, capsys):
+    assert main(["certify", "tiny-ouro", *argv, "--out", str(tmp_path)]) == 2
+    assert "--jobs" in capsys.readouterr().err or "cuda" in capsys.readouterr().err
+
+
+def test_default_jobs():
+    assert 1 <= default_jobs() <= jobs_mod.MAX_DEFAULT_JOBS
+    assert default_jobs("cuda") == 1
+    with pytest.raises(LoopcertError, match="--jobs"):
+        jobs_mod.check_jobs(2, "cuda:0")
+
+
+def test_dispatch_order_puts_whole_checks_first_then_sampling_by_n():
+    """The order decides the wall time, never the results: whole checks first (the speed check
+    cannot be split), then sampling units by decreasing N, then the mutants; each unit once."""
+    import torch
+
+    run = certify_mod.CertifyRun(SHARD_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    units, _ = certify_mod.plan_units(run, "float32")
+    order = [uid for uid, _ in certify_mod.dispatch_order(run, units)]
+    assert sorted(order) == sorted(uid for uid, _ in units)
+    kinds = [0 if u.startswith("check/") else 1 if u.startswith("sampling/") else 2 for u in order]
+    assert kinds == sorted(kinds) and set(kinds) == {0, 1, 2}
+    n = {u.id: u.samples for u in run.sampling_units_by_id().values()}
+    ns = [n[u] for u in order if u in n]
+    assert ns == sorted(ns, reverse=True) and len(set(ns)) > 1  # two cases of different N
+    assert order.index("check/speed") < order.index(next(u for u in order if u in n))

@@ -1,0 +1,127 @@
+"""`loopcert certify --shard i/n` + `loopcert merge`: the merged certificate is the unsharded one
+apart from timings; shards of different runs, missing or repeated shards are refused, named
+(issue 13). A reduced plan keeps each run to seconds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from plans import SHARD_PLAN, untimed
+
+import proofs.run.certify as certify_mod
+from loopcert.cli import main
+from proofs.run.shards import Shard
+from refdec.errors import LoopcertError
+
+N = 3  # shards of the run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One unsharded run and N shard runs of the same plan and seed."""
+    mp = pytest.MonkeyPatch()
+    mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+    root = tmp_path_factory.mktemp("shards")
+    argv = ["certify", "tiny-ouro", "--seed", "2"]
+    try:
+        rc = main([*argv, "--out", str(root / "whole")])
+        rcs = [main([*argv, "--shard", f"{i}/{N}", "--out", str(root / f"s{i}")]) for i in range(1, N + 1)]
+    finally:
+        mp.undo()
+    return rc, rcs, root
+
+
+def merge(root, *names, out="merged"):
+    return main(["merge", *[str(root / n) for n in names], "--out", str(root / out)])
+
+
+def test_merged_shards_equal_the_unsharded_certificate(runs):
+    rc, rcs, root = runs
+    assert rcs == [0] * N
+    shards = [json.loads((root / f"s{i}" / "shard.json").read_text()) for i in range(1, N + 1)]
+    units = shards[0]["units"]
+    assert sum(len(s["results"]) for s in shards) == len(units) and len(units) > N
+    assert sum(u.startswith("sampling/") for u in units) == 6  # 3 settings x 2 cases
+    mutants = [u for u in units if u.startswith("mutant/")]
+    assert mutants == ["mutant/always-accept", "mutant/greedy-near-miss"]  # one unit per mutant
+    for i, s in enumerate(shards):  # a deterministic 1/N: round robin over the plan order
+        assert sorted(s["results"]) == sorted(u for k, u in enumerate(units) if k % N == i)
+    assert not (root / "s1" / "certificate.json").exists()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+        assert merge(root, "s3", "s1", "s2") == rc  # any order
+    whole = json.loads((root / "whole" / "certificate.json").read_text())
+    merged = json.loads((root / "merged" / "certificate.json").read_text())
+    assert untimed(merged) == untimed(whole)
+    assert merged["verdict"] == whole["verdict"] == "PASS"
+    assert merged["stamp"]["command"] == whole["stamp"]["command"]
+    md = (root / "merged" / "certificate.md").read_text()
+    assert md.startswith("# loopcert certificate: PASS")
+
+
+def _tamper(root, src: str, dst: str, key: str, value) -> None:
+    shutil.copytree(root / src, root / dst, dirs_exist_ok=True)
+    data = json.loads((root / dst / "shard.json").read_text())
+    data["identity"][key] = value
+    (root / dst / "shard.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("seed", 99),
+        ("plan_hash", "0" * 16),
+        ("model", "tiny-raven"),
+        ("commit", "deadbeef"),
+        ("model_fingerprint", "f" * 64),
+        ("decoder", "http://127.0.0.1:1/v1"),
+    ],
+)
+def test_shards_of_different_runs_are_refused_naming_shard_and_field(runs, key, value, capsys):
+    _, _, root = runs
+    _tamper(root, "s2", f"bad-{key}", key, value)
+    assert merge(root, "s1", f"bad-{key}", "s3", out=f"m-{key}") == 2
+    err = capsys.readouterr().err
+    assert f"shard 2/{N}" in err and f"has {key} {value!r}" in err
+    assert not (root / f"m-{key}" / "certificate.json").exists()
+
+
+def test_missing_and_repeated_shards_are_named(runs, capsys):
+    _, _, root = runs
+    assert merge(root, "s1", "s3", out="m-missing") == 2
+    assert f"missing shard(s) 2/{N}" in capsys.readouterr().err
+    assert merge(root, "s1", "s1", "s2", "s3", out="m-twice") == 2
+    assert f"shard 1/{N} given twice" in capsys.readouterr().err
+    assert merge(root, "whole", out="m-none") == 2  # a certificate folder is not a shard
+    assert "no shard.json" in capsys.readouterr().err
+
+
+def test_shards_that_planned_other_units_are_refused_naming_the_first_difference(runs, capsys):
+    """The full plan picks its cases per machine from float64 laws (proofs.run.certify.choose_case): a
+    shard that chose another case plans other unit ids, and merge names the first of them."""
+    _, _, root = runs
+    shutil.copytree(root / "s2", root / "bad-units", dirs_exist_ok=True)
+    data = json.loads((root / "bad-units" / "shard.json").read_text())
+    k = next(k for k, u in enumerate(data["units"]) if u.startswith("sampling/"))
+    good = data["units"][k]
+    data["units"][k] = good.rsplit("/", 1)[0] + "/T=0.3"
+    (root / "bad-units" / "shard.json").write_text(json.dumps(data))
+    assert merge(root, "s1", "bad-units", "s3", out="m-units") == 2
+    err = capsys.readouterr().err
+    assert f"shard 2/{N}" in err and "plans other work units" in err
+    assert f"unit {k + 1}: {data['units'][k]!r} against {good!r}" in err
+    assert not (root / "m-units" / "certificate.json").exists()
+
+
+@pytest.mark.parametrize("spec", ["0/3", "4/3", "1/0", "x", "1-3"])
+def test_bad_shard_spec(spec):
+    with pytest.raises(LoopcertError, match="--shard"):
+        Shard.parse(spec)
+
+
+def test_shard_spec():
+    s = Shard.parse(" 2/3 ")
+    assert (s.index, s.count, str(s)) == (2, 3, "2/3")
+    assert [k for k in range(9) if s.takes(k)] == [1, 4, 7]
