@@ -1,4 +1,4 @@
-"""Theorem 2 of LoopSpec (DESIGN.md section 4): the cost model and its optimal depths.
+"""Theorem 2 of LoopSpec (docs/design.md section 4): the cost model and its optimal depths.
 
 With an envelope phi(r) = beta r^(-alpha) >= mean TV(p_r, p_R), the expected recurrent steps
 per token are at most

@@ -1,4 +1,4 @@
-"""Speed benchmarks of fastdec on the default model, and the regression gate (issue 6).
+"""Speed benchmarks of fastdec on the default model, and the regression gate.
 
     pytest benchmarks                # what `tox -e bench` runs; not part of the default `pytest`
 

@@ -1,4 +1,4 @@
-"""fastdec: the static-shape self-speculative decoder for looped LMs (DESIGN.md section 5)."""
+"""fastdec: the static-shape self-speculative decoder for looped LMs (docs/design.md section 5)."""
 
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig, default_draft_depth
 from fastdec.continuous import ContinuousBatch

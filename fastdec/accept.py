@@ -1,6 +1,6 @@
-"""Acceptance rules of speculative decoding on float64 laws of shape (V,) (DESIGN.md section 4).
+"""Acceptance rules of speculative decoding on float64 laws of shape (V,) (docs/design.md section 4).
 
-Notation (DESIGN.md §4): [mu - nu]_+ is the positive part, mu (-) nu is it normalised to 1.
+Notation (docs/design.md section 4): [mu - nu]_+ is the positive part, mu (-) nu is it normalised to 1.
 
 - One proposal x ~ q is accepted with probability min(1, rho(x)/q(x)); on rejection the token
   is drawn from rho (-) q. The emitted token then has law rho exactly.
@@ -54,7 +54,7 @@ GATES = ("on", "off", "inverted", "none")
 
 
 class Source(IntEnum):
-    """Where a committed token came from (DESIGN.md §4, token sources)."""
+    """Where a committed token came from (docs/design.md section 4, token sources)."""
 
     FIRST = 0  # first proposal x1 accepted
     SECOND = 1  # second proposal x2 accepted
@@ -160,7 +160,7 @@ def _stage(rho: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def gate_mask(p_d2: torch.Tensor, q1: torch.Tensor, gate: bool | str = "on") -> torch.Tensor:
     """(V,) bool over x1: is a second proposal drawn when the first proposal is x1?
 
-    "on" (LoopSpec, DESIGN.md §4): p_d2(x1) < q1(x1) and q2 = p_d2 (-) q1 has positive mass.
+    "on" (LoopSpec, docs/design.md section 4): p_d2(x1) < q1(x1) and q2 = p_d2 (-) q1 has positive mass.
     "off" (ungated, Theorem 1's baseline): whenever q2 has positive mass. "inverted" (a lossless
     control): exactly when "on" is closed and q2 has positive mass. "none": never.
     True means "on", False means "off".
@@ -208,7 +208,7 @@ def gated_residual(
 
 
 def gate_open_greedy(p_d2_argmax: int, x1: int) -> bool:
-    """Greedy gate (DESIGN.md §4): open iff argmax p_d2 != x1.
+    """Greedy gate (docs/design.md section 4): open iff argmax p_d2 != x1.
 
     With one-hot laws this is `gate_open`: p_d2(x1) < q1(x1) = 1 iff the argmaxes differ, and
     then q2 = p_d2 (-) q1 is the one-hot at argmax p_d2, so x2 = argmax p_d2.
@@ -224,7 +224,7 @@ def cascade(
     proposals: Sequence[tuple[int, torch.Tensor]],
     rng: torch.Generator | Sequence[float],
 ) -> tuple[int, int]:
-    """Algorithm 1 (DESIGN.md §4): verify proposals (x_j, q_j), each x_j ~ q_j, against target.
+    """Algorithm 1 (docs/design.md section 4): verify proposals (x_j, q_j), each x_j ~ q_j, against target.
 
     Returns (token, source): source is j for an accepted x_j, len(proposals) for a draw from
     the final residual. `rng` is a Generator or a sequence of U[0, 1) floats, consumed as the
@@ -273,7 +273,7 @@ def loopspec_verify(
 ) -> tuple[int, Source]:
     """LoopSpec cascade verification at depth R: x1 ~ q1, then x2 ~ q2 = p_d2 (-) q1 if drawn.
 
-    The caller passes x2/q2 only when the gate was open (DESIGN.md §4). check=False: the
+    The caller passes x2/q2 only when the gate was open (docs/design.md section 4). check=False: the
     caller vouches that the laws are float64 laws from refdec.sampling.transform and each x_j
     was drawn from its q_j (the decoder's hot path: the same draws and result, unvalidated).
     """
@@ -312,7 +312,8 @@ def loopspec_step(
 
 
 def greedy_verify(target_argmax: int, proposals_tokens: Sequence[int]) -> tuple[int, Source]:
-    """Greedy cascade (DESIGN.md §4): accept x1 if it is argmax p_R, else x2 if it is, else argmax.
+    """Greedy cascade (docs/design.md section 4): accept x1 if it is argmax p_R, else x2 if it is,
+    else argmax.
 
     `proposals_tokens` is (x1,) or (x1, x2); `target_argmax` follows refdec's tie rule.
     """

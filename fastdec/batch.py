@@ -1,4 +1,4 @@
-"""The batch driver: the Steps of every live sequence advance in one engine call (DESIGN.md 5).
+"""The batch driver: the Steps of every live sequence advance in one engine call (docs/design.md section 5).
 
 Each sequence (fastdec.strategies.Sequence) is a generator of Steps over its own cache row.
 One round: collect the pending Step of every sequence, advance all their lanes together

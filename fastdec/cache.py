@@ -1,4 +1,4 @@
-"""Preallocated, depth-major KV cache (DESIGN.md section 5).
+"""Preallocated, depth-major KV cache (docs/design.md section 5).
 
 A looped model has three kinds of attention timelines, each a `Timeline` here:
 

@@ -1,4 +1,4 @@
-"""DecodeConfig: one decoder setting (strategy and depths), validated once (DESIGN.md section 5).
+"""DecodeConfig: one decoder setting (strategy and depths), validated once (docs/design.md section 5).
 
 Every place that names a decoder setting (fastdec.Decoder, certify's candidates, the bench
 grid, the CLI) speaks this one type, and `label` is the one way a setting is written in a
@@ -19,7 +19,7 @@ LOSSLESS = {"autoregressive": True, "draft-verify": True, "pipelined": True, "ad
 
 def default_draft_depth(depth: int) -> int:
     """THE default draft depth d1 = max(1, round(R/16)): LoopSpec's measured best at R = 32 is
-    d1 = 2 (with d2 = 8), and Theorem 2's optimum d1* grows slower than R (DESIGN.md 4)."""
+    d1 = 2 (with d2 = 8), and Theorem 2's optimum d1* grows slower than R (docs/design.md section 4)."""
     return max(1, round(depth / 16))
 
 

@@ -1,4 +1,4 @@
-"""Continuous batching: sequences join and leave a running batch between engine steps (issue 13).
+"""Continuous batching: sequences join and leave a running batch between engine steps.
 
 `Decoder.generate_batch` decodes the sequences it is given (queueing those beyond its rows) and
 returns when all have ended, so a sequence that arrives meanwhile waits for the whole call. A

@@ -1,4 +1,4 @@
-"""The static-shape engine: one call advances L lanes by one recurrence each (DESIGN.md section 5).
+"""The static-shape engine: one call advances L lanes by one recurrence each (docs/design.md section 5).
 
 A lane is one token position being deepened: (position, token, depth, state). Lanes in one
 step may sit at any depths and positions. A step runs up to three phases, each one batched
@@ -255,7 +255,7 @@ class Engine:
         cos, sin = rope_tables(self.cfg, positions.cpu())  # (S + 1, D/2) float64
         self.cos, self.sin = cos.to(self.device, cd), sin.to(self.device, cd)
         self.key_pos = torch.arange(capacity, device=self.device)  # (S,)
-        self.init_table = None  # Raven: h(0) depends on the position only (DESIGN.md section 2)
+        self.init_table = None  # Raven: h(0) depends on the position only (docs/design.md section 2)
         if self.cfg.family == "raven":
             zeros = torch.zeros(1, capacity + 1, self.cfg.d_model, dtype=self.dtype, device=self.device)
             # (S + 1, d); .to(): refdec's seeded state is built on the host whatever e's device

@@ -1,4 +1,4 @@
-"""CUDA graphs for the engine's phases (DESIGN.md section 5). The only module that captures.
+"""CUDA graphs for the engine's phases (docs/design.md section 5). The only module that captures.
 
 One graph per (phase, width) of an Engine, captured on first use and replayed after:
 

@@ -1,4 +1,4 @@
-"""The decoding strategies, all on one Engine (DESIGN.md section 5).
+"""The decoding strategies, all on one Engine (docs/design.md section 5).
 
 Positions: the prompt fills 0..P-1; the lane at position p reads token t_p and its readout at
 depth r is p_r( . | t_<=p), the law of t_{p+1}. The prefill runs positions 0..P-1 to the target
@@ -397,7 +397,7 @@ class Pipelined(Sequence):
             self.live.append(node.child)
 
     def propose_second(self, node: Node) -> None:
-        """LoopSpec's gated residual second proposal (DESIGN.md section 4)."""
+        """LoopSpec's gated residual second proposal (docs/design.md section 4)."""
         p2 = self.draft_law(node.lane.logits, self.d2)
         self.stats.gate_checks += 1
         q2 = gated_residual(p2, node.q1, node.x1, self.cfg.gate)  # None: the gate is closed

@@ -1,4 +1,5 @@
-"""What one generate() call did: counts, rates and the LoopSpec step ratio gamma (DESIGN.md section 4)."""
+"""What one generate() call did: counts, rates and the LoopSpec step ratio gamma
+(docs/design.md section 4)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class Stats:
     draft_depth: int | None = None  # d1
     second_depth: int | None = None  # d2
     tokens: int = 0
-    # Token sources (DESIGN.md section 4): each committed token is exactly one of these.
+    # Token sources (docs/design.md section 4): each committed token is exactly one of these.
     from_first: int = 0  # a first proposal (draft) accepted
     from_second: int = 0  # a second proposal accepted
     from_restart: int = 0  # no proposal, or all rejected: drawn from the (residual) target

@@ -1,4 +1,4 @@
-"""The one return type of every check (DESIGN.md section 6: checks return data).
+"""The one return type of every check (docs/design.md section 6: checks return data).
 
 A check states what it measured, the bound it held the measurement to, and whether it
 passed; `details` carries whatever a reader needs to reproduce or diagnose it, and `power`

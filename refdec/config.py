@@ -1,4 +1,4 @@
-"""Model configuration for both looped families (DESIGN.md section 2, MODELS.md).
+"""Model configuration for both looped families (docs/design.md section 2, MODELS.md).
 
 One frozen dataclass describes Ouro, Huginn/Raven and the retrofitted-recurrence
 Llama / OLMo-2 models. Decode settings live elsewhere (refdec.sampling, fastdec.Decoder).

@@ -243,7 +243,7 @@ def seeded_state(seed: int, positions: torch.Tensor, d_model: int, init_scale: f
 
     Huginn draws a truncated normal of std sqrt(2/(5 d)) * init_scale, times sqrt(d), from the
     global RNG per forward; here each position gets its own generator seeded from
-    (seed, position), so the state never depends on call order (DESIGN.md section 2).
+    (seed, position), so the state never depends on call order (docs/design.md section 2).
     """
     rows = []
     for p in positions.tolist():

@@ -1,4 +1,4 @@
-"""LoopedLM: prelude P, a shared block B applied r times, readout C (DESIGN.md section 2).
+"""LoopedLM: prelude P, a shared block B applied r times, readout C (docs/design.md section 2).
 
     e      = P(tokens)                        embeddings (* embed_scale), then prelude blocks
     h(0)   = init_state(e, positions)         Ouro: e itself; Raven: zeros or f(seed, position)

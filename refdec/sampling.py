@@ -1,4 +1,4 @@
-"""The one sampling transform (DESIGN.md section 3). Every decoder calls these functions.
+"""The one sampling transform (docs/design.md section 3). Every decoder calls these functions.
 
 target = transform(logits): divide by temperature, softmax in float64, keep the top-k
 tokens, renormalise, keep the smallest top-p nucleus, renormalise. Temperature 0 is greedy:

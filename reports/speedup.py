@@ -75,7 +75,7 @@ def definitions(res: SpeedReport) -> str:
 - **Efficiency** = measured speedup / ideal speedup = ideal time / measured time: the share of the
   setting's time its engine calls account for; the rest is host work (lane bookkeeping,
   drafting, verification, sampling) and calls dearer than their width's average.
-- **gamma** = N R / (N1 d1 + N2 d2 + Nrest R) (DESIGN.md section 4); token sources N1 / N2 / Nrest:
+- **gamma** = N R / (N1 d1 + N2 d2 + Nrest R) (docs/design.md section 4); token sources N1 / N2 / Nrest:
   first proposal accepted / second proposal accepted / restart.
 - **Rewind hit rate at L**: at each rejected first proposal, argmax p_L == argmax p_R; from
   separate, untimed runs (each telemetry depth adds a readout)."""
@@ -285,7 +285,8 @@ def context_section(res: SpeedReport) -> str:
         f"`{c.setting}` over the baseline with a real context of L cached positions (the prompts laid end "
         f"to end), {c.tokens} new tokens, {c.repeats} interleaved rounds. `W-step / 1-step`: measured "
         f"cost of one recurrence call at the pipeline's width over width 1 at that context. `model`: "
-        f"DESIGN.md section 5, R(Wb + A) / (d1 Wb + R A) with Wb = {wb} weight bytes per step (adapter + "
+        f"docs/design.md section 5, R(Wb + A) / (d1 Wb + R A) with Wb = {wb} weight bytes per step "
+        f"(adapter + "
         "core) and A = KV bytes one lane reads per step (core layers, L positions); it assumes every draft "
         "is accepted and memory traffic is the cost. On a small model on a CPU, per-op host overhead is a "
         "large fixed cost per call, which the model leaves out.\n\n"

@@ -258,7 +258,7 @@ def render(m: dict, stamp: dict) -> str:
         "",
         "## Architecture",
         "",
-        f"Raven-style looped LM (DESIGN.md section 2): prelude {cfg['n_prelude']} block, shared core of "
+        f"Raven-style looped LM (docs/design.md section 2): prelude {cfg['n_prelude']} block, shared core of "
         f"{cfg['n_core']} blocks looped R = {R} times with adapter injection of the prelude output, coda "
         f"{cfg['n_coda']} block; `{cfg['block']}` blocks, rope `{cfg['rope']}`, initial state "
         f"`{cfg['init_state']}`. Byte-level vocabulary ({cfg['vocab_size']}), no special tokens.",
@@ -407,7 +407,8 @@ def render(m: dict, stamp: dict) -> str:
             tablefmt="github",
         ),
         "",
-        "Power-law envelope TV <= beta r^-alpha (DESIGN.md Theorem 2; `analysis.theorem2.fit_depth_curve`, "
+        "Power-law envelope TV <= beta r^-alpha (docs/design.md section 4, Theorem 2; "
+        "`analysis.theorem2.fit_depth_curve`, "
         f"the certificate's fit) over depths {m['envelope']['fit_depths']} (r < R with TV >= "
         f"{FLOAT32_TV_FLOOR:g}; smaller TV is float32 noise): "
         f"alpha = {m['envelope']['alpha']:.3f}, beta = {m['envelope']['beta']:.3f}.",

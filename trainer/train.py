@@ -14,13 +14,13 @@ data_manifest.json with its sha256 and the Python version. A different Python gi
 data: the manifest says which.
 
 Recipes (RECIPES; explicit flags override a recipe's values):
-- `huginn` (issue 14), after Huginn-0125 (Geiping et al. 2025, section 3; recpre's samplers):
+- `huginn`, after Huginn-0125 (Geiping et al. 2025, section 3; recpre's samplers):
   a pre-norm residual core; the initial state drawn fresh from noise each step (like-init; the
   shipped model uses init_state "seeded", one draw of that law per (state_seed, position));
   r ~ Poisson(LogNormal(log mean - sigma^2/2, sigma)) + 1 with gradient through the last
   min(k, r) iterations (k = 8); no loss that pulls shallow depths toward deep ones; windows
   growing 256 -> 1024 -> 2048 bytes at constant bytes per step (`--seq-schedule`).
-- `v1` (issue 5): sandwich core, zero initial state, r ~ Poisson(LogNormal) clipped to >= 1,
+- `v1`: sandwich core, zero initial state, r ~ Poisson(LogNormal) clipped to >= 1,
   k = 4, and an auxiliary shallow loss CE(labels) + KL(stopgrad p_r || p_s) at s ~ U{1..3}.
   Its depth profile was flat (fixed point after 3-4 iterations). A 1-block-core variant
   (`--model core1 --aux-max-depth 0 --backprop-k 8 --depth-sigma 0.75`) was hardly less flat.
@@ -71,7 +71,7 @@ V1 = ModelConfig(
     vocab_size=256,
     d_model=128,
     n_heads=4,
-    n_kv_heads=1,  # MQA: one KV timeline per lane per depth (DESIGN.md section 5)
+    n_kv_heads=1,  # MQA: one KV timeline per lane per depth (docs/design.md section 5)
     head_dim=32,
     intermediate_size=352,
     n_prelude=1,
@@ -483,7 +483,7 @@ def load_training_state(folder: Path, model, opt, gen) -> dict:
 # -- the loop -----------------------------------------------------------------------------
 def keeps_callers_threads(fn):
     """The recipe's thread count is set for the run and the caller's restored after it: the Python
-    API never changes torch's global thread count behind the caller's back (issue 15)."""
+    API never changes torch's global thread count behind the caller's back."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

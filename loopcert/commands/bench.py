@@ -1,4 +1,4 @@
-"""`loopcert bench`: the speedup report, and the regression gates (issue 6).
+"""`loopcert bench`: the speedup report, and the regression gates.
 
     loopcert bench [MODEL] [--quick] [--device D] [--out DIR]   writes DIR/speedup.md + speedup.json
     loopcert bench [MODEL] --write-baseline [--baseline F]        writes the gate baseline F

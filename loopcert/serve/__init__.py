@@ -1,4 +1,4 @@
-"""`loopcert serve`: fastdec behind an OpenAI-compatible completions API (issue 13).
+"""`loopcert serve`: fastdec behind an OpenAI-compatible completions API.
 
 schema.py     the request as pydantic models (strict: unknown fields and bad values are 400s)
 errors.py     OpenAI-style error bodies naming the field

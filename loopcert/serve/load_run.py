@@ -1,5 +1,5 @@
 """`loopcert bench --serve-load`: the load test against a `loopcert serve` subprocess, beside
-the same decoder's in-process figures, measured in one run (issue 13).
+the same decoder's in-process figures, measured in one run.
 
 The server and the in-process decoder are built from the same `loopcert serve` arguments, so
 every response can be compared with `generate` for its seed, and the throughput through HTTP

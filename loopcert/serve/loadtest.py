@@ -1,4 +1,4 @@
-"""A bounded loopback load test of `loopcert serve` (issue 13): fixed clients, time and count.
+"""A bounded loopback load test of `loopcert serve`: fixed clients, time and count.
 
 `clients` concurrent clients (one asyncio task each, one HTTP connection each) send requests
 for `seconds` or until `max_requests` were sent, whichever comes first. Request i carries

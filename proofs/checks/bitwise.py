@@ -1,9 +1,9 @@
-"""Bitwise agreement with the engine's own autoregressive baseline (DESIGN.md section 6, check 2).
+"""Bitwise agreement with the engine's own autoregressive baseline (docs/design.md section 6, check 2).
 
 In fastdec's fixed-width mode every engine call, the baseline's included, runs at one width
 W, so a row's arithmetic does not depend on what else is in the batch: every lossless
 strategy must then emit exactly the baseline's greedy tokens in float32, with no tie excuse
-(DESIGN.md section 5, batch invariance by construction). Only candidates that have a
+(docs/design.md section 5, batch invariance by construction). Only candidates that have a
 fixed-width mode can take this check; for others it is skipped with that reason.
 """
 

@@ -1,4 +1,4 @@
-"""False-alarm rate of the sampling check (DESIGN.md section 6; the full plan).
+"""False-alarm rate of the sampling check (docs/design.md section 6; the full plan).
 
 Each lossless control of the mutant library (proofs/checks/mutation.py) is put through the planned
 sampling check (every view of the three tiny-ouro cases, N per case from the plan's target TV,

@@ -1,4 +1,4 @@
-"""Greedy exactness against refdec (DESIGN.md section 6, check 1).
+"""Greedy exactness against refdec (docs/design.md section 6, check 1).
 
 The candidate's greedy tokens are compared token for token with `refdec.generate` run on a
 float64 copy of the model, over models x prompts x settings. At the first divergence the

@@ -1,4 +1,4 @@
-"""Mutation power (DESIGN.md section 6, check 4): wrong decoders must be rejected, lossless
+"""Mutation power (docs/design.md section 6, check 4): wrong decoders must be rejected, lossless
 but unusual ones must not.
 
 The mutants are `proofs.decoders.specref.SpecRef` with one bug switched on (independent of fastdec's
@@ -12,7 +12,7 @@ plan must kill every promised mutant and reports the others as below its power; 
 must kill them all. Enumerable entries are sampled from their exact law (proofs/decoders/exact_law.py),
 the fastdec entry through fastdec itself.
 
-The controls change efficiency, never the law (DESIGN.md section 4: the gate is free; the
+The controls change efficiency, never the law (docs/design.md section 4: the gate is free; the
 draft may use any law as long as it is scored with the law it was drawn from); each is run on
 every sampling case, and its exact TV shift must be 0 up to float64 rounding. The check fails
 if a mutant the plan must kill survives or any control is flagged.

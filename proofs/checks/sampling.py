@@ -1,4 +1,4 @@
-"""Distributional equality under sampling, planned by detectable TV (DESIGN.md section 6, check 3).
+"""Distributional equality under sampling, planned by detectable TV (docs/design.md section 6, check 3).
 
 For each case (prompt, sampling params, n) the views of refdec's exact law (proofs/stats/views.py)
 fix the bins; the candidate is sampled N times with seeds base .. base+N-1 (proofs/decoders/draw.py)

@@ -1,4 +1,4 @@
-"""Theorem 1 of LoopSpec (DESIGN.md section 4) checked on exact laws, no sampling: on random and
+"""Theorem 1 of LoopSpec (docs/design.md section 4) checked on exact laws, no sampling: on random and
 adversarial laws, on laws a hypothesis search steers towards counterexamples, and on the
 laws of a real model at every depth (analysis/traces.py).
 

@@ -1,4 +1,4 @@
-"""Theorem 2 of LoopSpec (DESIGN.md sections 4 and 6, check 5): the published optimum, and the
+"""Theorem 2 of LoopSpec (docs/design.md sections 4 and 6, check 5): the published optimum, and the
 cost model on real model traces (analysis/traces.py).
 
 Published: the closed form (analysis/theorem2.py) reproduces (1.26, 8.85) from (1.03, 0.175, R=32).

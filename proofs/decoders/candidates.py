@@ -1,10 +1,10 @@
 """What gets certified: named decoder settings, each a recipe `build(model) -> decoder`.
 
 By default the candidate is fastdec with each strategy and a grid of fastdec.DecodeConfig
-settings whose depths scale with the model's R (DESIGN.md section 6; the defaults are
+settings whose depths scale with the model's R (docs/design.md section 6; the defaults are
 fastdec.config's); `--decoder module:factory` makes it one user decoder. A Candidate with
 `fixed_width` can also be built in fastdec's fixed-width mode for the bitwise check
-(DESIGN.md section 5).
+(docs/design.md section 5).
 """
 
 from __future__ import annotations

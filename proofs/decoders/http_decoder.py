@@ -1,4 +1,4 @@
-"""A decoder behind an OpenAI-compatible completions API, certified like any other (issue 13).
+"""A decoder behind an OpenAI-compatible completions API, certified like any other.
 
 `loopcert certify MODEL --decoder http://HOST:PORT/v1` builds an HTTPDecoder: every
 generate() is one POST /v1/completions with the prompt as token ids, `n` 1 and the call's

@@ -1,6 +1,6 @@
 """A minimal, straightforward KV-cached autoregressive decoder over refdec's layers.
 
-It is the "honest baseline" of the speed report (issue 6). It runs refdec.model.Net, the very
+It is the "honest baseline" of the speed report. It runs refdec.model.Net, the very
 maths the engine runs (no nn.Module dispatch either), so fastdec's autoregressive strategy
 beside it weighs only the engine's own machinery (lanes, static shapes, cache reads by plan)
 against a plain loop. That machinery costs: the autoregressive strategy is slower than this

@@ -1,4 +1,4 @@
-"""The decoder protocol that certification speaks (DESIGN.md section 6).
+"""The decoder protocol that certification speaks (docs/design.md section 6).
 
 A decoder is any object with `generate(prompt, max_new_tokens, sampling, seed)` returning the
 new token ids, either as a sequence of ints or as an object with a `.tokens` attribute (the

@@ -1,7 +1,7 @@
 """The reference speculative decoder: one LoopSpec step per token over refdec, with bug switches.
 
 Each step drafts x1 ~ q1 = p_d1, optionally a gated second proposal x2 ~ q2 = p_d2 (-) p_d1,
-and verifies the cascade against p_R (DESIGN.md section 4, LoopSpec Algorithm 1). Logits come
+and verifies the cascade against p_R (docs/design.md section 4, LoopSpec Algorithm 1). Logits come
 from `proofs.stats.exact_laws.Oracle` (refdec's uncached `depth_logits`, float64), so the decoder is
 independent of fastdec's engine; with no bug switched on it consumes the RNG exactly like
 `fastdec.accept.loopspec_step` and emits the same tokens.
@@ -105,7 +105,7 @@ def _shrink(rho: torch.Tensor, q: torch.Tensor, normalise: bool) -> torch.Tensor
 
 
 class SpecRef:
-    """Uncached LoopSpec decoder over refdec (DESIGN.md section 4), bugs optional."""
+    """Uncached LoopSpec decoder over refdec (docs/design.md section 4), bugs optional."""
 
     def __init__(
         self,

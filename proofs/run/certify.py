@@ -1,4 +1,4 @@
-"""Run every check on a candidate and assemble the certificate (DESIGN.md section 6).
+"""Run every check on a candidate and assemble the certificate (docs/design.md section 6).
 
 `certify(...)` returns the certificate as plain JSON-able data: a verdict, a stamp (commit,
 versions, device, dtype, seeds, date) and one CheckResult per check. It computes; reports/
@@ -695,7 +695,7 @@ class CertifyRun:
 
 
 def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
-    """Check name -> why it (or part of it) did not run: a skip is never silent (issue 15); the
+    """Check name -> why it (or part of it) did not run: a skip is never silent; the
     verdict line, the certificate and the CLI's summary all name it."""
     out = {}
     for c in checks:

@@ -1,4 +1,4 @@
-"""Split a certification into shards and merge them back (issue 13).
+"""Split a certification into shards and merge them back.
 
 A certify run is a list of work units with stable ids, in plan order (proofs/run/certify.py:
 one per sampling case of each setting on each model, one per other check). `--shard i/n`

@@ -1,5 +1,5 @@
 """How fast fastdec's strategies are against its own autoregressive baseline, and why
-(DESIGN.md section 5 "Performance model", section 6 check 6). One protocol for every speed
+(docs/design.md section 5 "Performance model", section 6 check 6). One protocol for every speed
 figure: `loopcert bench`'s report, the regression gates and certify's speed check.
 
     settings.py            which settings are timed, and their labels (the grid, the gate settings)
@@ -7,7 +7,7 @@ figure: `loopcert bench`'s report, the regression gates and certify's speed chec
     costs.py               the cost of one engine call; ideal speedup and efficiency
     rows.py                one row per timed setting (speedup, ideal, efficiency, acceptance statistics)
     theorem2_vs_measured.py  depth spectrum; Theorem 2's optimum beside the measured best (d1, d2)
-    context.py             speedup against context length beside DESIGN.md's performance model
+    context.py             speedup against context length beside docs/design.md's performance model
     targets.py             issue 6's targets, judged
     report.py              the report as typed data (SpeedReport), the bench plans
     bench.py               `loopcert bench`: measures a SpeedReport (reports/speedup.py renders it)

@@ -1,4 +1,4 @@
-"""The batch table (issue 11): many sequences through one engine (Decoder.generate_batch).
+"""The batch table: many sequences through one engine (Decoder.generate_batch).
 
 1. Aggregate decode tokens/s of each setting at B = 1, 4, 16 sequences, against the
    autoregressive baseline at the same B, in one run: the timing protocol of this package
@@ -18,7 +18,7 @@
    (`ceiling`: the best per-lane-step cost of any width against the baseline's, over the
    setting's lane-steps per token against the baseline's).
 
-Targets (issue 11, CPU): samples/s >= 20x the one-at-a-time rate, and the best pipelined
+Targets (CPU): samples/s >= 20x the one-at-a-time rate, and the best pipelined
 setting at B = 16 >= 1.5x the autoregressive baseline at B = 16 (EAGLE-3 reports 1.38x at
 batch 64 on GPUs). Measured here, never asserted by a timed test.
 """

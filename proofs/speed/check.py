@@ -1,4 +1,4 @@
-"""certify's speed check (DESIGN.md section 6, check 6): each candidate setting against the
+"""certify's speed check (docs/design.md section 6, check 6): each candidate setting against the
 autoregressive baseline, timed and compared exactly as `loopcert bench` does (proofs.speed.timing,
 proofs.speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
 setting and workload. Ratios only: absolute tokens/s depend on the machine.

@@ -1,4 +1,4 @@
-"""Speedup against context length, beside DESIGN.md section 5's performance model, and where
+"""Speedup against context length, beside docs/design.md section 5's performance model, and where
 the difference between the two goes.
 
 Per committed token the autoregressive baseline runs R steps of width 1; a fully accepted
@@ -50,7 +50,7 @@ class PerfModel:
 
 
 def perf_model(model, d1: int, R: int, context: int) -> PerfModel:
-    """DESIGN.md section 5: ideal speedup R(Wb + A) / (d1 Wb + R A) of a fully accepted pipeline,
+    """docs/design.md section 5: ideal speedup R(Wb + A) / (d1 Wb + R A) of a fully accepted pipeline,
     Wb = weight bytes one step reads (the recurrent block: adapter + core layers), A = KV bytes
     one lane reads per step (its depth's keys and values at `context` positions, core layers)."""
     cfg = model.cfg

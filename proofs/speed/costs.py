@@ -1,4 +1,4 @@
-"""The cost of one engine call, and the ideal speedup it implies (DESIGN.md section 5).
+"""The cost of one engine call, and the ideal speedup it implies (docs/design.md section 5).
 
 A run counts its engine calls per (phase, padded width) (`Stats.calls`); the acceptance
 statistics fix these counts. The cost c(phase, w) of one call (`Engine.run_phase`: inputs, the

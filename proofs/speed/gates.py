@@ -1,4 +1,4 @@
-"""Regression gates for fastdec's speed (issue 6) against a committed baseline file
+"""Regression gates for fastdec's speed against a committed baseline file
 (benchmarks/baseline.json, written by `loopcert bench --write-baseline`).
 
 A gate run times a few settings (proofs.speed.settings.gate_settings) on fixed prompts, greedy

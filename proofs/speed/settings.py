@@ -2,7 +2,7 @@
 
 A setting's `DecodeConfig.label` names it in every table, JSON file and gate baseline; the
 baseline is the "autoregressive" setting (BASELINE). NAIVE labels proofs.decoders.naive_kv, the
-honest-baseline reference loop (DESIGN.md section 6).
+honest-baseline reference loop (docs/design.md section 6).
 """
 
 from __future__ import annotations

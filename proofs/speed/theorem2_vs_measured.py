@@ -1,5 +1,5 @@
 """The depth spectrum of the decoded positions and Theorem 2's optimum beside the measured best
-(d1, d2) of the grid (DESIGN.md section 4; the envelope is analysis.theorem2.fit_depth_curve, the
+(d1, d2) of the grid (docs/design.md section 4; the envelope is analysis.theorem2.fit_depth_curve, the
 certificate's fit)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Statistics of the distributional checks (DESIGN.md section 6, check 3).
+"""Statistics of the distributional checks (docs/design.md section 6, check 3).
 
 A candidate decoder is sampled N times; its token (or n-token) counts are tested against the
 exact law enumerated from refdec with a chi-square goodness-of-fit test; p-values across cases

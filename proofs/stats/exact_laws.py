@@ -2,9 +2,9 @@
 
 `Oracle` wraps a float64 copy of a model and remembers `depth_logits` of every context it
 was asked about (a pure function of the context, so remembering it is not a cache in the
-DESIGN.md section 5 sense: nothing is ever rolled back or reused across different inputs).
+docs/design.md section 5 sense: nothing is ever rolled back or reused across different inputs).
 
-`exact_law` enumerates the prefix tree of the first n tokens under p_R (DESIGN.md section 6,
+`exact_law` enumerates the prefix tree of the first n tokens under p_R (docs/design.md section 6,
 check 3): every sequence when the vocabulary is tiny, otherwise the head of the law (every
 node whose probability is at least `min_prob`) plus one pooled remainder cell. A sample is
 classified into a head cell, the remainder, or the impossible cell (a continuation the law
@@ -47,7 +47,7 @@ class Oracle:
         return got
 
     def law(self, context: Sequence[int], depth: int, sampling: SamplingParams) -> torch.Tensor:
-        """(V,) float64: transform(p_depth) for the token after `context` (DESIGN.md section 3)."""
+        """(V,) float64: transform(p_depth) for the token after `context` (docs/design.md section 3)."""
         if not 1 <= depth <= self.R:
             raise LoopcertError(f"depth {depth} outside 1..R={self.R}")
         key = (tuple(context), depth, sampling)

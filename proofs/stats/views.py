@@ -1,5 +1,5 @@
-"""The statistics a sampling case is tested with: binned views of the exact law (DESIGN.md
-section 6, check 3).
+"""The statistics a sampling case is tested with: binned views of the exact law
+(docs/design.md section 7).
 
 A case (prompt, sampling, n tokens) is sampled once; every view tests those samples against a
 partition of the outcomes whose bins are fixed from the exact law alone (never from the

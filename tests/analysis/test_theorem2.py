@@ -1,4 +1,4 @@
-"""Theorem 2 (analysis/theorem2.py, DESIGN.md section 4): closed-form depths and the envelope fit."""
+"""Theorem 2 (analysis/theorem2.py, docs/design.md section 4): closed-form depths and the envelope fit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acceptance rules (fastdec/accept.py, DESIGN.md section 4).
+"""Acceptance rules (fastdec/accept.py, docs/design.md section 4).
 
 Fast cover first (exact laws == target on random and edge-case laws, greedy, RNG use, errors),
 then the Monte-Carlo tie between the sampling functions and the law functions, with its

@@ -1,4 +1,4 @@
-"""Bitwise checks in float32 (DESIGN.md section 5).
+"""Bitwise checks in float32 (docs/design.md section 5).
 
 - Fixed-width mode: every lossless strategy equals the engine's autoregressive baseline bit for
   bit, tokens and the logits each token was decided on.

@@ -1,4 +1,4 @@
-"""Bad input, found not assumed (issue 15): hypothesis mutates what a user hands loopcert.
+"""Bad input, found not assumed: hypothesis mutates what a user hands loopcert.
 
 Every entry point a user reaches (refdec.load_model on a folder, refdec.generate,
 fastdec.Decoder.generate, the CLI) must end a mutated input in one of two ways: it works, or it

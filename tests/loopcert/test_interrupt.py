@@ -1,4 +1,4 @@
-"""Interrupted runs (issue 15): SIGINT / SIGTERM during `certify` or `bench` leaves the previous
+"""Interrupted runs: SIGINT / SIGTERM during `certify` or `bench` leaves the previous
 report as it was (no partial file, no temporary file), prints one line saying what was
 interrupted, and exits 128 + the signal (130 / 143). A real `python -m loopcert` subprocess on a
 tiny model, signalled once its run has started."""

@@ -55,7 +55,7 @@ def test_depths_any_order_with_repeats_and_beyond_R(model):
 
 def test_readout_at_depth_r_sees_only_depth_r_states():
     # Independent recursion: run r recurrences by hand through the model's pieces and read out
-    # with the coda over depth-r states of every position (DESIGN.md section 2).
+    # with the coda over depth-r states of every position (docs/design.md section 2).
     m = tiny("tiny-raven")
     ids = torch.tensor([[5, 3, 8, 1]])
     pos = torch.arange(4)

@@ -1,4 +1,4 @@
-"""The bounded loopback load test of `loopcert serve` (issue 13): nothing lost or duplicated,
+"""The bounded loopback load test of `loopcert serve`: nothing lost or duplicated,
 every response equal to generate for its seed. The default run is short (8 clients, a few
 seconds); the 32-client, 30-second run is slow-marked (and `loopcert bench --serve-load`)."""
 

@@ -1,5 +1,5 @@
 """`loopcert serve`: a real server subprocess on 127.0.0.1, the official `openai` client, bad
-input, disconnects, and the batching scheduler (issue 13)."""
+input, disconnects, and the batching scheduler."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reproducible certificates (issue 15): two certify runs with the same seed write the same
+"""Reproducible certificates: two certify runs with the same seed write the same
 certificate.json apart from timing and date fields. The default run compares two reduced-plan
 runs on tiny-ouro in process; the slow test runs `loopcert certify --quick` twice as a user does."""
 

@@ -1,4 +1,4 @@
-"""Theorem 1 and its Lemma (proofs/checks/theorem1.py, DESIGN.md section 4) on exact laws.
+"""Theorem 1 and its Lemma (proofs/checks/theorem1.py, docs/design.md section 4) on exact laws.
 
 Hypothesis searches for counterexamples, steered by `target` towards the largest ratio; the
 negative control shows the same check failing for a second proposal that is not a residual.

@@ -272,7 +272,7 @@ def test_quick_plan_covers_temperature_top_k_top_p_and_three_tokens():
 
 
 def test_sampling_time_is_pooled_across_settings():
-    """What a fast setting leaves of its share goes to the settings after it (issue 12): with three
+    """What a fast setting leaves of its share goes to the settings after it: with three
     settings of one case each and a 600 s budget, the first may use twice its proportional 200 s
     (SHARE_SLACK), uses about a second, and the second may use twice half of what is left, i.e.
     all of it; the pool only shrinks by the time sampled."""

@@ -1,4 +1,4 @@
-"""The certified model is the sampled model, at its own vocabulary (issue 12): fastdec, every
+"""The certified model is the sampled model, at its own vocabulary: fastdec, every
 strategy, is certified with power on synthetic checkpoints written in a published layout
 (refdec.checkpoints.write_published, loaded back from the folder as a user's checkpoint is) at
 V = 61, 256 and 65,536, through certify's own sampling checks (proofs.run.certify.CertifyRun), each

@@ -1,4 +1,4 @@
-"""No certify check skips for a missing package, and a skipped check is never silent (issue 15)."""
+"""No certify check skips for a missing package, and a skipped check is never silent."""
 
 import re
 import sys

@@ -1,4 +1,4 @@
-"""Statistics of the distributional checks (proofs/stats/chisquare.py, DESIGN.md section 6, check 3)."""
+"""Statistics of the distributional checks (proofs/stats/chisquare.py, docs/design.md section 6, check 3)."""
 
 from __future__ import annotations
 
