@@ -8,6 +8,7 @@ from pathlib import Path
 
 from refdec.errors import LoopcertError
 from refdec.load import DEFAULT_MODEL_DIR
+from refdec.tokenizer import byte_encode
 
 # Token-id prompts for tiny vocabularies (ids are taken mod V); byte texts for byte models.
 ID_POOL = ((0, 5), (1, 2, 3), (4, 7, 11, 2), (12, 3, 8, 6, 9), (2,), (9, 9, 1), (6, 10, 4, 1, 8, 3))
@@ -44,7 +45,7 @@ def model_prompts(model, name, k: int, max_len: int = 32) -> list[tuple[int, ...
         out = [p for p in out if p and max(p) < V]
     if not out:
         if V >= 256:
-            out = [tuple(t.encode("utf-8"))[-max_len:] for t in TEXT_POOL]
+            out = [tuple(byte_encode(t))[-max_len:] for t in TEXT_POOL]
         else:
             out = [tuple(t % V for t in p) for p in ID_POOL]
     return out[:k]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from refdec.errors import LoopcertError
+from refdec.values import jsonable
 
 
 @dataclass(frozen=True)
@@ -36,25 +36,40 @@ class CheckResult:
         object.__setattr__(self, "bound", float(self.bound))
         object.__setattr__(self, "passed", bool(self.passed))
 
+    @classmethod
+    def errored(cls, name: str, error: BaseException) -> CheckResult:
+        """A check that could not run has failed: the result names the exception."""
+        return cls(name, math.nan, math.nan, False, {"error": f"{type(error).__name__}: {error}"})
+
+    def timed(self, seconds: float) -> CheckResult:
+        """This result with the wall time its check took."""
+        return self.with_details(seconds=float(seconds))
+
+    def with_details(self, **extra) -> CheckResult:
+        """This result with `extra` added to (or replacing keys of) its details."""
+        return replace(self, details={**self.details, **extra})
+
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckResult:
+        """The inverse of to_dict (a shard's or a worker's result read back); unknown keys are
+        refused by name."""
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise LoopcertError(f"a check result has unknown field(s) {extra}")
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and f.default is MISSING)
+        if missing:
+            raise LoopcertError(f"check result {data.get('name')!r} lacks field(s) {missing}")
+        return cls(**{k: _finite_or_str(v) if k in ("measured", "bound") else v for k, v in data.items()})
 
     def to_json(self, indent: int | None = None) -> str:
         """Strict JSON: non-finite floats are written as the strings "inf", "-inf", "nan"."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False, sort_keys=True)
 
 
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    if isinstance(x, int):
-        return x
-    if hasattr(x, "tolist"):  # torch tensors, numpy arrays and numpy scalars
-        return _plain(x.tolist())
-    if isinstance(x, float):
-        return x if math.isfinite(x) else str(x)
-    return str(x)
+def _finite_or_str(x):
+    """to_dict writes a non-finite measured/bound as "nan" / "inf": read it back as a float."""
+    return float(x) if isinstance(x, str) else x

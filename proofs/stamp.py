@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from refdec.values import dtype_name
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -67,7 +69,7 @@ def stamp(model: str, device, dtype, seeds: dict) -> dict:
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
-        "dtype": str(dtype).replace("torch.", ""),
+        "dtype": dtype_name(dtype),
         "model": model,
         "seeds": seeds,
     }

@@ -38,6 +38,7 @@ from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
 from refdec.validate import check_int, is_int, is_number
+from refdec.values import dtype_name
 
 LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo")
 LAYOUT_OF_BLOCK = {"ouro": "ouro", "sandwich": "huginn", "prenorm": "retro-llama", "postnorm": "retro-olmo"}
@@ -641,7 +642,7 @@ def check_representable(key: str, cast: torch.Tensor, dtype: torch.dtype, source
     """A finite weight too large for the requested dtype (1e6 in float16) becomes inf."""
     if not bool(torch.isfinite(cast).all()):
         raise LoopcertError(
-            f"{source}: tensor {key!r} overflows {str(dtype).replace('torch.', '')} "
+            f"{source}: tensor {key!r} overflows {dtype_name(dtype)} "
             "(a finite weight beyond its range); load it in a wider dtype"
         )
 

@@ -8,6 +8,7 @@ config.json, pickle refusal, dtype names) is refdec.files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
 from refdec.validate import check_seed
+from refdec.values import dtype_name
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"
 
@@ -56,10 +58,7 @@ def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> Loo
     """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped, non-float
     (checkpoints.check_header, as for a file's header) or non-finite key."""
     expected = model.state_dict()
-    stored = {
-        k: (DTYPE_NAMES.get(v.dtype, str(v.dtype).replace("torch.", "")), tuple(v.shape))
-        for k, v in tensors.items()
-    }
+    stored = {k: (DTYPE_NAMES.get(v.dtype, dtype_name(v.dtype)), tuple(v.shape)) for k, v in tensors.items()}
     check_header({k: tuple(p.shape) for k, p in expected.items()}, stored, source)
     for k, v in tensors.items():
         check_finite(k, v, source)
@@ -104,3 +103,13 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     if folder.is_dir():
         return load_folder(folder, dtype)
     raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
+
+
+def model_fingerprint(model) -> str:
+    """sha256 of the config and every parameter rounded to float32 (a float64 copy of float32
+    weights rounds back exactly, so certify's float64 oracle and a float32 server agree)."""
+    h = hashlib.sha256(repr(model.cfg).encode())
+    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -1,4 +1,5 @@
-"""Text <-> token ids through a model folder's tokenizer.json (the `tokenizers` library).
+"""Text <-> token ids: through a model folder's tokenizer.json (the `tokenizers` library), or
+byte-level (ids 0..255 are the UTF-8 bytes) for models without one, like the default model.
 
 `tokenizers` is optional (`pip install 'loopcert[hf]'`): without it a folder still loads and
 decodes from token ids; only turning text into ids (or back) raises a LoopcertError.
@@ -11,6 +12,17 @@ from pathlib import Path
 from refdec.errors import LoopcertError
 
 FILE = "tokenizer.json"
+
+
+def byte_encode(text: str) -> list[int]:
+    """Byte-level ids of `text`: its UTF-8 bytes."""
+    return list(text.encode("utf-8"))
+
+
+def byte_decode(ids) -> str:
+    """The text of byte-level ids; ids >= 256 (not bytes) are left out, invalid UTF-8 is
+    replaced, so any id sequence shows as text."""
+    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
 def _library():

@@ -20,14 +20,15 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from analysis.cost_model import PUBLISHED, fit_depth_curve
 from analysis.depth_profile import window_profile
 from analysis.state_dynamics import init_sensitivity, iteration_gain, step_sizes, summarize_steps
-from analysis.theorem2 import PUBLISHED, fit_depth_curve
 from proofs.stamp import stamp as make_stamp
 from refdec.decode import generate
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
 from refdec.load import DEFAULT_MODEL_DIR, load_model
+from refdec.tokenizer import byte_decode
 from trainer.train import (
     build_manifest,
     collect_documents,
@@ -202,9 +203,7 @@ def measure(
     for prompt in SAMPLE_PROMPTS if samples else ():
         for depth in sorted({R, min(4, R)}, reverse=True):
             ids = generate(model, list(prompt.encode()), sample_tokens, depth=depth)
-            sample_rows.append(
-                {"prompt": prompt, "depth": depth, "text": bytes(ids).decode("utf-8", errors="replace")}
-            )
+            sample_rows.append({"prompt": prompt, "depth": depth, "text": byte_decode(ids)})
     log(f"samples done ({time.monotonic() - t0:.0f} s)")
     m = {
         "config": cfg.to_dict(),
@@ -408,7 +407,7 @@ def render(m: dict, stamp: dict) -> str:
         ),
         "",
         "Power-law envelope TV <= beta r^-alpha (docs/design.md section 4, Theorem 2; "
-        "`analysis.theorem2.fit_depth_curve`, "
+        "`analysis.cost_model.fit_depth_curve`, "
         f"the certificate's fit) over depths {m['envelope']['fit_depths']} (r < R with TV >= "
         f"{FLOAT32_TV_FLOOR:g}; smaller TV is float32 noise): "
         f"alpha = {m['envelope']['alpha']:.3f}, beta = {m['envelope']['beta']:.3f}.",

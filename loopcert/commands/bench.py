@@ -21,7 +21,6 @@ from pathlib import Path
 from loopcert.commands.common import load_from_args, uninterrupted
 from proofs.decoders.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
-from proofs.result import _plain
 from proofs.speed import gates
 from proofs.speed.measure import bench, with_overrides
 from proofs.speed.report import PLANS
@@ -30,6 +29,7 @@ from proofs.stamp import stamp
 from refdec.errors import LoopcertError
 from refdec.load import write_atomic
 from refdec.validate import check_int
+from refdec.values import jsonable
 from reports.speedup import render
 
 HELP = "speedup report of every strategy over the autoregressive baseline; regression gates"
@@ -96,7 +96,7 @@ def command_line(args) -> str:
 
 
 def _json(data: dict) -> str:
-    return json.dumps(_plain(data), indent=1, allow_nan=False) + "\n"
+    return json.dumps(jsonable(data), indent=1, allow_nan=False) + "\n"
 
 
 def say(msg: str) -> None:
@@ -183,7 +183,7 @@ def run_serve_load(args) -> int:
         "command": command_line(args),
         "seconds": time.perf_counter() - t0,
     }
-    md = render_load(_plain(res))
+    md = render_load(jsonable(res))
     out = Path(args.out)
     write_atomic(out / "serve-load.json", lambda tmp: Path(tmp).write_text(_json(res)))
     write_atomic(out / "serve-load.md", lambda tmp: Path(tmp).write_text(md))

@@ -9,11 +9,11 @@ finished: a run that crashes or is interrupted leaves the last report in place.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
+from proofs.certificate import Certificate
 from proofs.run.certify import certify, predict
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.shards import Shard, write_shard
@@ -108,10 +108,10 @@ def command_line(args, model: str) -> str:
     return " ".join(parts)
 
 
-def write_reports(cert: dict, out: Path) -> tuple[Path, Path]:
+def write_reports(cert: Certificate, out: Path) -> tuple[Path, Path]:
     out = Path(out)
-    text = json.dumps(cert, indent=1, allow_nan=False, sort_keys=False) + "\n"
-    md = render_certificate(cert)  # render before writing: a render error leaves both old files
+    text = cert.dumps()
+    md = render_certificate(cert.to_json())  # render before writing: a render error leaves both old files
     json_path, md_path = out / "certificate.json", out / "certificate.md"
     write_atomic(json_path, lambda tmp: Path(tmp).write_text(text))
     write_atomic(md_path, lambda tmp: Path(tmp).write_text(md))
@@ -165,8 +165,8 @@ def run(args) -> int:
             f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)"
         )
         return 0
-    cert["stamp"]["command"] = command_line(args, cert["stamp"]["model"])
-    return publish(cert, args.out, f" in {cert['stamp']['seconds']:.0f}s")
+    cert.stamp["command"] = command_line(args, cert.stamp["model"])
+    return publish(cert, args.out, f" in {cert.stamp['seconds']:.0f}s")
 
 
 def timed_progress():
@@ -175,17 +175,17 @@ def timed_progress():
     return lambda msg: print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
 
-def publish(cert: dict, out, how: str) -> int:
+def publish(cert: Certificate, out, how: str) -> int:
     """Write the certificate (both files or neither), say the verdict (`how` the run ended: its
     time, or the shards it came from), the failed and skipped checks and where it went;
     -> the exit status: 0 pass, 1 a check failed."""
     with uninterrupted():
         md_path, json_path = write_reports(cert, out)
     print(
-        f"{cert['verdict']}: {len(cert['checks']) - len(cert['failed'])}/{len(cert['checks'])} checks "
-        f"passed{how}" + (f"; failed: {', '.join(cert['failed'])}" if cert["failed"] else "")
+        f"{cert.verdict}: {len(cert.checks) - len(cert.failed)}/{len(cert.checks)} checks "
+        f"passed{how}" + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
     )
-    for name, why in cert.get("skipped", {}).items():
+    for name, why in cert.skipped.items():
         print(f"skipped: {name}: {why}")
     print(f"wrote {md_path} and {json_path}")
-    return 0 if cert["passed"] else 1
+    return 0 if cert.passed else 1

@@ -11,6 +11,8 @@ import torch
 from refdec.errors import LoopcertError
 from refdec.load import load_model, parse_dtype
 from refdec.sampling import SamplingParams
+from refdec.tokenizer import byte_decode, byte_encode
+from refdec.values import check_device
 
 
 def add_model_arguments(p, default_model: str = "tiny-raven") -> None:
@@ -43,18 +45,6 @@ def add_sampling_arguments(p, several: bool = False) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-
-
-def check_device(device: str) -> str:
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError, ValueError):
-        kind = None
-    if kind not in ("cpu", "cuda"):
-        raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
-    return device
 
 
 def load_from_args(args):
@@ -102,7 +92,7 @@ def encode_text(model, text: str) -> list[int]:
             f"model {model.cfg.name!r} has vocab_size={model.cfg.vocab_size} and no tokenizer: "
             "use --prompt-ids"
         )
-    return list(text.encode("utf-8"))
+    return byte_encode(text)
 
 
 def decode_text(model, ids: list[int]) -> str | None:
@@ -111,7 +101,7 @@ def decode_text(model, ids: list[int]) -> str | None:
         return tok.decode(ids)
     if model.cfg.vocab_size < 256:
         return None
-    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+    return byte_decode(ids)
 
 
 GATE_CHOICES = {"on": True, "off": False, "inverted": "inverted"}

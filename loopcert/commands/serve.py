@@ -24,6 +24,7 @@ from loopcert.commands.common import (
 )
 from refdec.errors import LoopcertError
 from refdec.load import write_atomic
+from refdec.values import dtype_name
 
 HELP = "serve fastdec over an OpenAI-compatible /v1/completions API (pip install 'loopcert[serve]')"
 OWN_THREADS = True  # adds and applies the shared --threads itself (bench --serve-load reuses its parser)
@@ -70,7 +71,7 @@ def build_served(args):
     """The model, decoder and scheduler, before any socket is opened (usage errors first)."""
     from loopcert.serve.app import Served
     from loopcert.serve.scheduler import Scheduler
-    from proofs.decoders.http_decoder import model_fingerprint
+    from refdec.load import model_fingerprint
 
     if args.max_batch < 1 or args.max_waiting < 1:
         raise LoopcertError(
@@ -96,7 +97,7 @@ def build_served(args):
         "max_batch": decoder.max_batch,
         "join": "sequence" if args.no_batch else args.join,
         "device": str(decoder.device),
-        "dtype": str(decoder.dtype).replace("torch.", ""),
+        "dtype": dtype_name(decoder.dtype),
         "lossless": decoder.lossless,
         "ignore_request_seed": args.ignore_request_seed,
     }

@@ -17,6 +17,7 @@ from proofs.decoders.protocol import run_generate
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
+from refdec.values import dtype_name
 
 FIXED_WIDTH = 8
 
@@ -79,7 +80,7 @@ def check_bitwise(
             progress(f"  {name} {c.label}: {equal}/{len(prompts)} prompts bitwise equal at W={width}")
     details = {
         "width": width,
-        "dtype": str(next(model32.parameters()).dtype).replace("torch.", ""),
+        "dtype": dtype_name(next(model32.parameters()).dtype),
         "tokens_per_prompt": n_tokens,
         "runs": rows,
         "mismatches": mismatches,

@@ -18,7 +18,7 @@ import torch
 from scipy import stats
 
 import refdec
-from proofs.checks.sampling import Target, alpha_per_test, evaluate, planned_samples
+from proofs.checks.distribution import Target, alpha_per_test, evaluate, planned_samples
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import holm

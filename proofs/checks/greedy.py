@@ -21,6 +21,7 @@ from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from refdec.sampling import SamplingParams
+from refdec.values import dtype_name
 
 # Logit gap (reference max minus the candidate's token, in nats) below which a divergence is
 # a numerical tie, by the candidate's compute dtype: about the logit error a depth-32 looped
@@ -127,7 +128,7 @@ def check_greedy(
                         "model": model_label,
                         "setting": setting,
                         "prompt": list(prompt),
-                        "dtype": str(dtype).replace("torch.", ""),
+                        "dtype": dtype_name(dtype),
                         **d,
                     }
                 )
@@ -136,7 +137,7 @@ def check_greedy(
             {
                 "model": model_label,
                 "setting": setting,
-                "dtype": str(dtype).replace("torch.", ""),
+                "dtype": dtype_name(dtype),
                 "prompts": n_prompts,
                 "tokens": n_tokens,
                 "agree": agree,
@@ -151,7 +152,7 @@ def check_greedy(
         "divergences": divergences,
         "real_bugs": bugs,
         "numerical_ties": ties,
-        "tie_tolerance": {str(k).replace("torch.", ""): v for k, v in TIE_TOLERANCE.items()},
+        "tie_tolerance": {dtype_name(k): v for k, v in TIE_TOLERANCE.items()},
         "tokens_per_prompt": n_tokens,
     }
     return CheckResult(name, bugs, 0, bugs == 0, details)

@@ -4,7 +4,7 @@ but unusual ones must not.
 The mutants are `proofs.decoders.specref.SpecRef` with one bug switched on (independent of fastdec's
 engine), plus fastdec's lossy `adaptive-verify`. Each is run through the same greedy check
 (proofs/checks/greedy.py) and the same sampling check, planned by the same target TV
-(proofs/checks/sampling.py), as a candidate, on the setting where its bug shows. Each mutant's
+(proofs/checks/distribution.py), as a candidate, on the setting where its bug shows. Each mutant's
 exact TV shift is computed by enumeration (`SpecRef.sequence_law`), over whole sequences and as
 each view of the test sees it, and set against the view's detectable TV: a mutant is *promised*
 to be caught when some view's binned shift is at least that view's detectable TV. The quick
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import refdec
+from proofs.checks.distribution import Target, check_distribution
 from proofs.checks.greedy import check_greedy
-from proofs.checks.sampling import Target, check_distribution
 from proofs.decoders.exact_law import LawSampler
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.progress import Progress

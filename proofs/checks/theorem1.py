@@ -16,7 +16,6 @@ attained (ratio 1.999 at V=4; see `_tight_gated`), so the random search aims the
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -207,16 +206,14 @@ def check_theorem1_random(n_cases: int, seed: int, vocab: int = 8) -> CheckResul
     g = torch.Generator().manual_seed(seed)
     triples = (random_triple(g, vocab) for _ in range(n_cases))
     result = check_theorem1_cases(triples, "theorem1_random")
-    return dataclasses.replace(result, details={**result.details, "seed": seed, "vocab": vocab})
+    return result.with_details(seed=seed, vocab=vocab)
 
 
 def check_theorem1_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], label: str) -> CheckResult:
     R, P, _ = laws.shape
     triples = ((laws[R - 1, t], laws[a - 1, t], laws[b - 1, t]) for a, b in pairs for t in range(P))
     result = check_theorem1_cases(triples, "theorem1_traces")
-    return dataclasses.replace(
-        result, details={**result.details, "model": label, "positions": P, "depth_pairs": len(pairs)}
-    )
+    return result.with_details(model=label, positions=P, depth_pairs=len(pairs))
 
 
 # -- guided search: hypothesis steers (p_R, p_d1, p_d2) towards counterexamples --------------

@@ -1,10 +1,10 @@
 """Theorem 2 of LoopSpec (docs/design.md sections 4 and 6, check 5): the published optimum, and the
 cost model on real model traces (analysis/traces.py).
 
-Published: the closed form (analysis/theorem2.py) reproduces (1.26, 8.85) from (1.03, 0.175, R=32).
+Published: the closed form (analysis/cost_model.py) reproduces (1.26, 8.85) from (1.03, 0.175, R=32).
 
 Traces: mean TV(p_r, p_R) over positions, an upper envelope phi(r) = beta r^(-alpha) fitted
-to it (`analysis.theorem2.fit_depth_curve`, on the depths above TV_FLOOR), the closed-form
+to it (`analysis.cost_model.fit_depth_curve`, on the depths above TV_FLOOR), the closed-form
 (d1*, d2*), and the measured best pair on a grid. "Measured" here is the exact expected number
 of recurrent steps per token of gated LoopSpec under the model's own laws,
 E[C] = d1 + P(x1 rejected) d2 + P(both rejected) R, averaged over positions (Theorem 2's cost
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from analysis.theorem2 import (
+from analysis.cost_model import (
     PUBLISHED,
     PUBLISHED_TOL,
     TV_FLOOR,

@@ -34,29 +34,17 @@ the model certify gives it, and refuses any other model, naming both.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
-
 from refdec.errors import LoopcertError
+from refdec.load import model_fingerprint
 from refdec.sampling import SamplingParams
 
 TIMEOUT_S = 600.0
 CONCURRENCY = 16  # requests in flight
 CHOICES = 16  # samples per request (the API's n) in generate_batch
-
-
-def model_fingerprint(model) -> str:
-    """sha256 of the config and every parameter rounded to float32 (a float64 copy of float32
-    weights rounds back exactly, so certify's float64 oracle and a float32 server agree)."""
-    h = hashlib.sha256(repr(model.cfg).encode())
-    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-        h.update(name.encode())
-        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def request_body(

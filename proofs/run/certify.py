@@ -11,7 +11,7 @@ Which model each check runs on, and why:
 - sampling: the certified model, at its own vocabulary (the law is binned from its head, never
   enumerated whole: proofs/stats/views.py); FULL adds the tiny preset of its family as extra
   evidence, never as a replacement. N per case comes from the plan's target TV
-  (proofs/checks/sampling.py); a case that cannot reach it fails as "no power";
+  (proofs/checks/distribution.py); a case that cannot reach it fails as "no power";
 - mutation and false alarms: their own tiny preset (proofs/checks/mutation.py says why);
 - Theorems 1/2 and speed: the certified model.
 
@@ -32,12 +32,10 @@ import torch
 import refdec
 from analysis.traces import depth_pairs, traces
 from fastdec.config import DecodeConfig
+from proofs.certificate import Certificate
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.bitwise import check_bitwise
-from proofs.checks.false_alarm import check_false_alarm
-from proofs.checks.greedy import check_greedy
-from proofs.checks.reproducibility import check_reproducible
-from proofs.checks.sampling import (
+from proofs.checks.distribution import (
     Case,
     CaseLaw,
     Target,
@@ -47,6 +45,9 @@ from proofs.checks.sampling import (
     planned_samples,
     sample_tally,
 )
+from proofs.checks.false_alarm import check_false_alarm
+from proofs.checks.greedy import check_greedy
+from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_published, check_theorem2_traces
 from proofs.decoders.candidates import (
@@ -56,7 +57,6 @@ from proofs.decoders.candidates import (
     fastdec_grid,
     user_candidate,
 )
-from proofs.decoders.http_decoder import model_fingerprint
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
@@ -70,9 +70,11 @@ from proofs.stamp import git_commit, stamp
 from proofs.stats.exact_laws import Oracle
 from refdec.config import TINY_PRESETS
 from refdec.errors import LoopcertError
-from refdec.load import parse_dtype
+from refdec.load import model_fingerprint, parse_dtype
 from refdec.sampling import SamplingParams
+from refdec.tokenizer import byte_decode
 from refdec.validate import check_int, check_number
+from refdec.values import check_device, dtype_name
 
 FALLBACK_MODEL = "tiny-raven"
 NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
@@ -320,9 +322,9 @@ def _guard(name: str, fn: Callable[[], CheckResult], progress: Progress, seconds
     try:
         result = fn()
     except Exception as e:  # noqa: BLE001 - reported as a failed check (usage errors were raised before)
-        result = CheckResult(name, math.nan, math.nan, False, {"error": f"{type(e).__name__}: {e}"})
+        result = CheckResult.errored(name, e)
     seconds += time.perf_counter() - t0
-    result = replace(result, details={**result.details, "seconds": seconds})
+    result = result.timed(seconds)
     progress(f"[{name}] {'pass' if result.passed else 'FAIL'} ({seconds:.1f}s)")
     return result
 
@@ -391,7 +393,7 @@ class CertifyRun:
         result = check_greedy(
             "greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens, self.say
         )
-        return replace(result, details={**result.details, "not_applicable": not_applicable})
+        return result.with_details(not_applicable=not_applicable)
 
     def greedy_low(self, name: str) -> CheckResult:
         runs = [
@@ -612,10 +614,8 @@ class CertifyRun:
         r = evaluate(check.label, s["laws"], raws, self.plan.target)
         extra["units"] = [t["unit"] for t in raws]
         if s["model"].cfg.vocab_size >= 256:  # byte-level: show the prompt as text too
-            extra["prompt_text"] = bytes(t for t in s["laws"][0].case.prompt if t < 256).decode(
-                "utf-8", errors="replace"
-            )
-        return replace(r, details={**r.details, **extra})
+            extra["prompt_text"] = byte_decode(s["laws"][0].case.prompt)
+        return r.with_details(**extra)
 
     # -- 3b. reproducibility ---------------------------------------------------------------------
     def reproducible(self) -> CheckResult:
@@ -717,8 +717,8 @@ def certify(
     shard: Shard | None = None,
     results: dict | None = None,
     jobs: int = 1,
-) -> dict:
-    """Run every check of `mode` on the candidate; returns the certificate (JSON-able dict).
+) -> Certificate | dict:
+    """Run every check of `mode` on the candidate; returns the certificate (proofs/certificate.py).
 
     The run is a list of work units in plan order (`plan_units`). With `shard` it runs only the
     shard's units and returns their raw results with the run's identity (proofs/run/shards.py);
@@ -738,18 +738,15 @@ def certify(
         raise LoopcertError(
             f"seed must be < 2**63 (sampled checks seed generators with seed + i), got {seed!r}"
         )
-    if not (device == "cpu" or device.startswith("cuda")):
-        raise LoopcertError(f"--device must be cpu or cuda[:N], got {device!r}")
     if time_budget is not None:
         check_number("--time-budget (seconds)", time_budget, 0, low_open=True)
     check_jobs(jobs, device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise LoopcertError(f"--device {device!r} requested but CUDA is not available")
+    check_device(device)
     model_name = model_name or default_model_name()
     user = user_candidate(decoder, connect=results is None) if decoder else None
     t_start = time.perf_counter()
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
-    dname = str(dtype).replace("torch.", "")
+    dname = dtype_name(dtype)
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(
         f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
@@ -778,14 +775,13 @@ def certify(
             }
     checks = [fn(results) for fn in assemble]
 
-    failed = [c.name for c in checks if not c.passed]
+    failed = tuple(c.name for c in checks if not c.passed)
     d1, d2 = default_depths(run.R)
-    return {
-        "verdict": verdict_of(failed),
-        "passed": not failed,
-        "failed": failed,
-        "skipped": skipped_of(checks),
-        "stamp": {
+    return Certificate(
+        verdict=verdict_of(failed),
+        failed=failed,
+        skipped=skipped_of(checks),
+        stamp={
             **certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
             "R": run.R,
             "vocab_size": run.oracle.V,
@@ -798,8 +794,8 @@ def certify(
             "work_units": len(units),
             "seconds": time.perf_counter() - t_start,
         },
-        "checks": [c.to_dict() for c in checks],
-    }
+        checks=tuple(checks),
+    )
 
 
 Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)
@@ -818,7 +814,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     def whole(name: str, fn: Callable[[], CheckResult]) -> None:
         uid = f"check/{name}"
         units.append((uid, lambda share=None: _guard(name, fn, run.say).to_dict()))
-        assemble.append(lambda res: CheckResult(**res[uid]))
+        assemble.append(lambda res: CheckResult.from_dict(res[uid]))
 
     whole("greedy_float64", run.greedy_float64)
     if run.model_dt is not None:
@@ -885,7 +881,7 @@ def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) ->
         "seed": run.seed,
         "decoder": decoder or "fastdec",
         "device": run.device,
-        "dtype": str(run.dtype).replace("torch.", ""),
+        "dtype": dtype_name(run.dtype),
         "time_budget": time_budget,
     }
 
@@ -964,7 +960,7 @@ def predict(
     model_name = model_name or default_model_name()
     t0 = time.perf_counter()
     run = CertifyRun(plan, model_name, user_candidate(decoder) if decoder else None, device, dtype, seed, say)
-    dname = str(dtype).replace("torch.", "")
+    dname = dtype_name(dtype)
     units, _ = plan_units(run, dname)  # builds the sampling setups: exact laws, N per case
     setup = time.perf_counter() - t0
     say(f"setup (models, exact laws, N per case): {setup:.1f}s")
@@ -1075,12 +1071,12 @@ def predict(
     }
 
 
-def verdict_of(failed: list[str]) -> str:
+def verdict_of(failed: Sequence[str]) -> str:
     """PASS; NON-REPRODUCIBLE when the only failure is that a seed does not reproduce its tokens
     (the law may be right: proofs/checks/reproducibility.py); else FAIL."""
     if not failed:
         return "PASS"
-    return NON_REPRODUCIBLE if failed == ["reproducibility"] else "FAIL"
+    return NON_REPRODUCIBLE if list(failed) == ["reproducibility"] else "FAIL"
 
 
 class _Broken:

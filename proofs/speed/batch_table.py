@@ -35,11 +35,11 @@ import torch
 from fastdec import DecodeConfig, Decoder
 from fastdec.engine import Lane
 from proofs.progress import Progress, quiet
-from proofs.result import _plain
 from proofs.speed.targets import Target
 from proofs.speed.timing import GREEDY, SAMPLING, sync
 from refdec.errors import LoopcertError
 from refdec.validate import check_int
+from refdec.values import jsonable
 
 BATCHES = (1, 4, 16)
 SAMPLE_MODEL = "tiny-raven"  # the certification-throughput figure's model (a preset, random weights)
@@ -121,7 +121,7 @@ class BatchTable:
         return next((r for r in self.rows if r.label == label and r.batch == batch), None)
 
     def to_json(self) -> dict:
-        return _plain(asdict(self))
+        return jsonable(asdict(self))
 
 
 def _seconds(results, clock: str, decode_only: bool) -> float:

@@ -16,6 +16,7 @@ from proofs.progress import Progress, quiet
 from proofs.result import CheckResult
 from proofs.speed.rows import measured_speed
 from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
+from refdec.values import dtype_name
 
 
 def check_speed(
@@ -66,7 +67,7 @@ def check_speed(
         "workload": dataclasses.asdict(work),
         "clock": clock,
         "device": str(dev.device),
-        "dtype": str(dev.dtype).replace("torch.", ""),
+        "dtype": dtype_name(dev.dtype),
         "baseline": baseline.label,
         "informational": True,
     }

@@ -35,11 +35,12 @@ import torch
 
 from fastdec import DecodeConfig, Decoder
 from proofs.progress import Progress
-from proofs.result import CheckResult, _plain
+from proofs.result import CheckResult
 from proofs.speed.settings import BASELINE, NAIVE, gate_settings
 from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, ratio, time_runs
 from proofs.stamp import stamp
 from refdec.errors import LoopcertError
+from refdec.values import jsonable
 
 FORMAT = 1
 # Measured on the 2-core development host with two other busy jobs (load average 3-4): the
@@ -123,7 +124,7 @@ def measure(
             per[BASELINE]["rounds_over_naive"] = [n / b for n, b in zip(t[NAIVE][key], base[key])]
         figures[mode] = per
     load["end"] = loadavg()
-    return _plain(
+    return jsonable(
         {
             "format": FORMAT,
             "stamp": stamp(

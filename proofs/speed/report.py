@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from proofs.result import _plain
 from proofs.speed.batch_table import BatchPlan, BatchTable
 from proofs.speed.context import ContextSweep
 from proofs.speed.costs import CallCost
@@ -13,6 +12,7 @@ from proofs.speed.rows import GridRow, NaiveComparison
 from proofs.speed.targets import Target
 from proofs.speed.theorem2_vs_measured import DepthSpectrum, Theorem2Comparison
 from proofs.speed.timing import Workload
+from refdec.values import jsonable
 
 
 @dataclass(frozen=True)
@@ -71,4 +71,4 @@ class SpeedReport:
 
     def to_json(self) -> dict:
         """Plain JSON-able data (speedup.json)."""
-        return _plain(asdict(self))
+        return jsonable(asdict(self))

@@ -1,5 +1,5 @@
 """The depth spectrum of the decoded positions and Theorem 2's optimum beside the measured best
-(d1, d2) of the grid (docs/design.md section 4; the envelope is analysis.theorem2.fit_depth_curve, the
+(d1, d2) of the grid (docs/design.md section 4; the envelope is analysis.cost_model.fit_depth_curve, the
 certificate's fit)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from analysis.cost_model import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from analysis.depth_profile import depth_profile
-from analysis.theorem2 import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from proofs.speed.rows import GridRow
 from refdec.errors import LoopcertError
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import refdec
+from proofs.checks.distribution import Target
 from proofs.checks.false_alarm import check_false_alarm
 from proofs.checks.mutation import LIBRARY, Mutant, check_mutants
-from proofs.checks.sampling import Target
 from proofs.decoders.specref import Bugs, SpecRef
 
 QUICK = Target(0.05)

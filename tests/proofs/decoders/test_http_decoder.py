@@ -19,8 +19,9 @@ from serving import start  # noqa: E402
 import proofs.run.certify as certify_mod  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
-from proofs.decoders.http_decoder import HTTPDecoder, model_fingerprint, request_body  # noqa: E402
+from proofs.decoders.http_decoder import HTTPDecoder, request_body  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
+from refdec.load import model_fingerprint  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
 HTTP_PLAN = replace(

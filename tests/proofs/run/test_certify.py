@@ -17,7 +17,8 @@ from plans import SMALL_PLAN
 import proofs.run.certify as certify_mod
 import refdec
 from loopcert.cli import main
-from proofs.checks.sampling import COUNT_MARGIN_SIGMAS, alpha_per_test
+from proofs.certificate import Certificate
+from proofs.checks.distribution import COUNT_MARGIN_SIGMAS, alpha_per_test
 from proofs.run.certify import FULL, QUICK, default_model_name
 from proofs.stats.chisquare import detectable_tv
 from refdec.sampling import SamplingParams, sample, transform
@@ -205,13 +206,7 @@ def test_a_render_failure_leaves_both_old_files(tmp_path, monkeypatch):
     _old_reports(tmp_path)
     monkeypatch.setattr(
         "loopcert.commands.certify.certify",
-        lambda *a, **k: {
-            "verdict": "PASS",
-            "passed": True,
-            "failed": [],
-            "stamp": {"model": "m", "seconds": 0.0},
-            "checks": [],
-        },
+        lambda *a, **k: Certificate("PASS", (), {}, {"model": "m", "seconds": 0.0}),
     )
 
     def broken(cert):
@@ -310,7 +305,7 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     assert got["setup_seconds"] <= got["wall_seconds"] <= got["serial_seconds"]
     # every check a certify run of the same plan reports has its prediction, and nothing else
     cert = certify_mod.certify("tiny-ouro", mode="quick", time_budget=5)
-    assert set(checks) == {c["name"] for c in cert["checks"]}
+    assert set(checks) == {c.name for c in cert.checks}
 
 
 def test_makespan_hands_units_to_the_first_free_worker():

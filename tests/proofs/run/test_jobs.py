@@ -94,7 +94,7 @@ def test_jobs_share_the_time_budget_as_wall_time():
 @pytest.mark.parametrize("argv", [["--jobs", "0"], ["--jobs", "2", "--device", "cuda"]])
 def test_bad_jobs_exit_2(argv, tmp_path, capsys):
     assert main(["certify", "tiny-ouro", *argv, "--out", str(tmp_path)]) == 2
-    assert "--jobs" in capsys.readouterr().err or "cuda" in capsys.readouterr().err
+    assert "--jobs" in capsys.readouterr().err
 
 
 def test_default_jobs():

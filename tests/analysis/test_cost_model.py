@@ -1,4 +1,4 @@
-"""Theorem 2 (analysis/theorem2.py, docs/design.md section 4): closed-form depths and the envelope fit."""
+"""Theorem 2 (analysis/cost_model.py, docs/design.md section 4): closed-form depths and the envelope fit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.theorem2 import (
+from analysis.cost_model import (
     PUBLISHED,
     best_integer_depths,
     expected_cost,

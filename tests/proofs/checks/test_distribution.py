@@ -1,5 +1,5 @@
-"""proofs/checks/sampling.py, proofs/stats/views.py and proofs/decoders/protocol.py: the sampling check passes
-the lossless reference decoder, fails wrong ones with the fixed seeds, plans N by detectable TV,
+"""proofs/checks/distribution.py, proofs/stats/views.py and proofs/decoders/protocol.py: the sampling
+check passes the lossless reference decoder, fails wrong ones with the fixed seeds, plans N by detectable TV,
 fails as "no power" when it cannot reach it, and has power on real vocabulary sizes."""
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ import pytest
 import torch
 
 import refdec
-from proofs.checks.sampling import Case, Target, alpha_per_test, case_law, check_distribution, planned_samples
+from proofs.checks.distribution import (
+    Case,
+    Target,
+    alpha_per_test,
+    case_law,
+    check_distribution,
+    planned_samples,
+)
 from proofs.decoders.exact_law import LawSampler, uniforms
 from proofs.decoders.protocol import load_factory, run_generate, tokens_of
 from proofs.decoders.specref import Bugs, SpecRef
