@@ -24,8 +24,10 @@ PUBLISHED = {"alpha": 1.03, "beta": 0.175, "R": 32, "d1": 1.26, "d2": 8.85, "mea
 PUBLISHED_TOL = 0.01  # the paper prints two decimals
 # Depths whose mean TV(p_r, p_R) is below this have converged to p_R up to float64 rounding of
 # softmax sums (~1e-16 per term); fitting log TV there fits rounding noise and tilts the slope.
-# Curves computed in float32 need a higher floor (their rounding noise is ~1e-7 per term).
 TV_FLOOR = 1e-9
+# Curves computed in float32 (the model card's) need a higher floor: their rounding noise is
+# ~1e-7 per term, so a mean TV below this is rounding noise.
+FLOAT32_TV_FLOOR = 1e-5
 
 
 def _positive(name: str, x: float) -> float:

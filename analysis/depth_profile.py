@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from fastdec.accept import total_variations
 from refdec.errors import LoopcertError
 from refdec.layers import rope_tables
 
@@ -36,12 +37,14 @@ LN2 = math.log(2.0)
 NEVER = 0  # exit histogram key: KL never fell below the threshold within the depths run
 
 
-def _sdpa(q, k, v):
+def fused_causal_attention(q, k, v):
+    """Causal attention with the maths of refdec.layers.causal_attention, fused and GQA-aware."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
-def _sdpa_for(_: int):
-    return _sdpa
+def fused_attention_for(_layer: int):
+    """refdec.model.Net's attention hook for whole sequences: every layer, no cache."""
+    return fused_causal_attention
 
 
 @dataclass(frozen=True)
@@ -172,15 +175,16 @@ def depth_profile(
         ids, mask = ids.to(dev), mask.to(dev)
         positions = torch.arange(T, device=dev)
         cos, sin = rope_tables(model.cfg, positions)
-        e = net.embed(ids, cos, sin, _sdpa_for)  # (B, T, d)
+        e = net.embed(ids, cos, sin, fused_attention_for)  # (B, T, d)
         h = net.initial_state(e, positions)
         lps: dict[int, torch.Tensor] = {}  # r -> (n, V) float64 log-probs at the scored positions
         prev = None
         first = torch.full((int(mask.sum()),), NEVER, dtype=torch.long)
         for r in range(1, r_max + 1):
-            h = net.recur(h, e, cos, sin, _sdpa_for)
+            h = net.recur(h, e, cos, sin, fused_attention_for)
             if r in run or exit_kl is not None:
-                lp = F.log_softmax(net.readout(h, cos, sin, _sdpa_for)[mask].double().cpu(), -1)  # (n, V)
+                logits = net.readout(h, cos, sin, fused_attention_for)[mask]  # (n, V) at the scored positions
+                lp = F.log_softmax(logits.double().cpu(), -1)
                 if r in run:
                     lps[r] = lp
                 if exit_kl is not None:
@@ -194,7 +198,7 @@ def depth_profile(
         y = lab[mask.cpu()] if lab is not None else None
         for r in depths:
             lp = lps[r]
-            per[r]["tv"].append(0.5 * (lp.exp() - p_ref).abs().sum(-1))
+            per[r]["tv"].append(total_variations(lp.exp(), p_ref))
             per[r]["agree"].append((lp.argmax(-1) == g_ref).double())
             if y is not None:
                 per[r]["nll"].append(-lp.gather(-1, y[:, None])[:, 0] / LN2)

@@ -1,6 +1,6 @@
 """How a Raven-style recurrence moves its state: step sizes, the gain of the iteration map, and
-how long the initial state is remembered (issue 14: the first default model contracted to a
-fixed point in 3-4 iterations; Huginn's does not).
+how long the initial state is remembered (a core that contracts to a fixed point within a few
+iterations makes depth not matter; Huginn's does not contract).
 
     step_sizes      ||h(r) - h(r-1)|| / ||h(r-1)||, r = 2..r_max (mean over sequences)
     iteration_gain  dominant |eigenvalue| of the Jacobian of h -> recur(h, e) at h(depth),
@@ -18,14 +18,11 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
+from analysis.depth_profile import fused_attention_for
+from fastdec.accept import total_variations
 from refdec.errors import LoopcertError
 from refdec.layers import rope_tables, seeded_state
-
-
-def _sdpa_for(_: int):
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
 def _prepare(model, ids: torch.Tensor):
@@ -36,16 +33,16 @@ def _prepare(model, ids: torch.Tensor):
     pos = torch.arange(ids.shape[1])
     cos, sin = rope_tables(model.cfg, pos)
     net = model.net()
-    return net, pos, cos, sin, net.embed(ids, cos, sin, _sdpa_for)
+    return net, pos, cos, sin, net.embed(ids, cos, sin, fused_attention_for)
 
 
 def _run(net, h, e, cos, sin, depths: Sequence[int]) -> dict[int, torch.Tensor]:
     """{r: log-probs (N, T, V) float64} from the initial state h."""
     out = {}
     for r in range(1, max(depths) + 1):
-        h = net.recur(h, e, cos, sin, _sdpa_for)
+        h = net.recur(h, e, cos, sin, fused_attention_for)
         if r in depths:
-            out[r] = torch.log_softmax(net.readout(h, cos, sin, _sdpa_for).double(), -1)
+            out[r] = torch.log_softmax(net.readout(h, cos, sin, fused_attention_for).double(), -1)
     return out
 
 
@@ -56,7 +53,7 @@ def step_sizes(model, ids: torch.Tensor, r_max: int) -> list[float]:
     h = net.initial_state(e, pos)
     prev, out = None, []
     for _ in range(r_max):
-        h = net.recur(h, e, cos, sin, _sdpa_for)
+        h = net.recur(h, e, cos, sin, fused_attention_for)
         if prev is not None:
             num = (h - prev).double().flatten(1).norm(dim=1)
             out.append(float((num / prev.double().flatten(1).norm(dim=1)).mean()))
@@ -74,16 +71,16 @@ def iteration_gain(
     net, pos, cos, sin, e = _prepare(m64, ids[:1])
     h = net.initial_state(e, pos)
     for _ in range(depth):
-        h = net.recur(h, e, cos, sin, _sdpa_for)
+        h = net.recur(h, e, cos, sin, fused_attention_for)
     g = torch.Generator().manual_seed(seed)
     v = torch.randn(h.shape, generator=g, dtype=torch.float64)
     v = v / v.norm()
     step = eps * float(h.norm())
     lam = float("nan")
     for _ in range(iters):
-        jv = (
-            net.recur(h + step * v, e, cos, sin, _sdpa_for) - net.recur(h - step * v, e, cos, sin, _sdpa_for)
-        ) / (2 * step)
+        up = net.recur(h + step * v, e, cos, sin, fused_attention_for)
+        down = net.recur(h - step * v, e, cos, sin, fused_attention_for)
+        jv = (up - down) / (2 * step)
         lam = float(jv.norm())
         if lam == 0.0:
             return 0.0
@@ -106,7 +103,7 @@ def init_sensitivity(
     out = {}
     for name, h0 in (("other seed", other), (f"noise x{scale:g}", other * scale)):
         lps = _run(net, h0, e, cos, sin, depths)
-        out[name] = {r: float(0.5 * (lps[r].exp() - base[r].exp()).abs().sum(-1).mean()) for r in depths}
+        out[name] = {r: float(total_variations(lps[r].exp(), base[r].exp()).mean()) for r in depths}
     return out
 
 

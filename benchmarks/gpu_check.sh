@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared device check (issue 11 part 6), one run of at most ~8 minutes on a CUDA machine:
+# The prepared device check, one run of at most ~8 minutes on a CUDA machine:
 #   1. the gpu-marked tests: CUDA-graph replay == eager at every (B, W), graphed sampling and
 #      needle-in-a-batch, graphed greedy float64 == refdec;
 #   2. `loopcert certify --device cuda --quick` (CUDA graphs on);

@@ -131,7 +131,7 @@ class Timeline:
 
     def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, at) -> None:
         """`write` with the call's places from `write_index`: one index_copy_ per buffer over
-        the writing rows' KV * rows of D (a 5-index index_put_ costs ~2x as much on a CPU; the
+        the writing rows' KV * rows of D (a 5-index index_put_ is slower on a CPU; the
         same values land in the same places; duplicate places are only the trash position and slot)."""
         main, mrows, side, srows = at
         d = k.shape[2]

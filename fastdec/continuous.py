@@ -24,7 +24,7 @@ import torch
 
 from fastdec.batch import Driver
 from fastdec.decoder import Decoder, GenerateResult, capacity_for
-from fastdec.strategies import STRATEGY, Prefills, Sequence
+from fastdec.strategies import Prefills, Sequence
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 from refdec.validate import check_int
@@ -85,19 +85,7 @@ class ContinuousBatch:
             )
         if not self.room():
             raise LoopcertError(f"the batch is full ({self.rows} sequences)")
-        seq = STRATEGY[dec.strategy](
-            dec.config,
-            self.engine.cache,
-            p,
-            n,
-            sps[0],
-            seeds[0],
-            eos,
-            keep_logits,
-            self.engine.readout_slot,
-            self.prefills,
-            capacity_for(len(p) + n),
-        )
+        seq = dec.sequence(self.engine, self.prefills, p, n, sps[0], seeds[0], eos, keep_logits)
         self.driver.add(seq)
         return seq
 

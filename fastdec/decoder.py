@@ -10,7 +10,7 @@ import torch
 from fastdec.batch import run_batch
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
-from fastdec.strategies import STRATEGY, Prefills
+from fastdec.strategies import STRATEGY, Prefills, Sequence
 from fastdec.telemetry import Stats
 from refdec.decode import check_generate_args, check_run_args
 from refdec.errors import LoopcertError
@@ -68,7 +68,10 @@ class Decoder:
     holds from this decoder's previous run.
     """
 
-    batch_queue = True  # generate_batch takes any number of prompts (proofs.decoders.draw sizes its calls)
+    # proofs.decoders.protocol.BatchDecoder's optional attributes (with max_batch): a call may hold
+    # any number of prompts, and the precision it computes in is the one it was built with
+    batch_queue = True
+    compute_dtype = property(lambda self: self.dtype)
 
     def __init__(
         self,
@@ -198,6 +201,28 @@ class Decoder:
                 raise LoopcertError(f"sequence {i}: {e}" if b > 1 else str(e)) from None
         return ids, news, samplings, seeds, eos_token_id
 
+    def sequence(
+        self, engine: Engine, prefills: Prefills, ids, n, sampling, seed, eos, keep_logits
+    ) -> Sequence:
+        """One sequence of this decoder's strategy in `engine`'s cache, from arguments check_batch
+        validated (n new tokens, eos the EOS id or None). Its span is the capacity it would have
+        decoding alone, so its law (and in fixed-width mode its bits) are generate()'s whatever
+        shares the engine."""
+        span = capacity_for(len(ids) + n)
+        return STRATEGY[self.strategy](
+            self.config,
+            engine.cache,
+            ids,
+            n,
+            sampling,
+            seed,
+            eos,
+            keep_logits,
+            engine.readout_slot,
+            prefills,
+            span,
+        )
+
     @torch.no_grad()
     def generate(
         self,
@@ -249,21 +274,8 @@ class Decoder:
         if not self.reuse_prefill:
             memo.clear()  # this call overwrites rows: hold nothing across calls
         prefills = Prefills(memo if self.reuse_prefill else None)
-        cls = STRATEGY[self.strategy]
         seqs = [
-            cls(
-                self.config,
-                engine.cache,
-                p,
-                n,
-                sp,
-                seed,
-                eos_token_id,
-                keep_logits,
-                engine.readout_slot,
-                prefills,
-                capacity_for(len(p) + n),
-            )
+            self.sequence(engine, prefills, p, n, sp, seed, eos_token_id, keep_logits)
             for p, n, sp, seed in zip(ids, news, samplings, seeds)
         ]
         run_batch(engine, seqs, prefills, rows, self.time_calls, self._step_hook)

@@ -41,23 +41,21 @@ from functools import partial
 import torch
 
 from fastdec.cache import KVCache, Timeline
-from refdec.layers import compute_dtype, rope_tables
+from refdec.layers import at_least_float32, rope_tables
 from refdec.sampling import SamplingParams, filter_probs, transform
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
 # a batch engine also runs wider calls, up to 64 lanes per cache row: on a CPU a call's fixed
 # overhead dominates, and the sequences of a batch are what fill the wider calls. Past 64 the
-# widths step by 1.5x and 2x alternately, not 2x: a call of a big model costs about its width
-# (tiny-raven: fixed overhead up to W ~ 1024; the default model: ~22 us a lane-step from W = 128
-# on), so padding a batch's 130 lanes to 256 would cost ~1.9x what they need.
+# widths step by 1.5x and 2x alternately, not 2x: a wide call of a big model costs about its
+# width, so padding a batch to the next power of two could nearly double what it pays.
 BATCH_WIDTHS = (96, 128, 192, 256, 384, 512, 768, 1024)
 PHASES = ("prelude", "recur", "readout")
 # an eager call whose rows need more than GATHER_PIECES views (runs of cells, side groups)
 # reads by one index gather per key length instead, when copying its keys and values costs
-# less than the views' fixed overhead: on a CPU each view's attention is ~10 small ops (about
-# the time of copying PIECE_ELEMS elements, measured on the dev machine), and a batch of
-# sequences at scattered depths makes dozens of runs. Small models (tiny-raven: 2.7x fewer
-# seconds per step at B = 64) gather; the default model at B = 16 (long keys) keeps its views.
+# less than the views' fixed overhead: on a CPU each view's attention is about ten small ops,
+# which PIECE_ELEMS prices as elements copied, and a batch of sequences at scattered depths
+# makes dozens of runs. So small models (short keys) gather; a model with long keys keeps its views.
 GATHER_PIECES = 2
 PIECE_ELEMS = 32768
 LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
@@ -250,7 +248,7 @@ class Engine:
         # fixed width: keys read by each row's lanes (the capacity its sequence would decode in
         # alone; set by the driver), so no sequence's bits depend on another's length
         self.span = [capacity] * rows
-        cd = compute_dtype(self.dtype)
+        cd = at_least_float32(self.dtype)
         positions = torch.arange(capacity + 1, device=self.device)
         cos, sin = rope_tables(self.cfg, positions.cpu())  # (S + 1, D/2) float64
         self.cos, self.sin = cos.to(self.device, cd), sin.to(self.device, cd)

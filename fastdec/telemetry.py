@@ -44,51 +44,31 @@ class Stats:
     def rejections(self) -> int:
         return self.proposals - self.accepted
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposals if self.proposals else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted first proposals per round (see `rounds`)."""
-        return self.accepted / self.rounds if self.rounds else 0.0
+    # Rates are 0.0 when nothing was counted (_rate).
+    acceptance_rate = property(lambda self: _rate(self.accepted, self.proposals))
+    # accepted first proposals per round (see `rounds`)
+    mean_accepted_length = property(lambda self: _rate(self.accepted, self.rounds))
 
     @property
     def gamma(self) -> float:
         """N*R / (N1*d1 + N2*d2 + Nrest*R): recurrent steps saved per token (<= R/d1)."""
         cost = self.from_first * (self.draft_depth or 0) + self.from_second * (self.second_depth or 0)
         cost += self.from_restart * self.depth
-        return self.tokens * self.depth / cost if cost else 0.0
+        return _rate(self.tokens * self.depth, cost)
 
-    @property
-    def gate_open_rate(self) -> float:
-        return self.gate_opens / self.gate_checks if self.gate_checks else 0.0
-
-    @property
-    def mean_live_lanes(self) -> float:
-        return self.lane_steps / self.steps if self.steps else 0.0
-
-    @property
-    def rewind_hit_rate(self) -> float:
-        return self.rewind_hits / self.rewind_checks if self.rewind_checks else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    gate_open_rate = property(lambda self: _rate(self.gate_opens, self.gate_checks))
+    mean_live_lanes = property(lambda self: _rate(self.lane_steps, self.steps))
+    rewind_hit_rate = property(lambda self: _rate(self.rewind_hits, self.rewind_checks))
+    tokens_per_s = property(lambda self: _rate(self.tokens, self.seconds))
 
     @property
     def decode_tokens(self) -> int:
         """Tokens after the first: the first comes out of the prefill, whatever the strategy."""
         return max(self.tokens - 1, 0)
 
-    @property
-    def decode_seconds(self) -> float:
-        return self.seconds - self.prefill_seconds
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """The speed a strategy controls: prefill (the same for every strategy) excluded."""
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+    decode_seconds = property(lambda self: self.seconds - self.prefill_seconds)
+    # the speed a strategy controls: the prefill (the same for every strategy) excluded
+    decode_tokens_per_s = property(lambda self: _rate(self.decode_tokens, self.decode_seconds))
 
     def as_dict(self) -> dict:
         """The fields, then every derived figure (each property of the class)."""
@@ -96,6 +76,10 @@ class Stats:
         for name in DERIVED:
             d[name] = getattr(self, name)
         return d
+
+
+def _rate(count: float, per: float) -> float:
+    return count / per if per > 0 else 0.0
 
 
 # The derived figures, in definition order: every property of Stats (a new one is reported by

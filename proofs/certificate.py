@@ -2,30 +2,87 @@
 holds, what reports/render.py renders (docs/design.md section 9).
 
 One schema, with a version: `to_json` writes it, `from_json` reads it back and refuses a file
-of another schema or version by name, so a reader never guesses at an old layout.
+of another schema or version by name, so a reader never guesses at an old layout. Every part is
+typed: the stamp here, each check a `proofs.result.CheckResult` whose details are its kind's
+record (proofs/details.py), read back by kind; `from_json(to_json(c)) == c`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from proofs.record import Record
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
-from refdec.values import jsonable
 
 SCHEMA = "loopcert-certificate"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: typed details by kind, common fields on the check, a typed stamp
+
+
+@dataclass(frozen=True)
+class Seeds(Record):
+    """What each seed of a certify run drives (proofs.run.certify.certificate_stamp)."""
+
+    sampling: str  # "<base> + i for sample i of each case"
+    mutants: str
+    theorem1_random: int
+    greedy: int
+
+
+@dataclass(frozen=True)
+class Stamp(Record):
+    """Where a certificate came from: proofs.stamp.stamp's fields, then what a certificate adds."""
+
+    commit: str  # HEAD, "(with uncommitted changes)" when the tree differs
+    date: str  # UTC, ISO 8601
+    python: str
+    torch: str
+    numpy: str
+    cuda: str
+    platform: str
+    device: str
+    device_name: str
+    threads: int  # torch threads
+    cpu_count: int | None
+    dtype: str
+    model: str
+    seeds: Seeds
+    mode: str  # the plan: quick or full
+    decoder: str  # "fastdec" or the --decoder spec
+    seed: int  # the base seed
+    R: int
+    vocab_size: int
+    settings: tuple[str, ...]  # the candidate settings certified
+    default_depths: tuple[int, int]  # fastdec's (d1, d2) for this R
+    alpha: float
+    target_tv: float
+    power: float
+    sampling_budget_s: float
+    work_units: int
+    seconds: float  # the run's wall time (merged: the shards' and the merge's)
+    command: str | None = None  # the command line that reruns it (the CLI sets it)
+    merged_from: tuple[str, ...] | None = None  # the shard folders `loopcert merge` read
 
 
 @dataclass(frozen=True)
 class Certificate:
     verdict: str  # PASS, FAIL or NON-REPRODUCIBLE (proofs.run.certify.verdict_of)
     failed: tuple[str, ...]  # names of the failed checks, in certificate order
-    skipped: dict[str, str]  # check name -> why it (or part of it) did not run
-    stamp: dict  # where it came from: commit, versions, device, dtype, seeds, plan (proofs/stamp.py)
+    skipped: dict[str, str]  # check name -> why it did not run (CheckResult.skipped)
+    stamp: Stamp
     checks: tuple[CheckResult, ...] = field(default=())
+
+    def __post_init__(self):
+        if not isinstance(self.stamp, Stamp):
+            raise LoopcertError(f"Certificate.stamp must be a Stamp, got {type(self.stamp).__name__}")
+        object.__setattr__(self, "failed", tuple(self.failed))
+        object.__setattr__(self, "skipped", dict(self.skipped))
+        object.__setattr__(self, "checks", tuple(self.checks))
+        untyped = [c.name for c in self.checks if c.kind is None]
+        if untyped:
+            raise LoopcertError(f"a certificate holds typed checks only; untyped: {untyped}")
 
     @property
     def passed(self) -> bool:
@@ -38,6 +95,10 @@ class Certificate:
                 return c
         raise LoopcertError(f"the certificate has no check {name!r}; it has {[c.name for c in self.checks]}")
 
+    def with_stamp(self, **changes) -> Certificate:
+        """This certificate with stamp fields replaced (the CLI adds the command, merge the shards)."""
+        return replace(self, stamp=replace(self.stamp, **changes))
+
     def to_json(self) -> dict:
         return {
             "schema": SCHEMA,
@@ -46,7 +107,7 @@ class Certificate:
             "passed": self.passed,
             "failed": list(self.failed),
             "skipped": dict(self.skipped),
-            "stamp": jsonable(self.stamp),
+            "stamp": self.stamp.to_plain(),
             "checks": [c.to_dict() for c in self.checks],
         }
 
@@ -72,7 +133,7 @@ class Certificate:
                 verdict=data["verdict"],
                 failed=tuple(data["failed"]),
                 skipped=dict(data["skipped"]),
-                stamp=dict(data["stamp"]),
+                stamp=Stamp.from_plain(data["stamp"], f"{source} stamp"),
                 checks=tuple(CheckResult.from_dict(c) for c in data["checks"]),
             )
         except KeyError as e:

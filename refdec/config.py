@@ -178,113 +178,97 @@ class ModelConfig:
             raise LoopcertError(f"bad ModelConfig: {e}") from None
 
 
-def _tiny(**kw) -> ModelConfig:
-    base = dict(
-        vocab_size=13,
-        d_model=32,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        intermediate_size=48,
-        n_core=2,
-        recurrence=6,
-        max_seq_len=128,
+# The fields each architecture fixes (MODELS.md; "llama" and "olmo" are Llama / TinyLlama and
+# OLMo-2 with recurrence retrofitted, Raven-style); a preset adds its sizes.
+ARCHITECTURES: dict[str, dict] = {
+    "ouro": {"family": "ouro", "block": "ouro", "rope": "half", "early_exit_gate": True},
+    "huginn": {
+        "family": "raven",
+        "block": "sandwich",
+        "rope": "interleaved",
+        "qk_bias": True,
+        "tie_embeddings": True,
+        "ln_f_before_coda": True,
+    },
+    "llama": {"family": "raven", "block": "prenorm", "rope": "half"},
+    "olmo": {"family": "raven", "block": "postnorm", "rope": "half", "qk_norm": True},
+}
+# The tiny test models' sizes (vocab 13, width 32: gemma-style); a Raven one adds one prelude
+# and one coda block around its core.
+TINY_SIZES = {
+    "vocab_size": 13,
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 48,
+    "n_core": 2,
+    "recurrence": 6,
+    "max_seq_len": 128,
+}
+
+
+def _preset(name: str, architecture: str, sizes: dict, **changes) -> ModelConfig:
+    return ModelConfig(**(ARCHITECTURES[architecture] | sizes | changes), name=name)
+
+
+def _tiny(name: str, architecture: str, **changes) -> ModelConfig:
+    raven = ARCHITECTURES[architecture]["family"] == "raven"
+    return _preset(
+        name, architecture, TINY_SIZES | ({"n_prelude": 1, "n_coda": 1} if raven else {}), **changes
     )
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 PRESETS: dict[str, ModelConfig] = {
-    # Tiny test models, one per architecture variant (vocab 13, width 32: gemma-style).
-    "tiny-ouro": _tiny(
-        family="ouro",
-        block="ouro",
-        rope="half",
-        n_core=2,
-        recurrence=4,
-        n_kv_heads=4,
-        early_exit_gate=True,
-        name="tiny-ouro",
-    ),
-    "tiny-raven": _tiny(
-        family="raven",
-        block="sandwich",
-        rope="interleaved",
-        n_prelude=1,
-        n_core=2,
-        n_coda=1,
-        n_kv_heads=4,
-        qk_bias=True,
-        tie_embeddings=True,
-        embed_scale=math.sqrt(32),
-        ln_f_before_coda=True,
-        init_state="seeded",
-        name="tiny-raven",
-    ),
-    "tiny-raven-llama": _tiny(
-        family="raven",
-        block="prenorm",
-        rope="half",
-        n_prelude=1,
-        n_core=2,
-        n_coda=1,
-        rope_theta=500000.0,
-        rope_scaling=RopeScaling(
-            factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16
+    c.name: c
+    for c in (
+        # Tiny test models, one per architecture variant.
+        _tiny("tiny-ouro", "ouro", recurrence=4, n_kv_heads=4),
+        _tiny("tiny-raven", "huginn", n_kv_heads=4, embed_scale=math.sqrt(32), init_state="seeded"),
+        _tiny(
+            "tiny-raven-llama",
+            "llama",
+            rope_theta=500000.0,
+            rope_scaling=RopeScaling(original_max_position_embeddings=16),
         ),
-        name="tiny-raven-llama",
-    ),
-    "tiny-raven-olmo": _tiny(
-        family="raven",
-        block="postnorm",
-        qk_norm=True,
-        rope="half",
-        n_prelude=1,
-        n_core=2,
-        n_coda=1,
-        init_state="seeded",
-        name="tiny-raven-olmo",
-    ),
-    # Published shapes (MODELS.md), for `inspect` and sizing; weights load from a folder.
-    "ouro-1.4b": ModelConfig(
-        family="ouro",
-        block="ouro",
-        rope="half",
-        vocab_size=49152,
-        d_model=2048,
-        n_heads=16,
-        n_kv_heads=16,
-        head_dim=128,
-        intermediate_size=5632,
-        n_core=24,
-        recurrence=4,
-        rope_theta=1e6,
-        max_seq_len=65536,
-        early_exit_gate=True,
-        name="ouro-1.4b",
-    ),
-    "huginn-0125": ModelConfig(
-        family="raven",
-        block="sandwich",
-        rope="interleaved",
-        vocab_size=65536,
-        d_model=5280,
-        n_heads=55,
-        n_kv_heads=55,
-        head_dim=96,
-        intermediate_size=17920,
-        n_prelude=2,
-        n_core=4,
-        n_coda=2,
-        recurrence=32,
-        rope_theta=50000.0,
-        qk_bias=True,
-        tie_embeddings=True,
-        embed_scale=math.sqrt(5280),
-        ln_f_before_coda=True,
-        max_seq_len=4096,
-        name="huginn-0125",
-    ),
+        _tiny("tiny-raven-olmo", "olmo", init_state="seeded"),
+        # Published shapes (MODELS.md), for `inspect` and sizing; weights load from a folder.
+        _preset(
+            "ouro-1.4b",
+            "ouro",
+            {
+                "vocab_size": 49152,
+                "d_model": 2048,
+                "n_heads": 16,
+                "n_kv_heads": 16,
+                "head_dim": 128,
+                "intermediate_size": 5632,
+                "n_core": 24,
+                "recurrence": 4,
+                "rope_theta": 1e6,
+                "max_seq_len": 65536,
+            },
+        ),
+        _preset(
+            "huginn-0125",
+            "huginn",
+            {
+                "vocab_size": 65536,
+                "d_model": 5280,
+                "n_heads": 55,
+                "n_kv_heads": 55,
+                "head_dim": 96,
+                "intermediate_size": 17920,
+                "n_prelude": 2,
+                "n_core": 4,
+                "n_coda": 2,
+                "recurrence": 32,
+                "rope_theta": 50000.0,
+                "max_seq_len": 4096,
+            },
+            embed_scale=math.sqrt(5280),  # Huginn scales embeddings by sqrt(d_model)
+        ),
+    )
 }
 TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-"))
 

@@ -32,14 +32,14 @@ from refdec.config import ModelConfig
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+def at_least_float32(dtype: torch.dtype) -> torch.dtype:
     """Norms and RoPE run in float32 at least (MODELS.md: RMSNorm in float32, cast back)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x (..., n) normalised over its last axis in the compute dtype, cast back, then scaled."""
-    xf = x.to(dtype=compute_dtype(x.dtype))
+    xf = x.to(dtype=at_least_float32(x.dtype))
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return xf.to(dtype=x.dtype) * weight
 
@@ -73,7 +73,7 @@ def rope_tables(cfg: ModelConfig, positions: torch.Tensor) -> tuple[torch.Tensor
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Tensor:
     """x (B, N, T, D) rotated at its rows' positions; cos, sin (T, D/2), any dtype."""
-    cd = compute_dtype(x.dtype)
+    cd = at_least_float32(x.dtype)
     xf, c, s = x.to(dtype=cd), cos.to(dtype=cd), sin.to(dtype=cd)
     if style == "interleaved":  # pairs (x[2i], x[2i+1]), Huginn
         a, b = xf[..., 0::2], xf[..., 1::2]

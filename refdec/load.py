@@ -92,7 +92,7 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     if name in PRESETS:
         check_seed(seed, "weights seed")
         return LoopedLM(PRESETS[name]).init_weights(seed).to(dtype).eval()
-    if name == "default":  # the trained model shipped in the package (trainer.train, issue 5)
+    if name == "default":  # the trained model shipped in the package (trainer.train)
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():
             raise LoopcertError(
                 f"the default model is missing from {DEFAULT_MODEL_DIR}: "
@@ -105,6 +105,11 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
 
 
+# Two fingerprints, for two questions:
+# - model_fingerprint: which model, whatever dtype it was loaded in (a certificate, a server);
+# - exact_fingerprint: which exact tensors, dtype included (a speed baseline: the bytes timed).
+
+
 def model_fingerprint(model) -> str:
     """sha256 of the config and every parameter rounded to float32 (a float64 copy of float32
     weights rounds back exactly, so certify's float64 oracle and a float32 server agree)."""
@@ -113,3 +118,14 @@ def model_fingerprint(model) -> str:
         h.update(name.encode())
         h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def exact_fingerprint(model) -> str:
+    """sha256 of the state dict as held (names, dtypes, shapes, bytes), 16 hex digits: a float64
+    copy of the same model differs, unlike model_fingerprint."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]

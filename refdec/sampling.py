@@ -74,8 +74,8 @@ NUCLEUS_MARGIN = 1e-12  # a head whose mass passes top_p by this holds the nucle
 def _filter(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """(V,) softmax -> top-k, renormalise, top-p, renormalise (the module docstring's rule).
 
-    Only a ranked head that holds every kept token is sorted (a stable sort of V = 65,536 float64
-    costs ~12 ms, a top-k ~0.1 ms): the k first under top-k, else the first of HEAD_SIZES whose
+    Only a ranked head that holds every kept token is sorted (a stable sort of a large vocabulary
+    costs far more than a top-k): the k first under top-k, else the first of HEAD_SIZES whose
     mass passes top_p, else the whole vocabulary. The result is bitwise what a stable sort of all
     V gives (tests/refdec/test_sampling.py compares them): the head is that sort's prefix, a cumsum's
     prefix does not depend on what follows it, and each renormalising sum runs over a length-V

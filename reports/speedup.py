@@ -91,7 +91,7 @@ def targets_section(res: SpeedReport) -> str:
         for t in res.targets
     ]
     return (
-        "## Targets (issues 6 and 11)\n\nThe issues set them for the default model (R = 32) on a CPU, "
+        "## Targets\n\nThey are set for the default model (R = 32) on a CPU, "
         "greedy, ratios measured in one run; for other models and devices they are reference lines.\n\n"
         + table(rows, ["target", "measured", ""])
     )
@@ -484,7 +484,7 @@ def batch_section(res: SpeedReport) -> str:
         )
     )
     return (
-        "## Batches (issue 11)\n\n"
+        "## Batches\n\n"
         "`Decoder.generate_batch`: B sequences through one engine, sequence i decoding held-out prompt i "
         f"(cycled, its last {p.prompt_len} tokens), {p.tokens} new tokens each, greedy, {p.repeats} "
         f"interleaved rounds. tok/s: aggregate decode tokens per second of the {t.clock} clock over the "

@@ -1,11 +1,12 @@
-"""Decoder settings, sampling params, cached tiny models and a cache poisoner that the batch tests
-share (tests/fastdec/test_batch.py, test_continuous.py)."""
+"""Decoder settings, sampling params, cached tiny models, the drawn setup of a batch and a cache
+poisoner that the batch tests share (tests/fastdec/test_batch.py, test_continuous.py)."""
 
 import torch
+from hypothesis import strategies as st
 
-from fastdec import DecodeConfig
+from fastdec import STRATEGIES, DecodeConfig
 from refdec import LoopedLM, SamplingParams
-from refdec.config import get_preset
+from refdec.config import TINY_PRESETS, get_preset
 
 CONFIGS = {
     "autoregressive": DecodeConfig("autoregressive"),
@@ -15,6 +16,15 @@ CONFIGS = {
 }
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(0.8, top_k=4, top_p=0.9)]
 _models: dict = {}
+
+
+@st.composite
+def setups(draw) -> tuple[str, int, str, int]:
+    """(tiny preset, its vocabulary size, strategy, fixed width) for a drawn batch."""
+    name = draw(st.sampled_from(TINY_PRESETS))
+    strategy = draw(st.sampled_from(STRATEGIES))
+    width = draw(st.sampled_from([8, 16]))
+    return name, get_preset(name).vocab_size, strategy, width
 
 
 def model_for(name="tiny-raven", recurrence=5, seed=3, dtype=torch.float32) -> LoopedLM:

@@ -1,13 +1,13 @@
 """The reduced certify plan the command-path tests share (tests/proofs/run/test_certify.py, test_shards.py,
 test_certify_http.py): a handful of samples, small Theorem 1 searches, one speed prompt, so that a
 whole `loopcert certify` run takes seconds. Each test file states only what it changes
-(dataclasses.replace); the real plans are proofs.run.certify.QUICK / FULL."""
+(dataclasses.replace); the real plans are proofs.run.plan.QUICK / FULL."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from proofs.run.certify import CertifyPlan
+from proofs.run.plan import CertifyPlan
 from proofs.speed.timing import Workload
 from refdec.sampling import SamplingParams
 
@@ -29,7 +29,7 @@ SMALL_PLAN = CertifyPlan(
     trace_prompts=2,
     trace_positions=16,
     speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
-    mutant_names=("always-accept", "control: gate inverted"),
+    mutant_ids=("always-accept", "control-gate-inverted"),
 )
 
 # the sharding and --jobs tests: two cases and two mutants, so that units split across shards
@@ -39,7 +39,7 @@ SHARD_PLAN = replace(
         ("T=1", SamplingParams(temperature=1.0), 3),
         ("top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),
     ),
-    mutant_names=("always-accept", "greedy-near-miss"),
+    mutant_ids=("always-accept", "greedy-near-miss"),
 )
 TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}
 

@@ -3,8 +3,10 @@
 Every import statement of every module counts, those inside functions too (a lazy import is
 still a dependency, and a lazy import both ways is a cycle that only hides until someone moves
 it to the top). A package may import only itself and the packages before it, and no modules
-import each other in a circle. `import_graph` and `violations` are checked on a small tree
-that breaks both rules, so the check can fail.
+import each other in a circle. No module takes a `_private` name from a module of another
+package (`from m import _x`, or `m._x` on an imported module): a name another package needs is
+public. `import_graph`, `violations` and `private_imports` are checked on a small tree that
+breaks every rule, so each check can fail.
 """
 
 from __future__ import annotations
@@ -26,22 +28,32 @@ def module_files(root: Path, packages=LAYERS) -> dict[str, Path]:
     return mods
 
 
+def package_of(name: str, f: Path) -> str:
+    return name if f.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads, relative imports resolved against `package`."""
+    base = node.module or ""
+    if node.level:  # relative: from the package, up level - 1
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+    return base
+
+
 def import_graph(root: Path, packages=LAYERS) -> dict[str, set[str]]:
     """Module -> the first-party modules it imports. `from p import m` names the submodule
     p.m when there is one, else p itself (its __init__)."""
     mods = module_files(root, packages)
     graph = {}
     for name, f in mods.items():
-        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        package = package_of(name, f)
         targets = set()
         for node in ast.walk(ast.parse(f.read_text(), str(f))):
             if isinstance(node, ast.Import):
                 wanted = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative: from the package, up level - 1
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([base] if base else []))
+                base = from_base(node, package)
                 wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             else:
                 continue
@@ -92,6 +104,50 @@ def violations(graph: dict[str, set[str]], layers=LAYERS) -> dict[str, list]:
     return {"upward": upward, "cycles": cycles(graph)}
 
 
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def dotted(node: ast.expr) -> str | None:
+    """`a.b.c` of a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def private_imports(root: Path, packages=LAYERS) -> list[tuple[str, str]]:
+    """(module, "module.name") for every `_private` name a module takes from a first-party
+    module of another package: `from m import _x`, or `m._x` where m names an imported module."""
+    mods = module_files(root, packages)
+    found = set()
+    for name, f in mods.items():
+        package = package_of(name, f)
+        tree = ast.parse(f.read_text(), str(f))
+        modules: dict[str, str] = {}  # local name -> the first-party module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    modules[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                base = from_base(node, package)
+                for a in node.names:
+                    if f"{base}.{a.name}" in mods:
+                        modules[a.asname or a.name] = f"{base}.{a.name}"
+                    elif is_private(a.name) and base in mods and package_of(base, mods[base]) != package:
+                        found.add((name, f"{base}.{a.name}"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and is_private(node.attr):
+                chain = dotted(node.value)
+                if chain is None or chain.split(".")[0] not in modules:
+                    continue
+                target = ".".join([modules[chain.split(".")[0]], *chain.split(".")[1:]])
+                if target in mods and package_of(target, mods[target]) != package:
+                    found.add((name, f"{target}.{node.attr}"))
+    return sorted(found)
+
+
 def test_the_import_graph_runs_one_way():
     graph = import_graph(ROOT)
     assert len(graph) > 40 and "refdec.layers" in graph["fastdec.engine"]  # the parse sees the tree
@@ -116,3 +172,29 @@ def test_the_check_finds_an_upward_import_and_a_cycle(tmp_path):
         "upward": [("low.c", "high.x")],
         "cycles": [["high.x", "low.c"], ["low.a", "low.b"]],
     }
+
+
+def test_no_module_takes_a_private_name_from_another_package():
+    assert private_imports(ROOT) == []
+
+
+def test_the_private_name_check_finds_both_forms(tmp_path):
+    files = {
+        "low/__init__.py": "",
+        "low/a.py": "_hidden = 1\npublic = 2\n",
+        "low/b.py": "from low.a import _hidden\nfrom . import a\nx = a._hidden\n",  # same package: fine
+        "low/sub/__init__.py": "",
+        "low/sub/c.py": "from ..a import _hidden\n",  # a subpackage is another package
+        "high/__init__.py": "",
+        "high/x.py": "from low.a import _hidden, public, __doc__\n",
+        "high/y.py": "import low.a as la\nimport low.b\nla._hidden\nlow.b._cache\nself._own = 1\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert private_imports(tmp_path, ("low", "high")) == [
+        ("high.x", "low.a._hidden"),
+        ("high.y", "low.a._hidden"),
+        ("high.y", "low.b._cache"),
+        ("low.sub.c", "low.a._hidden"),
+    ]

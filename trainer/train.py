@@ -1,7 +1,7 @@
-"""Train the embedded default model: a small byte-level Raven-style looped LM (issues 5, 14).
+"""Train the embedded default model: a small byte-level Raven-style looped LM.
 
     OMP_NUM_THREADS=1 python -m trainer.train --recipe huginn --max-minutes 90 \
-        --ckpt-dir /tmp/loopcert-train-v4 --out /tmp/model-v4   # issue 14's recipe (see MODEL_CARD.md)
+        --ckpt-dir /tmp/loopcert-train --out DIR   # the shipped model's recipe (MODEL_CARD.md)
     python -m trainer.train --max-minutes 36 --out DIR            # recipe v1: the first shipped model
     python -m trainer.train --resume ...                          # continue from --ckpt-dir
 
@@ -22,8 +22,9 @@ Recipes (RECIPES; explicit flags override a recipe's values):
   growing 256 -> 1024 -> 2048 bytes at constant bytes per step (`--seq-schedule`).
 - `v1`: sandwich core, zero initial state, r ~ Poisson(LogNormal) clipped to >= 1,
   k = 4, and an auxiliary shallow loss CE(labels) + KL(stopgrad p_r || p_s) at s ~ U{1..3}.
-  Its depth profile was flat (fixed point after 3-4 iterations). A 1-block-core variant
-  (`--model core1 --aux-max-depth 0 --backprop-k 8 --depth-sigma 0.75`) was hardly less flat.
+  Its depth profile was flat (the core reached a fixed point within a few iterations), and a
+  1-block-core variant (`--model core1 --aux-max-depth 0 --backprop-k 8 --depth-sigma 0.75`)
+  hardly less: hence `huginn`.
 
 Schedule: AdamW, linear warmup, cosine decay over `progress` = max(step/steps,
 elapsed/max_minutes). With --max-minutes the run ends on time whatever the CPU contention;
@@ -50,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from analysis.depth_profile import window_profile
+from analysis.depth_profile import fused_attention_for, window_profile
 from refdec.config import ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
@@ -82,32 +83,17 @@ V1 = ModelConfig(
     init_state="zeros",
     name="default",
 )
-TINY = ModelConfig(
-    family="raven",
-    block="sandwich",
-    rope="half",
-    vocab_size=256,
-    d_model=32,
-    n_heads=4,
-    n_kv_heads=1,
-    head_dim=8,
-    intermediate_size=64,
-    n_prelude=1,
-    n_core=1,
-    n_coda=1,
-    recurrence=4,
-    max_seq_len=512,
-    init_state="zeros",
-    name="tiny-trained",
+TINY = V1.replace(  # a few steps train it in seconds (the tests' model)
+    d_model=32, head_dim=8, intermediate_size=64, n_core=1, recurrence=4, max_seq_len=512, name="tiny-trained"
 )
-# Issue 14's block, initial state and readout (Huginn-0125; see "huginn" below)
+# The huginn recipe's block, initial state and readout (Huginn-0125; see "huginn" below)
 HUGINN_CORE = dict(block="prenorm", ln_f_before_coda=True, init_state="seeded")
 CONFIGS = {
     "default": V1,
-    # the default with a 1-block core: each iteration does less (issue 5's depth profile)
+    # the default with a 1-block core: each iteration does less (a try at a less flat depth profile)
     "core1": V1.replace(n_core=1, name="core1"),
-    # Issue 14's recipe (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
-    # sandwich core contracted to a fixed point in 3-4 iterations), GQA with 2 KV heads, the
+    # the huginn recipe's model (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
+    # sandwich core contracted to a fixed point within a few iterations), GQA with 2 KV heads, the
     # initial state a seeded truncated normal (trained on fresh noise each step: like-init).
     "huginn": V1.replace(
         **HUGINN_CORE, d_model=192, n_heads=6, n_kv_heads=2, intermediate_size=512, n_core=1
@@ -117,14 +103,13 @@ CONFIGS = {
 }
 
 # Named recipes: TrainConfig defaults per recipe (explicit flags override). "v1" reproduces the
-# first shipped model; "huginn" is issue 14's: no shallow loss, fresh-noise initial state,
+# first shipped model; "huginn" the shipped one: no shallow loss, fresh-noise initial state,
 # r ~ Poisson(LogNormal(log mean - s^2/2, s)) + 1, gradient through the last min(8, r)
 # iterations, windows growing 256 -> 1024 -> 2048 bytes at constant bytes per step.
-# Mean depth 32 (Huginn's): at mean 12 (v2/v3, 90 min) the core converged by depth ~8 (bpb(2) -
-# bpb(R) 0.049, TV envelope exponent 2.99); a fresh 90-minute run at mean 32 (v4, shipped) used its
-# depth (0.212, 2.00) and reached a lower bpb(R) too (1.778 vs 2.049), although each step costs
-# more. Sigma 0.5 (Huginn's): a first attempt with sigma 1.0, mean 8 (39% of draws r <= 4) was flat
-# after 420 steps (held-out bpb 2.679 at r = 1, 2.642 at r = 32; agreement at r = 2 0.911).
+# Mean depth 32 (Huginn's): at a smaller mean the core converged well before R and depth stopped
+# mattering, while mean 32 used its depth and reached a lower bpb(R) too, although each step costs
+# more. Sigma 0.5 (Huginn's): a wider sigma with a smaller mean drew many shallow depths and its
+# depth profile stayed flat (docs/measurements.md has the runs).
 RECIPES: dict[str, dict] = {
     "v1": {},
     "huginn": dict(
@@ -329,15 +314,6 @@ def heldout_windows(data: torch.Tensor, n: int, length: int) -> torch.Tensor:
 
 
 # -- the batched forward used for training and evaluation ---------------------------------
-def sdpa(q, k, v):
-    """Causal attention, same maths as refdec.layers.causal_attention, fused and GQA-aware."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
-
-def _sdpa_for(_: int):
-    return sdpa
-
-
 def sample_depth(gen: torch.Generator, mean: float, sigma: float, r_max: int, offset: int = 0) -> int:
     """Huginn's log-normal Poisson: tau ~ LogNormal(log mean - sigma^2/2, sigma) (so E[tau] = mean),
     r ~ Poisson(tau) + offset, clipped to [1, r_max]. Huginn (recpre) uses offset 1."""
@@ -387,15 +363,15 @@ def training_loss(
     pos = torch.arange(x.shape[1])
     cos, sin = rope_tables(model.cfg, pos)
     net = model.net()
-    e = net.embed(x, cos, sin, _sdpa_for)  # (B, T, d)
+    e = net.embed(x, cos, sin, fused_attention_for)  # (B, T, d)
     h = net.initial_state(e, pos) if h0 is None else h0.to(e.dtype)
     shallow = None
     for i in range(1, r + 1):
         with torch.set_grad_enabled(i > r - k or i <= s):
-            h = net.recur(h, e, cos, sin, _sdpa_for)
+            h = net.recur(h, e, cos, sin, fused_attention_for)
         if i == s:
-            shallow = net.readout(h, cos, sin, _sdpa_for)
-    deep = net.readout(h, cos, sin, _sdpa_for)  # (B, T, V)
+            shallow = net.readout(h, cos, sin, fused_attention_for)
+    deep = net.readout(h, cos, sin, fused_attention_for)  # (B, T, V)
     main = F.cross_entropy(deep.flatten(0, 1), y.flatten())
     if shallow is None:
         return main, main.detach(), None
@@ -786,7 +762,7 @@ RECORDED_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
 
 def command_line(argv) -> str:
     """The command as run, prefixed by the OpenMP settings in effect (they decide the step time:
-    2-thread OpenMP with the default busy-wait policy on a shared CPU ran 6-14x slower)."""
+    multi-thread OpenMP with the default busy-wait policy on a shared CPU runs many times slower)."""
     env = " ".join(f"{k}={os.environ[k]}" for k in RECORDED_ENV if k in os.environ)
     return (env + " " if env else "") + "python -m trainer.train " + " ".join(argv)
 

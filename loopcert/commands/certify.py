@@ -14,8 +14,9 @@ from pathlib import Path
 
 from loopcert.commands.common import uninterrupted
 from proofs.certificate import Certificate
-from proofs.run.certify import certify, predict
+from proofs.run.certify import certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
+from proofs.run.predict import predict
 from proofs.run.shards import Shard, write_shard
 from refdec.load import write_atomic
 from reports.render import render_certificate
@@ -111,7 +112,7 @@ def command_line(args, model: str) -> str:
 def write_reports(cert: Certificate, out: Path) -> tuple[Path, Path]:
     out = Path(out)
     text = cert.dumps()
-    md = render_certificate(cert.to_json())  # render before writing: a render error leaves both old files
+    md = render_certificate(cert)  # render before writing: a render error leaves both old files
     json_path, md_path = out / "certificate.json", out / "certificate.md"
     write_atomic(json_path, lambda tmp: Path(tmp).write_text(text))
     write_atomic(md_path, lambda tmp: Path(tmp).write_text(md))
@@ -165,8 +166,8 @@ def run(args) -> int:
             f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)"
         )
         return 0
-    cert.stamp["command"] = command_line(args, cert.stamp["model"])
-    return publish(cert, args.out, f" in {cert.stamp['seconds']:.0f}s")
+    cert = cert.with_stamp(command=command_line(args, cert.stamp.model))
+    return publish(cert, args.out, f" in {cert.stamp.seconds:.0f}s")
 
 
 def timed_progress():

@@ -43,7 +43,9 @@ def run(args) -> int:
         time_budget=ident["time_budget"],
         results=results,
     )
-    cert.stamp["command"] = shards[0].get("command")
-    cert.stamp["merged_from"] = [s["_folder"] for s in sorted(shards, key=lambda s: s["shard"][0])]
-    cert.stamp["seconds"] = sum(s.get("seconds", 0.0) for s in shards) + cert.stamp["seconds"]
+    cert = cert.with_stamp(
+        command=shards[0].get("command"),
+        merged_from=tuple(s["_folder"] for s in sorted(shards, key=lambda s: s["shard"][0])),
+        seconds=sum(s.get("seconds", 0.0) for s in shards) + cert.stamp.seconds,
+    )
     return publish(cert, args.out, f", merged from {len(shards)} shards")

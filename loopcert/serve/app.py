@@ -27,8 +27,8 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from loopcert.serve import errors
-from loopcert.serve.errors import APIError
+from loopcert.serve import api_errors
+from loopcert.serve.api_errors import APIError
 from loopcert.serve.scheduler import Job, Overloaded, Scheduler
 from loopcert.serve.schema import CompletionRequest
 from refdec.errors import LoopcertError
@@ -325,7 +325,7 @@ def pieces_of(served: Served, tokens: list[int], final_text: str) -> list[str]:
 
 def create_app(served: Served) -> FastAPI:
     app = FastAPI(title="loopcert serve", version="1")
-    errors.install(app)
+    api_errors.install(app)
     app.state.served = served
 
     @app.get("/health")
@@ -447,6 +447,6 @@ async def stream(
     except ClientGone:
         return
     except APIError as e:
-        yield sse(errors.body(e.message, e.param, e.kind, e.code))
+        yield sse(api_errors.body(e.message, e.param, e.kind, e.code))
     finally:
         served.scheduler.cancel([j for j in jobs if j.t_end is None])

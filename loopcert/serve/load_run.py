@@ -24,6 +24,7 @@ from loopcert.commands import serve as serve_cmd
 from loopcert.commands.common import decoder_from_args, load_from_args
 from loopcert.serve.loadtest import LoadPlan, run_load, verify
 from loopcert.serve.process import ServerProcess
+from proofs.decoders.protocol import BatchDecoder, tokens_of
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
 
@@ -36,7 +37,7 @@ def serve_args(argv: list[str]) -> argparse.Namespace:
 
 def in_process_batched(dec, records, prompts, plan: LoadPlan, batch: int) -> float | None:
     """tokens/s of generate_batch over the same requests, `batch` at a time (None without it)."""
-    if not callable(getattr(dec, "generate_batch", None)) or not records:
+    if not isinstance(dec, BatchDecoder) or not records:
         return None
     recs = sorted(records, key=lambda r: r["index"])
     tokens, t0 = 0, time.perf_counter()
@@ -48,7 +49,7 @@ def in_process_batched(dec, records, prompts, plan: LoadPlan, batch: int) -> flo
             plan.sampling,
             [r["seed"] for r in chunk],
         )
-        tokens += sum(len(o.tokens) for o in out)
+        tokens += sum(len(tokens_of(o)) for o in out)
     return tokens / (time.perf_counter() - t0)
 
 

@@ -23,13 +23,13 @@ from refdec.validate import check_int, check_number
 
 @dataclass(frozen=True)
 class LoadPlan:
-    clients: int = 32
-    seconds: float = 30.0
-    max_requests: int = 5000
-    max_tokens: int = 16
+    clients: int = 32  # concurrent clients, one HTTP connection each
+    seconds: float = 30.0  # clients send requests this long ...
+    max_requests: int = 5000  # ... or until this many were sent
+    max_tokens: int = 16  # new tokens per request (EOS ignored)
     temperature: float = 0.8
-    top_p: float = 0.95
-    base_seed: int = 1000
+    top_p: float = 0.95  # 1: no top-p
+    base_seed: int = 1000  # request i samples with seed base_seed + i
 
     def __post_init__(self):
         for name in ("clients", "max_requests", "max_tokens"):

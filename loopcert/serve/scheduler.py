@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from fastdec import ContinuousBatch, Decoder
 from fastdec.decoder import capacity_for
+from proofs.decoders.protocol import BatchDecoder, declared_max_batch
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
@@ -84,7 +85,13 @@ class Job:
     batched: bool = False  # decoded by generate_batch (False: the per-sequence fallback)
 
     @property
+    def options(self) -> dict:
+        """The job's generate() keywords beyond (prompt, max_new_tokens, sampling, seed)."""
+        return {"eos_token_id": self.eos_token_id, "keep_logits": self.keep_logits}
+
+    @property
     def key(self) -> tuple:
+        """Jobs of one key share a generate_batch round: it takes one of each option."""
         return (self.eos_token_id, self.keep_logits)
 
 
@@ -107,7 +114,7 @@ class Scheduler:
         if not 0 <= window_s < 10:
             raise LoopcertError(f"the batch window must be in [0, 10) seconds, got {window_s}")
         steps = isinstance(decoder, Decoder)
-        batches = steps or callable(getattr(decoder, "generate_batch", None))
+        batches = steps or isinstance(decoder, BatchDecoder)
         if join is None:
             join = "step" if steps else "round" if batches else "sequence"
         if join not in JOINS:
@@ -122,7 +129,7 @@ class Scheduler:
         self.join, self.window_s = join, window_s
         self.ignore_seed = ignore_seed
         if join != "sequence":  # never more rows than the decoder's cache was sized for
-            self.max_batch = min(max_batch, getattr(decoder, "max_batch", max_batch))
+            self.max_batch = min(max_batch, declared_max_batch(decoder) or max_batch)
         self._waiting: deque[Job] = deque()
         self._running: list[Job] = []
         self._cond = threading.Condition()
@@ -293,14 +300,7 @@ class Scheduler:
             j.t_start = time.perf_counter()
             j.decoded_seed = self._seed(j)
             try:
-                h = batch.add(
-                    j.prompt,
-                    j.max_new_tokens,
-                    j.sampling,
-                    j.decoded_seed,
-                    eos_token_id=j.eos_token_id,
-                    keep_logits=j.keep_logits,
-                )
+                h = batch.add(j.prompt, j.max_new_tokens, j.sampling, j.decoded_seed, **j.options)
             except LoopcertError as e:  # this job's input (e.g. too long for any batch): its error only
                 j.error = e
                 failed.append(j)
@@ -345,8 +345,7 @@ class Scheduler:
                     [j.max_new_tokens for j in group],
                     [j.sampling for j in group],
                     [j.decoded_seed for j in group],
-                    eos_token_id=first.eos_token_id,
-                    keep_logits=first.keep_logits,
+                    **first.options,
                 )
             except Exception:  # noqa: BLE001 - isolate the job at fault: decode each alone below
                 pass
@@ -359,12 +358,7 @@ class Scheduler:
                 continue
             try:
                 j.result = self.decoder.generate(
-                    j.prompt,
-                    j.max_new_tokens,
-                    j.sampling,
-                    seed=j.decoded_seed,
-                    eos_token_id=j.eos_token_id,
-                    keep_logits=j.keep_logits,
+                    j.prompt, j.max_new_tokens, j.sampling, seed=j.decoded_seed, **j.options
                 )
             except Exception as e:  # noqa: BLE001 - reported to that request only (HTTP 500)
                 j.error = e

@@ -1,7 +1,7 @@
 """The OpenAI completions API as pydantic models: what `loopcert serve` accepts and returns.
 
 Requests are validated strictly: an unknown field, a wrong type or an out-of-range value is an
-HTTP 400 naming the field (loopcert/serve/errors.py), never silently ignored or coerced. OpenAI
+HTTP 400 naming the field (loopcert/serve/api_errors.py), never silently ignored or coerced. OpenAI
 fields that would change the sampling law and that fastdec does not implement (penalties,
 logit_bias, best_of > n, echo, suffix) are accepted only at their neutral value, so a client
 can never believe it sampled a law it did not. Extensions (as vLLM spells them): `top_k` and

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from fastdec.config import DecodeConfig
 from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.decoders.protocol import run_generate
+from proofs.details import BitwiseDetails, BitwiseRun, Mismatch
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
@@ -34,13 +35,8 @@ def check_bitwise(
     """measured = (strategy, prompt) pairs whose tokens differ from the baseline's; bound 0."""
     able = [c for c in candidates if c.fixed_width and c.lossless]
     if not able:
-        return CheckResult(
-            name,
-            0,
-            0,
-            True,
-            {"skipped": "the candidate has no fixed-width mode (only fastdec's engine does)"},
-        )
+        why = "the candidate has no fixed-width mode (only fastdec's engine does)"
+        return CheckResult(name, 0, 0, True, kind="bitwise", skipped=why)
     baseline = fastdec_candidate(DecodeConfig("autoregressive"))
     baseline = baseline.build(model32, fixed_width=width)
     greedy = SamplingParams()
@@ -65,24 +61,15 @@ def check_bitwise(
                 if got is None
                 else next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
             )
-            mismatches.append(
-                {
-                    "setting": c.label,
-                    "prompt": list(p),
-                    "first_difference": first,
-                    "baseline": ref,
-                    "candidate": got,
-                    "error": err,
-                }
-            )
-        rows.append({"setting": c.label, "prompts": len(prompts), "equal": equal})
+            mismatches.append(Mismatch(c.label, tuple(p), first, tuple(ref), got, err))
+        rows.append(BitwiseRun(c.label, len(prompts), equal))
         if progress:
             progress(f"  {name} {c.label}: {equal}/{len(prompts)} prompts bitwise equal at W={width}")
-    details = {
-        "width": width,
-        "dtype": dtype_name(next(model32.parameters()).dtype),
-        "tokens_per_prompt": n_tokens,
-        "runs": rows,
-        "mismatches": mismatches,
-    }
+    details = BitwiseDetails(
+        width=width,
+        dtype=dtype_name(next(model32.parameters()).dtype),
+        tokens_per_prompt=n_tokens,
+        runs=tuple(rows),
+        mismatches=tuple(mismatches),
+    )
     return CheckResult(name, len(mismatches), 0, not mismatches, details)

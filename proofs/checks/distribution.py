@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
+from proofs.details import CaseSpec, SamplingCase, SamplingDetails, SamplingView
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
@@ -97,42 +98,50 @@ def sample_tally(
     }
 
 
-def view_row(view: View, counts: Sequence[int], target: Target, alpha_test: float, fatal: bool) -> dict:
+def case_spec(case: Case) -> CaseSpec:
+    s = case.sampling
+    return CaseSpec(case.name, s.temperature, s.top_k, s.top_p, tuple(case.prompt), case.n)
+
+
+def view_row(
+    case: str, view: View, counts: Sequence[int], target: Target, alpha_test: float, fatal: bool
+) -> SamplingView:
+    """One view's chi-square result; Holm has not judged it yet (holm_rejected False)."""
     counts = np.asarray(counts, dtype=np.int64)
     n = int(counts.sum())
-    need = view_needs(view, target, alpha_test)
     row = {
+        "case": case,
         "view": view.name,
         "law": view.law,
         "counted": n,
-        "needed_n": need,
+        "needed_n": view_needs(view, target, alpha_test),
         "target_tv": target.tv,
-        "bin_labels": list(view.labels),
-        "bin_probs": view.probs.tolist(),
-        "counts": counts.tolist(),
+        "bin_labels": view.labels,
+        "bin_probs": view.probs,
+        "counts": counts,
+        "holm_rejected": False,
     }
     if n == 0 or view.bins < 2:
-        return {
+        return SamplingView(
             **row,
-            "bins": view.bins if n else 0,
-            "p_value": 0.0 if fatal else 1.0,
-            "stat": None,
-            "detectable_tv": math.inf,
-            "empirical_tv": None,
-            "has_power": False,
-        }
+            bins=view.bins if n else 0,
+            stat=None,
+            p_value=0.0 if fatal else 1.0,
+            detectable_tv=math.inf,
+            empirical_tv=None,
+            has_power=False,
+        )
     g = chisquare_gof(counts, view.probs)
     tv = detectable_tv(n, g["bin_probs"], alpha_test, target.power)
-    emp = 0.5 * float(np.abs(counts / n - view.probs).sum())
-    return {
+    return SamplingView(
         **row,
-        "bins": len(g["bins"]),
-        "stat": g["stat"],
-        "p_value": 0.0 if fatal else g["p_value"],
-        "detectable_tv": tv,
-        "empirical_tv": emp,
-        "has_power": tv <= target.tv,
-    }
+        bins=len(g["bins"]),
+        stat=g["stat"],
+        p_value=0.0 if fatal else g["p_value"],
+        detectable_tv=tv,
+        empirical_tv=0.5 * float(np.abs(counts / n - view.probs).sum()),
+        has_power=tv <= target.tv,
+    )
 
 
 def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
@@ -141,73 +150,71 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     measured = the smallest p-value, bound = alpha/m; passes iff Holm rejects nothing, no sample
     was impossible, the decoder never failed, and every view reached the target TV."""
     alpha_test = alpha_per_test(laws, target)
-    cases = []
-    rows: list[dict] = []
+    per_case = []
     for law, t in zip(laws, tallies, strict=True):
         fatal = bool(t["impossible"] or t["error"])
-        views = [
-            view_row(v, c, target, alpha_test, fatal) for v, c in zip(law.views, t["counts"], strict=True)
-        ]
-        for v in views:
-            v["case"] = law.case.name
-        reached = max((v["detectable_tv"] for v in views), default=math.inf)
-        cases.append(
-            {
-                **law.case.describe(),
-                "planned": t["planned"],
-                "samples": t["samples"],
-                "seconds": t["seconds"],
-                "samples_per_s": t["samples_per_s"],
-                "batched": t["batched"],
-                "impossible": t["impossible"],
-                "error": t["error"],
-                "seeds": t["seeds"],
-                "stopped_by_deadline": t["stopped_by_deadline"],
-                "detectable_tv": reached,
-                "needed_n": max((v["needed_n"] or 0 for v in views), default=0) or None,
-                "has_power": bool(views) and all(v["has_power"] for v in views),
-                "not_tested": law.not_tested,
-                "chosen": law.chosen,
-                "views": views,
-            }
+        per_case.append(
+            [
+                view_row(law.case.name, v, c, target, alpha_test, fatal)
+                for v, c in zip(law.views, t["counts"], strict=True)
+            ]
         )
-        rows += views
-    rejected = holm([r["p_value"] for r in rows], target.alpha) if rows else []
-    for r, rej in zip(rows, rejected, strict=True):
-        r["holm_rejected"] = rej
-    fatal = [c["case"] for c in cases if c["impossible"] or c["error"]]
-    rejected_cases = sorted({r["case"] for r in rows if r["holm_rejected"]})
+    p_values = [v.p_value for views in per_case for v in views]
+    rejected = iter(holm(p_values, target.alpha) if p_values else [])
+    per_case = [[replace(v, holm_rejected=bool(next(rejected))) for v in views] for views in per_case]
+    cases = [
+        SamplingCase(
+            **vars(case_spec(law.case)),
+            planned=t["planned"],
+            samples=t["samples"],
+            seconds=t["seconds"],
+            samples_per_s=t["samples_per_s"],
+            batched=t["batched"],
+            impossible=t["impossible"],
+            error=t["error"],
+            seeds=t["seeds"],
+            stopped_by_deadline=t["stopped_by_deadline"],
+            detectable_tv=max((v.detectable_tv for v in views), default=math.inf),
+            needed_n=max((v.needed_n or 0 for v in views), default=0) or None,
+            has_power=bool(views) and all(v.has_power for v in views),
+            not_tested=law.not_tested,
+            chosen=law.chosen,
+            views=views,
+        )
+        for law, t, views in zip(laws, tallies, per_case, strict=True)
+    ]
+    views = [v for c in cases for v in c.views]
+    fatal = [c.case for c in cases if c.impossible or c.error]
+    rejected_cases = sorted({v.case for v in views if v.holm_rejected})
     # a case that failed on its samples (rejected, impossible, an error) is named for that; "no power"
     # names only the cases that could have passed unseen
     no_power = [
-        c["case"]
-        for c in cases
-        if not c["has_power"] and c["case"] not in fatal and c["case"] not in rejected_cases
+        c.case for c in cases if not c.has_power and c.case not in fatal and c.case not in rejected_cases
     ]
-    passed = not any(rejected) and not no_power and not fatal
-    worst = max((c["detectable_tv"] for c in cases), default=math.inf)
-    drawn = sum(c["samples"] for c in cases)
-    seconds = sum(c["seconds"] for c in cases)
+    passed = not any(v.holm_rejected for v in views) and not no_power and not fatal
+    worst = max((c.detectable_tv for c in cases), default=math.inf)
+    drawn = sum(c.samples for c in cases)
+    seconds = sum(c.seconds for c in cases)
     power = (
         f"every view must detect a binned TV >= {target.tv:g} with probability >= {target.power:g} at "
-        f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(rows))} Holm); reached: "
+        f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(views))} Holm); reached: "
         f"{worst:.3g} (worst case); non-central chi-square"
     )
-    details = {
-        "alpha": target.alpha,
-        "alpha_test": alpha_test,
-        "target_tv": target.tv,
-        "power_level": target.power,
-        "detectable_tv": worst,
-        "no_power": no_power,
-        "rejected": rejected_cases,
-        "failed_samples": fatal,
-        "samples": drawn,
-        "sampling_seconds": seconds,
-        "samples_per_s": drawn / seconds if seconds > 0 else None,
-        "cases": cases,
-    }
-    measured = min((r["p_value"] for r in rows), default=0.0)
+    details = SamplingDetails(
+        alpha=target.alpha,
+        alpha_test=alpha_test,
+        target_tv=target.tv,
+        power_level=target.power,
+        detectable_tv=worst,
+        no_power=tuple(no_power),
+        rejected=tuple(rejected_cases),
+        failed_samples=tuple(fatal),
+        samples=drawn,
+        sampling_seconds=seconds,
+        samples_per_s=drawn / seconds if seconds > 0 else None,
+        cases=tuple(cases),
+    )
+    measured = min((v.p_value for v in views), default=0.0)
     return CheckResult(name, measured, alpha_test, passed, details, power)
 
 

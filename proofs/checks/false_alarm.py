@@ -19,6 +19,7 @@ from scipy import stats
 
 import refdec
 from proofs.checks.distribution import Target, alpha_per_test, evaluate, planned_samples
+from proofs.details import AlarmRate, ControlAlarms, FalseAlarmDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import holm
@@ -84,7 +85,7 @@ def check_false_alarm(
     model = refdec.load_model(MODEL, dtype=torch.float64) if model is None else model
     oracle = Oracle(model)
     if decoders is None:
-        decoders = {m.name: m.build(oracle) for m in LIBRARY if m.control}
+        decoders = {m.id: m.build(oracle) for m in LIBRARY if m.control}
     laws = [case_law(oracle, c) for c in CASES[:3]]
     a = alpha_per_test(laws, target)
     ns = [planned_samples(law, target, a) for law in laws]
@@ -105,53 +106,45 @@ def check_false_alarm(
                 for law, n, (seqs, p, maps, bad) in zip(laws, ns, tables, strict=True)
             ]
             r = evaluate("false_alarm", laws, tallies, target)
-            ps = [v["p_value"] for c in r.details["cases"] for v in c["views"]]
+            ps = [v.p_value for c in r.details.cases for v in c.views]
             min_ps.append(min(ps))
             mine[0] += any(holm(ps, target.alpha))
             mine[1] += any(holm(ps, SECOND_LEVEL))
         rej_alpha += mine[0]
         rej_second += mine[1]
-        rows.append(
-            {
-                "control": label,
-                "replicates": replicates,
-                "rejections": mine[0],
-                f"rejections_at_{SECOND_LEVEL:g}": mine[1],
-            }
-        )
+        rows.append(ControlAlarms(label, replicates, rejections=mine[0], rejections_second_level=mine[1]))
         if progress:
             progress(
                 f"  false_alarm {label}: {mine[0]}/{replicates} rejected at {target.alpha:g}, "
                 f"{mine[1]} at {SECOND_LEVEL:g}"
             )
     k = replicates * len(decoders)
-    out = {}
-    for level, rej in ((target.alpha, rej_alpha), (SECOND_LEVEL, rej_second)):
-        ci = stats.binomtest(rej, k).proportion_ci(0.95)
-        out[level] = {
-            "level": level,
-            "rejections": rej,
-            "rate": rej / k,
-            "rate_ci95": [ci.low, ci.high],
-            "binomial_tail_p": float(stats.binom.sf(rej - 1, k, level)),
-        }
-    passed = all(o["binomial_tail_p"] >= plausibility for o in out.values())
-    details = {
-        "model": model.cfg.name,
-        "decoder": ", ".join(decoders),
-        "case": ", ".join(law.case.name for law in laws),
-        "replicates": k,
-        "per_control": rows,
-        "n_samples": ns,
-        "target_tv": target.tv,
-        "alpha": target.alpha,
-        "rejections": rej_alpha,
-        "rate_ci95": out[target.alpha]["rate_ci95"],
-        "binomial_tail_p": out[target.alpha]["binomial_tail_p"],
-        "second_level": out[SECOND_LEVEL],
-        "plausibility": plausibility,
-        "how": "counts drawn from each control's exact law (multinomial)",
-        "seeds": f"numpy default_rng([{base_seed}, {replicates}])",
-        "p_value_deciles": np.quantile(min_ps, np.linspace(0, 1, 11)).tolist(),
-    }
+    at_alpha, second = (
+        _rate(level, rej, k) for level, rej in ((target.alpha, rej_alpha), (SECOND_LEVEL, rej_second))
+    )
+    passed = at_alpha.binomial_tail_p >= plausibility and second.binomial_tail_p >= plausibility
+    details = FalseAlarmDetails(
+        model=model.cfg.name,
+        decoder=", ".join(decoders),
+        case=", ".join(law.case.name for law in laws),
+        replicates=k,
+        per_control=tuple(rows),
+        n_samples=tuple(ns),
+        target_tv=target.tv,
+        alpha=target.alpha,
+        at_alpha=at_alpha,
+        second_level=second,
+        plausibility=plausibility,
+        how="counts drawn from each control's exact law (multinomial)",
+        seeds=f"numpy default_rng([{base_seed}, {replicates}])",
+        p_value_deciles=tuple(np.quantile(min_ps, np.linspace(0, 1, 11)).tolist()),
+    )
     return CheckResult("false_alarm", rej_alpha / k, target.alpha, passed, details)
+
+
+def _rate(level: float, rejections: int, k: int) -> AlarmRate:
+    """Rejections of k checks at `level`: the rate, its Clopper-Pearson interval, and how likely
+    that many are if the test holds its level."""
+    ci = stats.binomtest(rejections, k).proportion_ci(0.95)
+    tail = float(stats.binom.sf(rejections - 1, k, level))
+    return AlarmRate(level, rejections, rejections / k, (ci.low, ci.high), tail)

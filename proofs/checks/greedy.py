@@ -17,6 +17,7 @@ import torch
 
 import refdec
 from proofs.decoders.protocol import Decoder, run_generate
+from proofs.details import Divergence, GreedyDetails, GreedyRun
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
@@ -51,34 +52,29 @@ def reference_tokens(model64, prompt: Sequence[int], n: int) -> list[int]:
 def classify(
     oracle: Oracle, prompt: Sequence[int], ref: list[int], got: list[int], tol: float
 ) -> dict | None:
-    """None when equal; else the first divergence with its margins and class."""
+    """None when equal; else the first divergence's Divergence fields (position, tokens, margins,
+    class) without the run's model, setting, prompt and dtype."""
     if got == ref:
         return None
     t = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
-    row = {
-        "position": t,
-        "reference": ref[t] if t < len(ref) else None,
-        "candidate": got[t] if t < len(got) else None,
-    }
-    if row["reference"] is None or row["candidate"] is None or not 0 <= row["candidate"] < oracle.V:
-        return {
-            **row,
-            "top2_margin": None,
-            "candidate_gap": None,
-            "class": "real bug",
-            "why": f"returned {len(got)} tokens, expected {len(ref)}"
-            if row["candidate"] is None
-            else "token id outside the vocabulary",
-        }
+    reference = ref[t] if t < len(ref) else None
+    candidate = got[t] if t < len(got) else None
+    row = {"position": t, "reference": reference, "candidate": candidate}
+    if reference is None or candidate is None or not 0 <= candidate < oracle.V:
+        why = (
+            f"returned {len(got)} tokens, expected {len(ref)}"
+            if candidate is None
+            else "token id outside the vocabulary"
+        )
+        return {**row, "top2_margin": None, "candidate_gap": None, "classified": "real bug", "why": why}
     logits = oracle.logits(list(prompt) + ref[:t])[-1]  # (V,) float64 at depth R
     top2 = torch.topk(logits, 2).values
-    gap = float(logits.max() - logits[row["candidate"]])
-    tie = gap < tol
+    gap = float(logits.max() - logits[candidate])
     return {
         **row,
         "top2_margin": float(top2[0] - top2[1]),
         "candidate_gap": gap,
-        "class": "numerical tie" if tie else "real bug",
+        "classified": "numerical tie" if gap < tol else "real bug",
     }
 
 
@@ -96,7 +92,8 @@ def check_greedy(
     keeps refdec's tokens across calls that share oracles (the mutation check's many runs).
     """
     refs: dict[tuple, list[int]] = {} if references is None else references
-    rows, divergences = [], []
+    rows: list[GreedyRun] = []
+    divergences: list[Divergence] = []
     for model_label, setting, decoder, oracle, dtype in runs:
         dtype = compute_dtype(decoder, dtype)
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
@@ -115,7 +112,7 @@ def check_greedy(
                     "candidate": None,
                     "top2_margin": None,
                     "candidate_gap": None,
-                    "class": "real bug",
+                    "classified": "real bug",
                     "why": f"{type(e).__name__}: {e}",
                 }
             else:
@@ -123,36 +120,18 @@ def check_greedy(
             if d is None:
                 agree += 1
             else:
-                divergences.append(
-                    {
-                        "model": model_label,
-                        "setting": setting,
-                        "prompt": list(prompt),
-                        "dtype": dtype_name(dtype),
-                        **d,
-                    }
-                )
+                divergences.append(Divergence(model_label, setting, tuple(prompt), dtype_name(dtype), **d))
         n_prompts = len(prompts(oracle))
-        rows.append(
-            {
-                "model": model_label,
-                "setting": setting,
-                "dtype": dtype_name(dtype),
-                "prompts": n_prompts,
-                "tokens": n_tokens,
-                "agree": agree,
-            }
-        )
+        rows.append(GreedyRun(model_label, setting, dtype_name(dtype), n_prompts, n_tokens, agree))
         if progress:
             progress(f"  {name} {model_label} / {setting}: {agree}/{n_prompts} prompts equal")
-    bugs = sum(d["class"] == "real bug" for d in divergences)
-    ties = len(divergences) - bugs
-    details = {
-        "runs": rows,
-        "divergences": divergences,
-        "real_bugs": bugs,
-        "numerical_ties": ties,
-        "tie_tolerance": {dtype_name(k): v for k, v in TIE_TOLERANCE.items()},
-        "tokens_per_prompt": n_tokens,
-    }
+    bugs = sum(d.classified == "real bug" for d in divergences)
+    details = GreedyDetails(
+        runs=tuple(rows),
+        divergences=tuple(divergences),
+        real_bugs=bugs,
+        numerical_ties=len(divergences) - bugs,
+        tie_tolerance={dtype_name(k): v for k, v in TIE_TOLERANCE.items()},
+        tokens_per_prompt=n_tokens,
+    )
     return CheckResult(name, bugs, 0, bugs == 0, details)

@@ -21,6 +21,7 @@ if a mutant the plan must kill survives or any control is flagged.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,14 +29,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import refdec
-from proofs.checks.distribution import Target, check_distribution
+from proofs.checks.distribution import Target, case_spec, check_distribution
 from proofs.checks.greedy import check_greedy
 from proofs.decoders.exact_law import LawSampler
 from proofs.decoders.specref import Bugs, SpecRef
+from proofs.details import MutantRow, MutationDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import Case, CaseLaw, case_law
+from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"
@@ -56,15 +59,27 @@ GREEDY_TOKENS = 12
 CONTROL_TV_TOL = 1e-9  # a control's exact TV shift is float64 rounding only
 
 
+MUTANT_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
 @dataclass(frozen=True)
 class Mutant:
-    name: str
-    bug: str  # what is wrong (or, for a control, what is unusual), in words
+    id: str  # lowercase words joined by hyphens, saying what is wrong; a control's starts "control-"
+    description: str  # the same in a short sentence
+    bug: str  # what is wrong (or, for a control, what is unusual), precisely
     specref: dict = field(default_factory=dict)  # SpecRef kwargs; empty for a fastdec entry
     fastdec: dict | None = None  # fastdec.Decoder kwargs
     case: str | None = None  # sampling case the bug shows in; None: every case (controls)
     control: bool = False  # lossless: must NOT be rejected
     model: str = MODEL  # MODEL or WIDE
+
+    def __post_init__(self):
+        if not MUTANT_ID.fullmatch(self.id):
+            raise LoopcertError(f"a mutant id is lowercase words joined by hyphens, got {self.id!r}")
+        if self.control != self.id.startswith("control-"):
+            raise LoopcertError(
+                f"mutant {self.id!r}: a control's id, and only a control's, starts 'control-'"
+            )
 
     def build(self, oracle: Oracle):
         if self.fastdec is not None:
@@ -77,96 +92,112 @@ class Mutant:
 LIBRARY = (
     Mutant(
         "always-accept",
+        "the first proposal is always accepted",
         "u = 0: the first proposal is accepted whenever p_R(x1) > 0",
         {"d1": 1, "bugs": Bugs(always_accept=True)},
         case="top-p=0.5",
     ),
     Mutant(
         "resample-target",
+        "a rejection resamples from the target",
         "after a rejection the token is drawn from p_R, not p_R (-) q1",
         {"d1": 3, "bugs": Bugs(resample_target=True)},
         case="top-p=0.5",
     ),
     Mutant(
         "target-no-temperature",
+        "the target lacks the temperature",
         "temperature applied to the draft but not to p_R",
         {"d1": 1, "bugs": Bugs(target_missing="temperature")},
         case="T=0.5",
     ),
     Mutant(
         "target-no-top-k",
+        "the target lacks top-k",
         "top-k applied to the draft but not to p_R",
         {"d1": 1, "bugs": Bugs(target_missing="top_k")},
         case="top-k=2",
     ),
     Mutant(
         "target-no-top-p",
+        "the target lacks top-p",
         "top-p applied to the draft but not to p_R",
         {"d1": 1, "bugs": Bugs(target_missing="top_p")},
         case="top-p=0.5",
     ),
     Mutant(
         "scored-other-depth",
+        "the draft is scored at another depth",
         "x1 drawn from p_2 but scored (ratio and residual) with p_3",
         {"d1": 2, "bugs": Bugs(score_depth=3)},
         case="top-k=2",
     ),
     Mutant(
         "second-wrong-base",
+        "the second proposal is scored against the wrong law",
         "x2 drawn from p_d2 (-) p_d1 but scored with p_d2",
         {"d1": 1, "d2": 2, "gate": "on", "bugs": Bugs(second_scored_as_p_d2=True)},
         case="top-p=0.5",
     ),
     Mutant(
         "unnormalised-residual",
+        "the residual is not normalised",
         "x2's ratio uses [p_R - q1]_+ without normalising it",
         {"d1": 2, "d2": 3, "gate": "off", "bugs": Bugs(unnormalised_residual=True)},
         case="T=0.5",
     ),
     Mutant(
         "stale-kv",
+        "a rejected token stays in the context",
         "after rejecting x1 the context keeps x1 (stale KV after rollback)",
         {"d1": 1, "bugs": Bugs(stale_kv=True)},
         case="top-k=2",
     ),
     Mutant(
         "greedy-near-miss",
+        "greedy accepts a near miss",
         "greedy accepts x1 whose p_R logit is within 0.25 of the max",
         {"d1": 1, "bugs": Bugs(greedy_near_miss=0.25)},
         case=None,
     ),
     # -- from serving stacks' speculative samplers ----------------------------------------------
     Mutant(
+        "draft-int8-scored-exact",
         "draft int8, scored exact",
         "x1 drawn from the int8-quantised q1 (scale max p / 127), scored with the exact q1",
         {"d1": 1, "bugs": Bugs(draft_rounding="int8")},
         case="T=0.5",
     ),
     Mutant(
+        "reported-q-not-sampled-q",
         "reported q is not the sampled q",
         "x1 drawn from the top-k filtered q1, scored with q1 before top-k",
         {"d1": 1, "bugs": Bugs(scored_unfiltered=True)},
         case="top-k=2",
     ),
     Mutant(
+        "accept-iff-equals-target-sample",
         "accept iff equal to a target sample",
         "x1 accepted iff it equals an independent y ~ p_R; residual on rejection",
         {"d1": 1, "bugs": Bugs(accept_if_equal=True)},
         case="T=0.5",
     ),
     Mutant(
+        "first-draft-unverified",
         "first draft unverified",
         "rounds of 4 tokens; the first drafted token of each round is committed without verification",
         {"d1": 3, "bugs": Bugs(first_unverified=4)},
         case="T=0.5",
     ),
     Mutant(
+        "rejected-lane-left-in-place",
         "rejected lane left in place",
         "after x2 is rejected the context keeps x2 (its lane's state not rolled back)",
         {"d1": 1, "d2": 3, "bugs": Bugs(stale_second=True)},
         case="T=0.5",
     ),
     Mutant(
+        "target-top-k-default",
         "target top-k default",
         "p_R carries top_k=50 the user never asked for (transformers' generate() default)",
         {"d1": 1, "bugs": Bugs(target_top_k_default=50)},
@@ -174,6 +205,7 @@ LIBRARY = (
         model=WIDE,
     ),
     Mutant(
+        "fastdec-adaptive-verify",
         "fastdec adaptive-verify",
         "lossy by design: verifies at depth 2 < R, escalates on disagreement",
         fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2},
@@ -181,24 +213,33 @@ LIBRARY = (
     ),
     # -- controls: lossless, must pass ------------------------------------------------------------
     Mutant(
+        "control-gate-inverted",
         "control: gate inverted",
         "second proposal exactly when LoopSpec's gate is closed",
         {"d1": 1, "d2": 2, "gate": "inverted"},
         control=True,
     ),
     Mutant(
+        "control-gate-off",
         "control: gate off",
         "second proposal whenever q2 has mass",
         {"d1": 1, "d2": 3, "gate": "off"},
         control=True,
     ),
     Mutant(
+        "control-unfiltered-draft",
         "control: unfiltered draft",
         "draft without top-k / top-p, scored with that same law",
         {"d1": 1, "draft_filter": False},
         control=True,
     ),
-    Mutant("control: other depths", "d1 = 3 = R - 1, no second proposal", {"d1": 3}, control=True),
+    Mutant(
+        "control-other-depths",
+        "control: other depths",
+        "d1 = 3 = R - 1, no second proposal",
+        {"d1": 3},
+        control=True,
+    ),
 )
 
 
@@ -223,9 +264,7 @@ def _rejects(dist: CheckResult | None) -> bool:
     """The sampling check rejected the law (Holm, an impossible sample, a decoder error), as
     opposed to failing for want of power."""
     return dist is not None and any(
-        v.get("holm_rejected") or c["impossible"] or c["error"]
-        for c in dist.details["cases"]
-        for v in c["views"]
+        v.holm_rejected or c.impossible or c.error for c in dist.details.cases for v in c.views
     )
 
 
@@ -238,7 +277,7 @@ def sampler_for(dec) -> object:
 
 class MutantRun:
     """The models, oracles and exact laws the mutants share (built lazily, once), and one
-    mutant at a time: `row(m)` is one work unit of certify (`mutant/<name>`), `result(rows)`
+    mutant at a time: `row(m)` is one work unit of certify (`mutant/<id>`), `result(rows)`
     assembles the check from the rows in library order (any shard's)."""
 
     def __init__(
@@ -268,14 +307,16 @@ class MutantRun:
         return self.laws[model_name, case_name]
 
     def row(self, m: Mutant) -> dict:
-        """Run one mutant: greedy, then sampling on its cases; -> its row (JSON-able)."""
+        """Run one mutant: greedy, then sampling on its cases. -> the raw result of the work unit
+        `mutant/<id>` (plain data, it crosses processes and shards): its MutantRow's fields and,
+        under "laws", the exact laws its cases were tested on (merged across rows by `result`)."""
         t0 = time.perf_counter()
         self.law_of(m.model, "T=0.5" if m.case is None else m.case)
         oracle = self.oracles[m.model]
         dec = m.build(oracle)
         greedy = check_greedy(
-            f"greedy[{m.name}]",
-            [(oracle.cfg.name, m.name, dec, oracle, torch.float64)],
+            f"greedy[{m.id}]",
+            [(oracle.cfg.name, m.id, dec, oracle, torch.float64)],
             lambda _o: GREEDY_PROMPTS,
             GREEDY_TOKENS,
             references=self.references,
@@ -290,17 +331,18 @@ class MutantRun:
             case_laws = [self.law_of(m.model, c) for c in names]
             fixed = None if m.fastdec is None else [self.blackbox_samples] * len(names)
             dist = check_distribution(
-                f"sampling[{m.name}]", sampler_for(dec), case_laws, self.target, self.base_seed, samples=fixed
+                f"sampling[{m.id}]", sampler_for(dec), case_laws, self.target, self.base_seed, samples=fixed
             )
             shifts = [exact_shift(dec, cl) for cl in case_laws]
         rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
         killed = bool(rejected_by)
         tvs = [s["tv"] for s in shifts if s["tv"] is not None]
-        views = [] if dist is None else [v for c in dist.details["cases"] for v in c["views"]]
+        cases = () if dist is None else dist.details.cases
+        views = [v for c in cases for v in c.views]
         seen = [
-            (s["view_tv"].get(v["view"]), v["detectable_tv"])
-            for s, c in zip(shifts, [] if dist is None else dist.details["cases"], strict=False)
-            for v in c["views"]
+            (s["view_tv"].get(v.view), v.detectable_tv)
+            for s, c in zip(shifts, cases, strict=False)
+            for v in c.views
         ]
         margin = max((t / d for t, d in seen if t is not None and d and math.isfinite(d)), default=None)
         promised = bool(names) and margin is not None and margin >= 1.0
@@ -310,69 +352,67 @@ class MutantRun:
             ok = killed  # greedy-only and black-box entries: no TV to weigh, must die
         else:
             ok = killed or (not promised and not self.require_all)
-        row = {
-            "name": m.name,
-            "bug": m.bug,
-            "control": m.control,
-            "model": oracle.cfg.name,
-            "settings": _settings(m),
-            "cases": names,
-            "rejected_by": rejected_by,
-            "rejected": killed,
-            "ok": ok,
-            "promised": promised if not m.control else None,
-            "power_margin": margin,
-            "greedy_real_bugs": greedy.measured,
-            "greedy_divergences": len(greedy.details["divergences"]),
-            "p_value": None if dist is None else dist.measured,
-            "alpha_case": None if dist is None else dist.bound,
-            "tv": max(tvs) if tvs else None,
-            "binned_tv": max((t for s in shifts for t in s["view_tv"].values()), default=None),
-            "empirical_binned_tv": max(
-                (v["empirical_tv"] for v in views if v["empirical_tv"] is not None), default=None
+        row = MutantRow(
+            id=m.id,
+            bug=m.bug,
+            control=m.control,
+            model=oracle.cfg.name,
+            settings=_settings(m),
+            cases=tuple(names),
+            rejected_by=tuple(rejected_by),
+            rejected=killed,
+            ok=ok,
+            promised=promised if not m.control else None,
+            power_margin=margin,
+            greedy_real_bugs=greedy.details.real_bugs,
+            greedy_divergences=len(greedy.details.divergences),
+            p_value=None if dist is None else dist.measured,
+            alpha_case=None if dist is None else dist.bound,
+            tv=max(tvs) if tvs else None,
+            binned_tv=max((t for s in shifts for t in s["view_tv"].values()), default=None),
+            empirical_binned_tv=max(
+                (v.empirical_tv for v in views if v.empirical_tv is not None), default=None
             ),
-            "detectable_tv": None if dist is None else dist.details["detectable_tv"],
-            "n_samples": max((c["samples"] for c in dist.details["cases"]), default=0) if dist else 0,
-            "laws": {
-                f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
-                for c in ["T=0.5" if m.case is None else m.case, *names]
-            },
-            "seconds": time.perf_counter() - t0,
+            detectable_tv=None if dist is None else dist.details.detectable_tv,
+            n_samples=max((c.samples for c in cases), default=0),
+            seconds=time.perf_counter() - t0,
+        )
+        laws = {
+            f"{c} on {oracle.cfg.name}": self.law_of(m.model, c).describe()
+            for c in ["T=0.5" if m.case is None else m.case, *names]
         }
         if self.progress:
             verdict = ("rejected by " + " + ".join(rejected_by)) if killed else "not rejected"
-            self.progress(f"  mutation {m.name}: {verdict} ({'ok' if row['ok'] else 'WRONG'})")
-        return row
+            self.progress(f"  mutation {m.id}: {verdict} ({'ok' if row.ok else 'WRONG'})")
+        return {**row.to_plain(), "laws": laws}
 
-    def result(self, rows: Sequence[dict]) -> CheckResult:
-        """The check from every mutant's row (in library order)."""
-        target, rows = self.target, [dict(r) for r in rows]
-        laws: dict[str, dict] = {}
-        for r in rows:
-            laws.update(r.pop("laws", {}))
-        bad = [r["name"] for r in rows if not r["ok"]]
-        survivors = sum(1 for r in rows if not r["control"] and not r["rejected"])
-        flagged = sum(1 for r in rows if r["control"] and not r["ok"])
-        below = [r["name"] for r in rows if not r["control"] and not r["rejected"] and r["ok"]]
-        details = {
-            "model": MODEL,
-            "why_this_model": WHY_MODEL,
-            "rows": rows,
-            "survivors": survivors,
-            "below_power": below,
-            "controls_flagged": flagged,
-            "target_tv": target.tv,
-            "power_level": target.power,
-            "require_all": self.require_all,
-            "n_samples": max((r["n_samples"] for r in rows), default=0),
-            "alpha": target.alpha,
-            "seeds": f"{self.base_seed} + i for sample i of each case",
-            "greedy_prompts": [list(p) for p in GREEDY_PROMPTS],
-            "greedy_tokens": GREEDY_TOKENS,
-            "cases": [c.describe() for c in CASES],
-            "laws": laws,
-            "wrong": bad,
-        }
+    def result(self, raws: Sequence[dict]) -> CheckResult:
+        """The check from every mutant's raw row (`row`'s, in library order, any shard's)."""
+        target, laws, rows = self.target, {}, []
+        for raw in raws:
+            raw = dict(raw)
+            laws.update(raw.pop("laws", {}))
+            rows.append(MutantRow.from_plain(raw, f"mutant {raw.get('id')!r}"))
+        bad = [r.id for r in rows if not r.ok]
+        details = MutationDetails(
+            model=MODEL,
+            why_this_model=WHY_MODEL,
+            rows=tuple(rows),
+            survivors=sum(1 for r in rows if not r.control and not r.rejected),
+            below_power=tuple(r.id for r in rows if not r.control and not r.rejected and r.ok),
+            controls_flagged=sum(1 for r in rows if r.control and not r.ok),
+            target_tv=target.tv,
+            power_level=target.power,
+            require_all=self.require_all,
+            n_samples=max((r.n_samples for r in rows), default=0),
+            alpha=target.alpha,
+            seeds=f"{self.base_seed} + i for sample i of each case",
+            greedy_prompts=GREEDY_PROMPTS,
+            greedy_tokens=GREEDY_TOKENS,
+            cases=tuple(case_spec(c) for c in CASES),
+            laws=laws,
+            wrong=tuple(bad),
+        )
         return CheckResult("mutation", len(bad), 0, not bad, details)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from proofs.decoders.candidates import Candidate
 from proofs.decoders.protocol import run_generate
+from proofs.details import ReproducedRun, ReproducibilityDetails, SeedDifference
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from refdec.sampling import SamplingParams
@@ -45,23 +46,24 @@ def check_reproducible(
             if a == b:
                 equal += 1
             else:
-                differ.append({"setting": c.label, "seed": s, "first": a, "second": b})
+                differ.append(SeedDifference(c.label, s, tuple(a), tuple(b)))
         distinct = max(distinct, len(set(outs)))
-        rows.append({"setting": c.label, "seeds": len(seeds), "equal": equal})
+        rows.append(ReproducedRun(c.label, len(seeds), equal))
         if progress:
             progress(f"  {name} {c.label}: {equal}/{len(seeds)} seeds reproduced")
     sensitive = distinct > 1
-    details = {
-        "prompt": list(prompt),
-        "tokens": n_tokens,
-        "temperature": SAMPLING.temperature,
-        "seeds": list(seeds),
-        "runs": rows,
-        "differences": differ,
-        "seed_sensitive": sensitive,
-    }
+    details = ReproducibilityDetails(
+        prompt=tuple(prompt),
+        tokens=n_tokens,
+        temperature=SAMPLING.temperature,
+        seeds=tuple(seeds),
+        runs=tuple(rows),
+        differences=tuple(differ),
+        seed_sensitive=sensitive,
+    )
+    error = None
     if not sensitive:
-        details["error"] = (
+        error = (
             "every seed gave the same output: this prompt cannot show a decoder ignoring its seed (no power)"
         )
     return CheckResult(
@@ -71,4 +73,5 @@ def check_reproducible(
         not differ and sensitive,
         details,
         f"{len(seeds)} seeds x 2 runs per setting at T={SAMPLING.temperature:g}",
+        error=error,
     )

@@ -10,8 +10,8 @@ runs. Why it holds (so a failure points at the rules, not at the theorem): with
 a = [p_R - p_d1]_+, b = [p_d2 - p_d1]_+ and [x]_+ - [y]_+ <= [x - y]_+,
   eps1 TV(b/|b|, a/|a|) <= sum [a - b]_+ <= eps2  if |b| <= eps1, else <= sum [b - a]_+ <= eps2,
 which is the Lemma; ungated, P(both) = eps1 TV(q2, rho1) <= eps2; gated, the x1 where the gate
-is closed add sum_{p_d2(x1) >= p_d1(x1)} [p_d1 - p_R]_+(x1) <= eps2. The factor 2 is nearly
-attained (ratio 1.999 at V=4; see `_tight_gated`), so the random search aims there too.
+is closed add sum_{p_d2(x1) >= p_d1(x1)} [p_d1 - p_R]_+(x1) <= eps2. The factor 2 is approached
+(`_tight_gated`'s family has ratio -> 2 on four tokens), so the random search aims there too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from fastdec.accept import RESIDUAL_TOL, LoopSpecLaw, loopspec_law, residual, total_variation
+from proofs.details import Theorem1Details, Theorem1Example, Theorem1Pair
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
 from refdec.validate import check_int
@@ -33,6 +34,9 @@ SLACK = 2 * RESIDUAL_TOL + 1e-14
 # Ratios are reported only where eps2 >= this, so that SLACK / eps2 stays below 1e-8 and a
 # ratio above its bound is a real violation, not rounding of tiny numbers.
 RATIO_MIN_EPS2 = 1e-6
+
+KEYS = ("ratio_gated", "ratio_ungated", "lemma_ratio")  # the ratios, each held to its bound
+BOUNDS = {"ratio_gated": 2.0, "ratio_ungated": 1.0, "lemma_ratio": 1.0}
 
 Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (p_R, p_d1, p_d2), each (V,)
 LawFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, str], LoopSpecLaw]
@@ -47,7 +51,7 @@ def _ratio(p: float, eps2: float, bound: float) -> float:
 
 def check_theorem1_pair(
     p_R: torch.Tensor, p_d1: torch.Tensor, p_d2: torch.Tensor, law: LawFn = loopspec_law
-) -> dict:
+) -> Theorem1Pair:
     """Theorem 1 and the Lemma on one triple of (V,) laws.
 
     `law` computes the rejection probabilities (the negative controls pass a mutant rule).
@@ -64,60 +68,70 @@ def check_theorem1_pair(
     q2, _ = residual(p_d2, p_d1)
     lemma_tv = math.nan if rho1 is None or q2 is None else total_variation(q2, rho1)
     lemma_lhs = 0.0 if math.isnan(lemma_tv) else eps1 * lemma_tv  # Lemma times eps1
-    return {
-        "eps1": eps1,
-        "eps2": eps2,
-        "p_both_rejected_ungated": ungated,
-        "p_both_rejected_gated": gated,
-        "ratio_ungated": _ratio(ungated, eps2, 1.0),
-        "ratio_gated": _ratio(gated, eps2, 2.0),
-        "lemma_tv": lemma_tv,
-        "lemma_bound": eps2 / eps1 if eps1 > 0 else math.inf,
-        "lemma_ratio": math.nan if math.isnan(lemma_tv) else _ratio(lemma_lhs, eps2, 1.0),
-        "passed_ungated": ungated <= eps2 + SLACK,
-        "passed_gated": gated <= 2 * eps2 + SLACK,
-        "passed_lemma": lemma_lhs <= eps2 + SLACK,
-    }
+    return Theorem1Pair(
+        eps1=eps1,
+        eps2=eps2,
+        p_both_rejected_ungated=ungated,
+        p_both_rejected_gated=gated,
+        ratio_ungated=_ratio(ungated, eps2, 1.0),
+        ratio_gated=_ratio(gated, eps2, 2.0),
+        lemma_tv=lemma_tv,
+        lemma_bound=eps2 / eps1 if eps1 > 0 else math.inf,
+        lemma_ratio=math.nan if math.isnan(lemma_tv) else _ratio(lemma_lhs, eps2, 1.0),
+        passed_ungated=ungated <= eps2 + SLACK,
+        passed_gated=gated <= 2 * eps2 + SLACK,
+        passed_lemma=lemma_lhs <= eps2 + SLACK,
+    )
+
+
+def _holds(row: Theorem1Pair) -> bool:
+    return row.passed_ungated and row.passed_gated and row.passed_lemma
 
 
 def check_theorem1_cases(
-    triples: Iterable[Triple], name: str = "theorem1", law: LawFn = loopspec_law
+    triples: Iterable[Triple],
+    name: str = "theorem1",
+    law: LawFn = loopspec_law,
+    source: str = "given",
+    **about,
 ) -> CheckResult:
     """Theorem 1 over (p_R, p_d1, p_d2) triples (random, or read from model traces).
 
     measured / bound are the gated ratio (bound 2); `passed` also needs the ungated ratio
     (bound 1) and the Lemma (bound 1) to hold on every triple: details has all three maxima,
-    the worst triple of each, and the number of triples with a reportable ratio.
+    the worst triple of each, and the number of triples with a reportable ratio. `source` says
+    where the triples came from, `about` its parameters (Theorem1Details: seed, vocab, model, ...).
     """
-    worst: dict[str, tuple[float, int, dict]] = {}
+    worst: dict[str, Theorem1Example] = {}
     n = n_ratio = 0
     failures = []
     for i, (p_R, p_d1, p_d2) in enumerate(triples):
         row = check_theorem1_pair(p_R, p_d1, p_d2, law)
         n += 1
-        n_ratio += not math.isnan(row["ratio_gated"])
-        for key in ("ratio_gated", "ratio_ungated", "lemma_ratio"):
-            if not math.isnan(row[key]) and row[key] > worst.get(key, (-math.inf,))[0]:
-                worst[key] = (row[key], i, row)
-        if not (row["passed_ungated"] and row["passed_gated"] and row["passed_lemma"]):
-            failures.append({"case": i, **row, "p_R": p_R, "p_d1": p_d1, "p_d2": p_d2})
+        n_ratio += not math.isnan(row.ratio_gated)
+        for key in KEYS:
+            r = getattr(row, key)
+            if not math.isnan(r) and (key not in worst or r > getattr(worst[key].pair, key)):
+                worst[key] = Theorem1Example(row, case=i)
+        if not _holds(row):
+            failures.append(Theorem1Example(row, case=i, laws=(p_R, p_d1, p_d2)))
     if n == 0:
         raise LoopcertError(f"{name}: no (p_R, p_d1, p_d2) triples to check")
-    keys = ("ratio_gated", "ratio_ungated", "lemma_ratio")
-    maxima = {key: worst[key][0] if key in worst else math.nan for key in keys}
-    details = {
-        "cases": n,
-        "cases_with_ratio": n_ratio,
-        "ratio_min_eps2": RATIO_MIN_EPS2,
-        "slack": SLACK,
-        "max_ratio_ungated": maxima["ratio_ungated"],
-        "bound_ungated": 1.0,
-        "max_lemma_ratio": maxima["lemma_ratio"],
-        "bound_lemma": 1.0,
-        "worst": {key: {"case": v[1], **v[2]} for key, v in worst.items()},
-        "failures": failures[:5],
-        "n_failures": len(failures),
-    }
+    maxima = {key: getattr(worst[key].pair, key) if key in worst else math.nan for key in KEYS}
+    details = Theorem1Details(
+        cases=n,
+        cases_with_ratio=n_ratio,
+        ratio_min_eps2=RATIO_MIN_EPS2,
+        slack=SLACK,
+        max_ratio_ungated=maxima["ratio_ungated"],
+        max_lemma_ratio=maxima["lemma_ratio"],
+        bounds=BOUNDS,
+        worst=worst,
+        failures=tuple(failures[:5]),
+        n_failures=len(failures),
+        source=source,
+        **about,
+    )
     return CheckResult(name, maxima["ratio_gated"], 2.0, not failures, details)
 
 
@@ -205,21 +219,18 @@ def check_theorem1_random(n_cases: int, seed: int, vocab: int = 8) -> CheckResul
     check_int("vocab", vocab, 2)
     g = torch.Generator().manual_seed(seed)
     triples = (random_triple(g, vocab) for _ in range(n_cases))
-    result = check_theorem1_cases(triples, "theorem1_random")
-    return result.with_details(seed=seed, vocab=vocab)
+    return check_theorem1_cases(triples, "theorem1_random", source="random", seed=seed, vocab=vocab)
 
 
 def check_theorem1_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], label: str) -> CheckResult:
     R, P, _ = laws.shape
     triples = ((laws[R - 1, t], laws[a - 1, t], laws[b - 1, t]) for a, b in pairs for t in range(P))
-    result = check_theorem1_cases(triples, "theorem1_traces")
-    return result.with_details(model=label, positions=P, depth_pairs=len(pairs))
+    return check_theorem1_cases(
+        triples, "theorem1_traces", source="traces", model=label, positions=P, depth_pairs=len(pairs)
+    )
 
 
 # -- guided search: hypothesis steers (p_R, p_d1, p_d2) towards counterexamples --------------
-
-KEYS = ("ratio_gated", "ratio_ungated", "lemma_ratio")
-BOUNDS = {"ratio_gated": 2.0, "ratio_ungated": 1.0, "lemma_ratio": 1.0}
 
 
 def _laws(weights: list[float], vocab: int) -> tuple[torch.Tensor, ...] | None:
@@ -235,19 +246,11 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
         from hypothesis import seed as hyp_seed
         from hypothesis import strategies as st
     except ImportError as e:  # a runtime dependency (pyproject.toml): a broken install fails the check
-        return CheckResult(
-            "theorem1_search",
-            math.nan,
-            2.0,
-            False,
-            {
-                "error": f"hypothesis, a runtime dependency of loopcert, cannot be imported "
-                f"({e}); reinstall loopcert"
-            },
-        )
-    best = {k: -math.inf for k in KEYS}
-    worst_rows: dict[str, dict] = {}
-    failures: list[dict] = []
+        why = f"hypothesis, a runtime dependency of loopcert, cannot be imported ({e}); reinstall loopcert"
+        return CheckResult("theorem1_search", math.nan, 2.0, False, kind="theorem1", error=why)
+    worst: dict[str, Theorem1Example] = {}
+    failures: list[Theorem1Example] = []
+    n = n_ratio = 0
     # Sparse weights (exact zeros) reach disjoint supports and one-hot drafts, where bounds are tight.
     weight = st.one_of(st.just(0.0), st.floats(1e-6, 1.0), st.floats(0.0, 1e-3))
 
@@ -262,31 +265,39 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
     )
     @given(st.lists(weight, min_size=3 * vocab, max_size=3 * vocab))
     def search(weights):
+        nonlocal n, n_ratio
         laws = _laws(weights, vocab)
         if laws is None:
             return
         row = check_theorem1_pair(*laws)
+        n += 1
+        n_ratio += not math.isnan(row.ratio_gated)
         for k in KEYS:
-            if not math.isnan(row[k]):
-                target(min(row[k], 1e6), label=k)
-                if row[k] > best[k]:
-                    best[k] = row[k]
-                    worst_rows[k] = {"laws": [law.tolist() for law in laws], **row}
-        if not (row["passed_gated"] and row["passed_ungated"] and row["passed_lemma"]):
-            failures.append({"laws": [law.tolist() for law in laws], **row})
+            r = getattr(row, k)
+            if not math.isnan(r):
+                target(min(r, 1e6), label=k)
+                if k not in worst or r > getattr(worst[k].pair, k):
+                    worst[k] = Theorem1Example(row, laws=laws)
+        if not _holds(row):
+            failures.append(Theorem1Example(row, laws=laws))
 
     search()
-    maxima = {k: (v if v > -math.inf else math.nan) for k, v in best.items()}
-    details = {
-        "examples": max_examples,
-        "seed": seed,
-        "vocab": vocab,
-        "max_ratio_ungated": maxima["ratio_ungated"],
-        "max_lemma_ratio": maxima["lemma_ratio"],
-        "bounds": BOUNDS,
-        "worst": worst_rows,
-        "failures": failures[:5],
-        "n_failures": len(failures),
-        "search": "hypothesis target() on each ratio",
-    }
+    maxima = {k: getattr(worst[k].pair, k) if k in worst else math.nan for k in KEYS}
+    details = Theorem1Details(
+        source="search",
+        cases=n,
+        cases_with_ratio=n_ratio,
+        max_ratio_ungated=maxima["ratio_ungated"],
+        max_lemma_ratio=maxima["lemma_ratio"],
+        bounds=BOUNDS,
+        ratio_min_eps2=RATIO_MIN_EPS2,
+        slack=SLACK,
+        worst=worst,
+        failures=tuple(failures[:5]),
+        n_failures=len(failures),
+        seed=seed,
+        vocab=vocab,
+        examples=max_examples,
+        search="hypothesis target() on each ratio",
+    )
     return CheckResult("theorem1_search", maxima["ratio_gated"], 2.0, not failures, details)

@@ -31,6 +31,7 @@ from analysis.cost_model import (
 )
 from analysis.traces import mean_tv_curve
 from fastdec.accept import loopspec_law, total_variation
+from proofs.details import DepthPairCost, Theorem2PublishedDetails, Theorem2TracesDetails
 from proofs.result import CheckResult
 
 BOUND_SLACK = 1e-9  # float64 rounding of averages
@@ -62,34 +63,34 @@ def check_theorem2_traces(laws: torch.Tensor, pairs: Sequence[tuple[int, int]], 
     worst = max(ratios, key=ratios.get)
     d1r = min(max(1, round(d1s)), R - 2)
     near = (d1r, min(max(d1r + 1, round(d2s)), R - 1))
-    details = {
-        "model": label,
-        "R": R,
-        "positions": laws.shape[1],
-        "temperature": 1.0,
-        "mean_tv": curve,
-        "alpha": alpha,
-        "beta": beta,
-        "fitted_depths": fitted,
-        "tv_floor": TV_FLOOR,
-        "envelope": [beta * r**-alpha for r in range(1, R + 1)],
-        "envelope_covers_every_depth": all(beta * r**-alpha >= tv for r, tv in enumerate(curve, 1)),
-        "d1_star": d1s,
-        "d2_star": d2s,
-        "bound_best_integer": best_integer_depths(alpha, beta, R) if R >= 3 else None,
-        "measured_best": best,
-        "measured_best_cost": costs[best]["cost"],
-        "rounded_star": near,
-        "rounded_star_cost": costs[near]["cost"] if near in costs else None,
-        "autoregressive_cost": R,
-        "measured": "exact expected recurrent steps per token, E[C] = d1 + P(x1 rejected) d2 + "
+    details = Theorem2TracesDetails(
+        model=label,
+        R=R,
+        positions=laws.shape[1],
+        temperature=1.0,
+        mean_tv=curve,
+        alpha=alpha,
+        beta=beta,
+        fitted_depths=fitted,
+        tv_floor=TV_FLOOR,
+        envelope=[beta * r**-alpha for r in range(1, R + 1)],
+        envelope_covers_every_depth=all(beta * r**-alpha >= tv for r, tv in enumerate(curve, 1)),
+        d1_star=d1s,
+        d2_star=d2s,
+        bound_best_integer=best_integer_depths(alpha, beta, R) if R >= 3 else None,
+        measured_best=best,
+        measured_best_cost=costs[best]["cost"],
+        rounded_star=near,
+        rounded_star_cost=costs[near]["cost"] if near in costs else None,
+        autoregressive_cost=R,
+        how_measured="exact expected recurrent steps per token, E[C] = d1 + P(x1 rejected) d2 + "
         "P(both rejected) R, gated LoopSpec, T=1, mean over positions",
-        "grid": [
-            {"d1": k[0], "d2": k[1], **v, "bound": expected_cost(k[0], k[1], alpha, beta, R)}
+        grid=[
+            DepthPairCost(k[0], k[1], **v, bound=expected_cost(k[0], k[1], alpha, beta, R))
             for k, v in costs.items()
         ],
-        "worst_pair": worst,
-    }
+        worst_pair=worst,
+    )
     worst_ratio = ratios[worst] if ratios else math.nan
     return CheckResult("theorem2_traces", worst_ratio, 1.0, worst_ratio <= 1.0 + BOUND_SLACK, details)
 
@@ -99,12 +100,12 @@ def check_theorem2_published() -> CheckResult:
     model = (PUBLISHED["alpha"], PUBLISHED["beta"], PUBLISHED["R"])
     d1, d2 = optimal_depths(*model)
     err = max(abs(d1 - PUBLISHED["d1"]), abs(d2 - PUBLISHED["d2"]))
-    details = {
+    details = Theorem2PublishedDetails(
         **PUBLISHED,
-        "d1_closed_form": d1,
-        "d2_closed_form": d2,
-        "cost_closed_form": expected_cost(d1, d2, *model),
-        # The cost model's own integer optimum; the paper's measured best is (2, 8).
-        "best_integer_depths": best_integer_depths(*model),
-    }
+        d1_closed_form=d1,
+        d2_closed_form=d2,
+        cost_closed_form=expected_cost(d1, d2, *model),
+        # The cost model's own integer optimum; the paper's measured best is PUBLISHED's.
+        best_integer_depths=best_integer_depths(*model),
+    )
     return CheckResult("theorem2_published", err, PUBLISHED_TOL, err <= PUBLISHED_TOL, details)

@@ -1,8 +1,8 @@
 """Draw N samples of one case from a decoder, batched when it can, within a deadline.
 
-A decoder with `generate_batch(prompts, max_new_tokens, sampling, seeds)` (fastdec.Decoder,
-issue 11; a user decoder may offer it too) is called on chunks of seeds, each chunk sized from
-the time the last one took; otherwise `generate` is called once per seed. Sample i always uses
+A BatchDecoder (proofs.decoders.protocol: fastdec.Decoder, HTTPDecoder, a user's) is called on
+chunks of seeds through `generate_batch`, each chunk sized from the time the last one took (and
+at most what one call may hold); otherwise `generate` is called once per seed. Sample i always uses
 seed base + i, so the samples do not depend on the chunking; a deadline only stops the draw
 early (what was reached is then reported, and the caller judges its power).
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proofs.decoders.protocol import Decoder, run_generate, tokens_of
+from proofs.decoders.protocol import BatchDecoder, Decoder, batch_call_limit, run_generate, tokens_of
 from refdec.sampling import SamplingParams
 
 FIRST_CHUNK = 64  # seeds of the first generate_batch call
@@ -45,13 +45,11 @@ def draw(
 ) -> Draw:
     """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter())."""
     t0 = time.perf_counter()
-    batch = getattr(decoder, "generate_batch", None)
+    batched = isinstance(decoder, BatchDecoder)
     out: list[list[int]] = []
-    cap = getattr(decoder, "max_batch", None)  # sequences one call may hold
-    if getattr(decoder, "batch_queue", False):  # fastdec.Decoder: any number, max_batch rows at a time
-        cap = None
-    cap = MAX_CHUNK if not isinstance(cap, int) or cap < 1 else min(MAX_CHUNK, cap)
-    chunk = min(FIRST_CHUNK, cap) if callable(batch) else 1
+    limit = batch_call_limit(decoder) if batched else None
+    cap = MAX_CHUNK if limit is None else min(MAX_CHUNK, limit)
+    chunk = min(FIRST_CHUNK, cap) if batched else 1
     stopped = False
     while len(out) < n_samples:
         if deadline is not None and time.perf_counter() >= deadline:
@@ -60,8 +58,8 @@ def draw(
         seeds = list(range(base_seed + len(out), base_seed + min(n_samples, len(out) + chunk)))
         t = time.perf_counter()
         try:
-            if callable(batch):
-                got = batch([list(prompt)] * len(seeds), n_tokens, sampling, seeds)
+            if batched:
+                got = decoder.generate_batch([list(prompt)] * len(seeds), n_tokens, sampling, seeds)
                 got = [tokens_of(r) for r in got]
                 if len(got) != len(seeds):
                     raise ValueError(f"generate_batch returned {len(got)} results for {len(seeds)} seeds")
@@ -71,14 +69,14 @@ def draw(
             return Draw(
                 out,
                 time.perf_counter() - t0,
-                callable(batch),
+                batched,
                 f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}",
             )
         out += got
         took = time.perf_counter() - t
-        if callable(batch):
+        if batched:
             per = took / len(seeds)
             chunk = int(min(cap, max(1, CHUNK_SECONDS / max(per, 1e-9))))
             if deadline is not None:  # never overshoot the deadline by more than about one chunk
                 chunk = max(1, min(chunk, int((deadline - time.perf_counter()) / max(per, 1e-9)) + 1))
-    return Draw(out, time.perf_counter() - t0, callable(batch), None, stopped)
+    return Draw(out, time.perf_counter() - t0, batched, None, stopped)

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from refdec.decode import check_generate_args
+from proofs.decoders.protocol import SeededDecoder
 from refdec.layers import rope_tables
 from refdec.model import LoopedLM
-from refdec.sampling import SamplingParams, greedy_token, sample, transform
+from refdec.sampling import greedy_token, sample, transform
 
 
 class _Timeline:
@@ -56,22 +56,14 @@ class _Timeline:
         return attend
 
 
-class NaiveKVDecoder:
+class NaiveKVDecoder(SeededDecoder):
     def __init__(self, model: LoopedLM, depth: int | None = None):
         self.model = model
         self.depth = depth
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompt,
-        max_new_tokens: int,
-        sampling: SamplingParams = SamplingParams(),
-        seed: int = 0,
-        eos_token_id: int | None = None,
-    ) -> list[int]:
+    def decode(self, ids, depth, max_new_tokens, sampling, gen, eos_token_id) -> list[int]:
         m = self.model
-        ids, depth = check_generate_args(m, prompt, max_new_tokens, sampling, seed, self.depth)
         cfg = m.cfg
         w = m.embed_tokens.weight
         capacity = len(ids) + max_new_tokens
@@ -79,7 +71,6 @@ class NaiveKVDecoder:
         prelude = [tl() for _ in m.prelude]
         core = [[tl() for _ in m.core] for _ in range(depth)]
         coda = [tl() for _ in m.coda]
-        gen = torch.Generator().manual_seed(seed)
         net = m.net()
 
         def forward(rows: list[int], start: int) -> torch.Tensor:

@@ -1,8 +1,9 @@
-"""The decoder protocol that certification speaks (docs/design.md section 6).
+"""The decoder protocols that certification speaks (docs/design.md section 6).
 
-A decoder is any object with `generate(prompt, max_new_tokens, sampling, seed)` returning the
+A Decoder is any object with `generate(prompt, max_new_tokens, sampling, seed)` returning the
 new token ids, either as a sequence of ints or as an object with a `.tokens` attribute (the
-fastdec result). `loopcert certify --decoder module:factory` builds one with `factory(model)`.
+fastdec result). A BatchDecoder also has `generate_batch`, many seeds in one call.
+`loopcert certify --decoder module:factory` builds one with `factory(model)`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import torch
+
+from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
+from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams
 from refdec.validate import is_int
 
@@ -20,10 +25,101 @@ from refdec.validate import is_int
 class Decoder(Protocol):
     def generate(
         self, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int
-    ) -> Any: ...
+    ) -> Any:
+        """The new token ids (not the prompt) of one sequence sampled by `sampling` from seed
+        `seed`: a sequence of ints, or an object with `.tokens`. The same arguments give the same
+        tokens (the reproducibility check holds a decoder to it)."""
+
+
+@runtime_checkable
+class BatchDecoder(Decoder, Protocol):
+    """A Decoder that decodes many sequences in one call (fastdec.Decoder, HTTPDecoder, a user's).
+
+    Only `generate_batch` is required (isinstance checks that). Optional attributes, read through
+    `declared_max_batch`, `batch_call_limit` and `declared_compute_dtype` (a decoder without them
+    is still a BatchDecoder):
+
+    max_batch      int >= 1: the most sequences it decodes together (fastdec: its cache rows);
+                   without `batch_queue`, also the most one generate_batch call may be handed
+    batch_queue    True: a call may hold any number of prompts, `max_batch` decoding at a time
+                   and the rest queued (fastdec.Decoder), so callers size calls by time alone
+    compute_dtype  the torch dtype (or its name) it computes in, whatever the model it was
+                   handed: the greedy check's tie tolerance (proofs.checks.greedy)
+    """
+
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        seeds: Sequence[int],
+    ) -> Sequence[Any]:
+        """One result per prompt, in order, each as generate() returns it: result i has exactly
+        the law (and, for a reproducible decoder, the tokens) of generate(prompts[i],
+        max_new_tokens, sampling, seeds[i]) alone, whatever else the call holds.
+
+        `loopcert serve`'s round mode also hands fastdec.Decoder's extensions: per-sequence
+        lists of max_new_tokens and sampling, and eos_token_id= and keep_logits= keywords.
+        """
+
+
+def declared_max_batch(decoder: BatchDecoder) -> int | None:
+    """The decoder's `max_batch` when it declares a usable one (an int >= 1), else None."""
+    cap = getattr(decoder, "max_batch", None)  # optional: see BatchDecoder
+    return cap if isinstance(cap, int) and cap >= 1 else None
+
+
+def declared_compute_dtype(decoder) -> torch.dtype | None:
+    """The decoder's `compute_dtype` (a torch dtype, or its name with or without "torch."), None
+    when it declares no usable one (see BatchDecoder; any Decoder may declare it)."""
+    d = getattr(decoder, "compute_dtype", None)  # optional
+    if isinstance(d, str):
+        d = getattr(torch, d.removeprefix("torch."), None)
+    return d if isinstance(d, torch.dtype) else None
+
+
+def batch_call_limit(decoder: BatchDecoder) -> int | None:
+    """The most sequences one generate_batch call may be handed: None when any number may (it
+    queues them: `batch_queue`) or when it does not say."""
+    if getattr(decoder, "batch_queue", False):  # optional: see BatchDecoder
+        return None
+    return declared_max_batch(decoder)
 
 
 Factory = Callable[[Any], Decoder]  # model -> decoder
+
+
+class SeededDecoder:
+    """Base of loopcert's own reference decoders (naive_kv, specref): `generate` validates its
+    arguments as refdec.generate does (a LoopcertError names the bad value) and hands `decode`
+    the prompt ids, the depth and a fresh torch.Generator(seed), the stream refdec draws from."""
+
+    model: LoopedLM
+    depth: int | None = None  # the depth generate() decodes at; None: the model's R
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        seed: int,
+        eos_token_id: int | None = None,
+    ) -> list[int]:
+        """New token ids (not the prompt); the EOS token is included when it ends the run."""
+        ids, depth = check_generate_args(self.model, prompt, max_new_tokens, sampling, seed, self.depth)
+        gen = torch.Generator().manual_seed(seed)
+        return self.decode(ids, depth, max_new_tokens, sampling, gen, eos_token_id)
+
+    def decode(
+        self,
+        ids: list[int],
+        depth: int,
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        gen: torch.Generator,
+        eos_token_id: int | None,
+    ) -> list[int]:
+        raise NotImplementedError
 
 
 class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error

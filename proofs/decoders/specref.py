@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from fastdec.accept import GATES, RESIDUAL_TOL, gate_mask, gate_open_greedy, greedy_verify, positive_part
+from proofs.decoders.protocol import SeededDecoder
 from proofs.stats.exact_laws import Oracle
-from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
 from refdec.validate import check_number, is_int
@@ -104,8 +104,9 @@ def _shrink(rho: torch.Tensor, q: torch.Tensor, normalise: bool) -> torch.Tensor
     return pos / mass if normalise else pos
 
 
-class SpecRef:
-    """Uncached LoopSpec decoder over refdec (docs/design.md section 4), bugs optional."""
+class SpecRef(SeededDecoder):
+    """Uncached LoopSpec decoder over refdec (docs/design.md section 4), bugs optional; it
+    decodes at the model's R (SeededDecoder.depth None)."""
 
     def __init__(
         self,
@@ -218,16 +219,9 @@ class SpecRef:
         y, _ = greedy_verify(int(torch.argmax(target)), proposals)
         return y, (x1 if self.bugs.stale_kv and y != x1 else y)
 
-    def generate(
-        self,
-        prompt,
-        max_new_tokens: int,
-        sampling: SamplingParams = SamplingParams(),
-        seed: int = 0,
-        eos_token_id: int | None = None,
-    ) -> list[int]:
-        ids, _ = check_generate_args(self.oracle.model, prompt, max_new_tokens, sampling, seed, None)
-        gen = torch.Generator().manual_seed(seed)
+    model = property(lambda self: self.oracle.model)
+
+    def decode(self, ids, depth, max_new_tokens, sampling, gen, eos_token_id) -> list[int]:
         context, new = list(ids), []
         for i in range(max_new_tokens):
             y, c = self.step(context, sampling, gen, i)

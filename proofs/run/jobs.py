@@ -1,9 +1,9 @@
 """Run a certify plan's work units in N local worker processes (`loopcert certify --jobs N`).
 
 A plan is a list of work units, each deterministic given the plan and the seed and runnable on
-its own (proofs/run/certify.py `plan_units`; the shards of proofs/run/shards.py rest on the same
+its own (proofs/run/units.py `plan_units`; the shards of proofs/run/shards.py rest on the same
 property). Here the parent builds the run once (models, exact laws, N per case), forks N workers
-that inherit it, and hands them the units one at a time in the order given (proofs/run/certify.py
+that inherit it, and hands them the units one at a time in the order given (proofs/run/units.py
 `dispatch_order`: the dear ones first), as each worker comes free; the raw results are then
 assembled by the same code as a serial run. A unit's result does not depend on which worker ran
 it or when (its seeds are fixed by the plan), so the certificate equals the serial one apart
@@ -11,8 +11,7 @@ from timings, unless the time budget cut a sampling unit short (its tally says s
 
 The sampling budget stays wall time: with N workers the pool holds N x the budget in
 worker-seconds, and each sampling unit is handed its share when it is dispatched (what it
-leaves unused goes back to the pool when it returns), the serial rule of
-CertifyRun.pool_share.
+leaves unused goes back to the pool when it returns): proofs/run/budget.py, reserve and settle.
 
 Fork, not spawn: the workers inherit the loaded models and laws (no second setup) and whatever
 the caller configured in-process. CUDA cannot be forked, hence --jobs 1 on a GPU (split a GPU
@@ -26,6 +25,7 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
+from typing import Protocol
 
 import torch
 
@@ -61,6 +61,16 @@ def check_jobs(jobs: int, device: str) -> int:
 SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
+class Budget(Protocol):
+    """What the parent needs of the sampling pool (proofs/run/budget.py SamplingPool)."""
+
+    def reserve(self, uid: str) -> float | None:
+        """The sampling time of the unit being dispatched; None for a unit that has none."""
+
+    def settle(self, uid: str, used: float) -> None:
+        """The unit came back having sampled for `used` seconds."""
+
+
 def _serve(conn, threads: int) -> None:
     """A worker: run the units the parent sends ((uid, share); None: stop), answer each with
     (uid, result, None) or (uid, None, why)."""
@@ -84,16 +94,11 @@ def _serve(conn, threads: int) -> None:
             conn.send((uid, None, f"{type(e).__name__}: {e}"))
 
 
-def run_units(
-    units: Sequence[tuple[str, Callable[..., dict]]],
-    jobs: int,
-    share_of: Callable[[str], float | None],
-    returned: Callable[[str, float | None, dict], None],
-) -> dict[str, dict]:
+def run_units(units: Sequence[tuple[str, Callable[..., dict]]], jobs: int, budget: Budget) -> dict[str, dict]:
     """{unit id: raw result} of `units` ((id, fn(share) -> dict)), run by `jobs` forked workers.
 
-    share_of(uid) is called when a unit is dispatched (its sampling time, or None), returned(uid,
-    share, result) when it comes back (what it did not use goes back to the pool)."""
+    budget.reserve(uid) is called when a unit is dispatched (its sampling time, or None: the
+    worker passes it to the unit), budget.settle(uid, seconds it sampled) when it comes back."""
     _WORK.clear()
     _WORK.update(dict(units))
     ctx = multiprocessing.get_context("fork")
@@ -110,14 +115,12 @@ def run_units(
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     results: dict[str, dict] = {}
-    shares: dict[str, float | None] = {}
     busy: dict = {}  # connection -> the unit its worker runs
     pending = [uid for uid, _ in units]
 
     def dispatch(conn) -> None:
         uid = pending.pop(0)
-        shares[uid] = share_of(uid)
-        conn.send((uid, shares[uid]))
+        conn.send((uid, budget.reserve(uid)))
         busy[conn] = uid
 
     try:
@@ -134,7 +137,7 @@ def run_units(
                 if error is not None:
                     raise RuntimeError(f"work unit {uid} failed in its worker: {error}")
                 results[uid] = result
-                returned(uid, shares[uid], result)
+                budget.settle(uid, float(result.get("seconds", 0.0)))
                 if pending:
                     dispatch(conn)
     finally:  # also on Ctrl-C, SIGTERM or an error: no worker outlives the run

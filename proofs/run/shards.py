@@ -1,9 +1,9 @@
 """Split a certification into shards and merge them back.
 
-A certify run is a list of work units with stable ids, in plan order (proofs/run/certify.py:
-one per sampling case of each setting on each model, one per other check). `--shard i/n`
-runs the units whose position k in that order has k mod n == i - 1 and writes their raw
-results (sample tallies, check results) with the run's identity to DIR_i/shard.json. `merge`
+A certify run is a list of work units with stable ids, in plan order (proofs/run/units.py:
+one per sampling case of each setting on each model, one per mutant, one per other check).
+`--shard i/n` runs the units whose position k in that order has k mod n == i - 1 and writes their
+raw results (sample tallies, check results) with the run's identity to DIR_i/shard.json. `merge`
 reads n such files, refuses any whose identity differs (commit, plan, model and its
 fingerprint, seed, decoder, device, dtype, time budget) naming the shard and the field,
 names missing or repeated shards and missing units, and hands the union of the raw results to

@@ -8,7 +8,7 @@ figure: `loopcert bench`'s report, the regression gates and certify's speed chec
     rows.py                one row per timed setting (speedup, ideal, efficiency, acceptance statistics)
     theorem2_vs_measured.py  depth spectrum; Theorem 2's optimum beside the measured best (d1, d2)
     context.py             speedup against context length beside docs/design.md's performance model
-    targets.py             issue 6's targets, judged
+    targets.py             the speed targets, judged
     report.py              the report as typed data (SpeedReport), the bench plans
     bench.py               `loopcert bench`: measures a SpeedReport (reports/speedup.py renders it)
     gates.py               regression gates against benchmarks/baseline.json

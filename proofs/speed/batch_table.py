@@ -142,11 +142,10 @@ def batch_rows(
     prompts: Sequence[Sequence[int]],
     plan: BatchPlan,
     clock: str,
-    device="cpu",
-    progress: Progress | None = None,
+    device,
+    say: Progress,
 ) -> list[BatchRow]:
     """settings[0] is the baseline. Sequence i of a batch decodes prompt i (mod len(prompts))."""
-    say = progress or quiet
     decs = {st.label: Decoder(model, st, device=device, max_batch=max(plan.batches)) for st in settings}
     labels = list(decs)
     base = labels[0]
@@ -208,11 +207,10 @@ def sample_rates(
     settings: Sequence[DecodeConfig],
     plan: BatchPlan,
     clock: str,
-    device="cpu",
-    progress: Progress | None = None,
+    device,
+    say: Progress,
 ) -> list[SampleRate]:
     """Certification throughput: SAMPLE_TOKENS-token samples at temperature 1 of one prompt."""
-    say = progress or quiet
     prompt = list(SAMPLE_PROMPT)
     out = []
     for st in settings:
@@ -287,8 +285,8 @@ def batch_table(
     progress: Progress | None = None,
 ) -> BatchTable:
     say = progress or quiet
-    rows = batch_rows(model, settings, prompts, plan, clock, device, progress)
-    samples = sample_rates(sample_model, sample_settings, plan, clock, device, progress)
+    rows = batch_rows(model, settings, prompts, plan, clock, device, say)
+    samples = sample_rates(sample_model, sample_settings, plan, clock, device, say)
     b = max(plan.batches)
     costs = width_costs(model, settings[0], b, plan.prompt_len, clock, device)
     say(
@@ -298,11 +296,11 @@ def batch_table(
     return BatchTable(plan, clock, sample_name, rows, samples, costs)
 
 
-BATCH_TARGETS = {"pipelined_b16": 1.5, "samples": 20.0}  # issue 11, CPU
+BATCH_TARGETS = {"pipelined_b16": 1.5, "samples": 20.0}  # CPU, default model
 
 
 def judge_batch(table: BatchTable) -> list[Target]:
-    """Issue 11's targets on the batch table: the best pipelined setting at the largest B over
+    """The batch targets on the batch table: the best pipelined setting at the largest B over
     the baseline at that B, and the lowest certification throughput gain of any setting."""
     out = []
     b = max(table.plan.batches)

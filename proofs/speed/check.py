@@ -12,11 +12,14 @@ import dataclasses
 from collections.abc import Sequence
 
 from proofs.decoders.candidates import Candidate
+from proofs.details import SpeedDetails, SpeedError, SpeedRow
 from proofs.progress import Progress, quiet
 from proofs.result import CheckResult
 from proofs.speed.rows import measured_speed
 from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
 from refdec.values import dtype_name
+
+TELEMETRY = ("acceptance_rate", "gamma", "mean_live_lanes")  # fastdec Stats a speed row carries
 
 
 def check_speed(
@@ -41,7 +44,7 @@ def check_speed(
             dec = c.build(model)
             dec.generate(list(prompts[0]), 1, GREEDY, work.seed)
         except Exception as e:  # noqa: BLE001
-            errors.append({"setting": c.label, "error": f"{type(e).__name__}: {e}"})
+            errors.append(SpeedError(c.label, f"{type(e).__name__}: {e}"))
             continue
         decoders[c.label] = dec
     dev = next(model.parameters())
@@ -50,25 +53,22 @@ def check_speed(
     rows = []
     for label in decoders:
         sp = measured_speed(times, label, base_label, clock)
-        row = {"setting": label, **sp.as_dict()}
         stats = times[label]["stats"]
-        if stats is not None:  # fastdec telemetry
-            row.update({k: stats[k] for k in ("acceptance_rate", "gamma", "mean_live_lanes")})
-        rows.append(row)
+        telemetry = {} if stats is None else {k: stats[k] for k in TELEMETRY}  # fastdec's only
+        rows.append(SpeedRow(label, **sp.as_dict(), **telemetry))
         if label != base_label:
             say(f"  {name} {label}: {sp.tokens_per_s:.1f} tok/s, x{sp.speedup:.2f}")
-    best = max(r["speedup"] for r in rows)
-    details = {
-        "rows": rows,
-        "errors": errors,
-        "prompts": len(prompts),
-        "tokens_per_prompt": work.tokens,
-        "repeats": work.repeats,
-        "workload": dataclasses.asdict(work),
-        "clock": clock,
-        "device": str(dev.device),
-        "dtype": dtype_name(dev.dtype),
-        "baseline": baseline.label,
-        "informational": True,
-    }
+    best = max(r.speedup for r in rows)
+    details = SpeedDetails(
+        rows=tuple(rows),
+        errors=tuple(errors),
+        prompts=len(prompts),
+        tokens_per_prompt=work.tokens,
+        repeats=work.repeats,
+        workload=dataclasses.asdict(work),
+        clock=clock,
+        device=str(dev.device),
+        dtype=dtype_name(dev.dtype),
+        baseline=baseline.label,
+    )
     return CheckResult(name, best, 1.0, not errors, details)

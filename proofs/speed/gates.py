@@ -40,27 +40,17 @@ from proofs.speed.settings import BASELINE, NAIVE, gate_settings
 from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, ratio, time_runs
 from proofs.stamp import stamp
 from refdec.errors import LoopcertError
+from refdec.load import exact_fingerprint
 from refdec.values import jsonable
 
 FORMAT = 1
-# Measured on the 2-core development host with two other busy jobs (load average 3-4): the
-# gate plan's per-round speedup ratios spread by about +-20%, and the medians of two whole gate
-# runs differed by up to 11%. 25% leaves room for that; the regressions the gate exists for
-# (a dearer step, a less accepting draft) move the ratio far more, and their exact figures move.
+# The tolerance covers how far the gate plan's speedup ratios spread between rounds and between
+# whole gate runs on a shared, busy host (docs/measurements.md); the regressions the gate exists
+# for (a dearer step, a less accepting draft) move the ratio far more, and their exact figures move.
 SPEEDUP_TOL = 0.25
 # Gated exactly: the emitted tokens (a hash), every count of Stats, peak lanes, calls per (phase, width).
 EXACT = ("tokens_sha", *COUNTS, "peak_lanes", "calls")
 MODES = {"greedy": GREEDY, "sampling": SAMPLING}
-
-
-def fingerprint(model) -> str:
-    """sha256 of the weights (names, dtypes, shapes, bytes): which model a baseline belongs to."""
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:16]
 
 
 def tokens_sha(tokens: Sequence[Sequence[int]]) -> str:
@@ -134,7 +124,7 @@ def measure(
                 {"prompt i": f"{plan.seed} + i", "weights": "as shipped"},
             ),
             "model": model_name,
-            "model_fingerprint": fingerprint(model),
+            "model_fingerprint": exact_fingerprint(model),  # the exact weights a baseline timed
             "device": str(device),
             "clock": clock,
             "plan": dataclasses.asdict(plan),

@@ -50,7 +50,7 @@ PLANS = {
 
 @dataclass(frozen=True)
 class SpeedReport:
-    """Sections in the order reports/speedup.py renders them. A new table (issue 11's batch
+    """Sections in the order reports/speedup.py renders them. A new table (the batch
     table, say) is a module of this package that measures it, a field here, a section there."""
 
     stamp: dict  # proofs.stamp plus mode, load average, command, seconds
@@ -67,7 +67,7 @@ class SpeedReport:
     theorem2: Theorem2Comparison
     spectrum: DepthSpectrum
     context: ContextSweep
-    batch: BatchTable  # issue 11: many sequences through one engine
+    batch: BatchTable  # many sequences through one engine
 
     def to_json(self) -> dict:
         """Plain JSON-able data (speedup.json)."""

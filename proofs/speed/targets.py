@@ -1,4 +1,4 @@
-"""The speed targets of issue 6, judged on a measured grid (reports/speedup.py renders them).
+"""The speed targets, judged on a measured grid (reports/speedup.py renders them).
 
 They are set for the default model (R = 32) on a CPU, greedy, ratios measured in one run; for
 other models and devices they are reference lines.
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from proofs.speed.rows import GridRow, NaiveComparison
 
-TARGETS = {  # issue 6, CPU, default model, R = 32, greedy
+TARGETS = {  # CPU, default model, R = 32, greedy
     "pipelined": 3.0,  # pipelined (2, 8) or the best grid point, over the baseline
     "draft-verify": 1.8,  # draft-verify, draft 4, ahead 4
     "efficiency": 0.8,  # measured / ideal, every strategy

@@ -206,7 +206,7 @@ class CaseLaw:
     not_tested: list[str]  # views the rules left out, and why
     nodes: dict[tuple[int, ...], np.ndarray] = field(repr=False)
     V: int
-    chosen: str = ""  # a plan path's choice among its options (proofs.run.certify.choose_case)
+    chosen: str = ""  # a plan path's choice among its options (proofs.run.cases.choose_case)
 
     def tally(self, samples: Sequence[Sequence[int]]) -> dict:
         """Counts of every view, and the samples that are impossible under the law: a wrong length,

@@ -27,9 +27,9 @@ from refdec.errors import LoopcertError
 def test_published_values():
     result = check_theorem2_published()
     assert result.passed and result.measured <= result.bound == 0.01
-    assert result.details["d1_closed_form"] == pytest.approx(1.2583, abs=1e-4)
-    assert result.details["d2_closed_form"] == pytest.approx(8.8451, abs=1e-4)
-    assert result.details["best_integer_depths"] == (1, 8)
+    assert result.details.d1_closed_form == pytest.approx(1.2583, abs=1e-4)
+    assert result.details.d2_closed_form == pytest.approx(8.8451, abs=1e-4)
+    assert result.details.best_integer_depths == (1, 8)
 
 
 def test_published_check_can_fail():
@@ -120,7 +120,12 @@ def test_check_result_serialises_plain_values():
         "bound": 1.0,
         "passed": True,
         "power": None,
-        "details": {"t": [1.0, 2.0], "k": [1, 2]},
+        "details": {"t": [1.0, 2.0], "k": [1, 2]},  # untyped (a bench gate's): no kind
+        "kind": None,
+        "seconds": None,
+        "error": None,
+        "skipped": None,
+        "not_applicable": None,
     }
     with pytest.raises(LoopcertError, match="name"):
         CheckResult("", 0.0, 1.0, True, {})

@@ -318,7 +318,7 @@ def test_token_ids_from_numpy_and_torch_are_accepted():
 
 # -- Monte Carlo: the law functions describe the sampling code -----------------------------------
 
-MC_N = 20_000  # the positive tests; about 6 s each on one idle core
+MC_N = 20_000  # the positive tests (the slowest of this file: keep them few)
 MC_N_CONTROL = 4_000  # the negative controls' deviations are large: power is checked below
 MC_ALPHA = 1e-4
 

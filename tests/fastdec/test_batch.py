@@ -19,13 +19,13 @@ import re
 
 import pytest
 import torch
-from batching import CONFIGS, SAMPLINGS, model_for, poisoner, same
+from batching import CONFIGS, SAMPLINGS, model_for, poisoner, same, setups
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastdec import STRATEGIES, Decoder
 from refdec import LoopcertError, SamplingParams, generate
-from refdec.config import TINY_PRESETS, get_preset
+from refdec.config import TINY_PRESETS
 
 # -- needle in a batch -----------------------------------------------------------------------
 
@@ -38,10 +38,7 @@ def sequences(draw, vocab: int):
 
 @st.composite
 def batches(draw):
-    name = draw(st.sampled_from(TINY_PRESETS))
-    vocab = get_preset(name).vocab_size
-    strategy = draw(st.sampled_from(STRATEGIES))
-    width = draw(st.sampled_from([8, 16]))
+    name, vocab, strategy, width = draw(setups())
     needle = draw(sequences(vocab))
     others = draw(st.lists(sequences(vocab), min_size=1, max_size=5))
     at = draw(st.integers(0, len(others)))

@@ -16,13 +16,12 @@
 
 import pytest
 import torch
-from batching import CONFIGS, SAMPLINGS, model_for, poisoner, same
+from batching import CONFIGS, SAMPLINGS, model_for, poisoner, same, setups
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastdec import STRATEGIES, ContinuousBatch, Decoder
 from refdec import LoopcertError, SamplingParams
-from refdec.config import TINY_PRESETS, get_preset
 
 
 def run_schedule(dec: Decoder, schedule, rows: int, n_positions: int = 32, drops=(), keep_logits=True):
@@ -52,10 +51,7 @@ def run_schedule(dec: Decoder, schedule, rows: int, n_positions: int = 32, drops
 
 @st.composite
 def schedules(draw):
-    name = draw(st.sampled_from(TINY_PRESETS))
-    vocab = get_preset(name).vocab_size
-    strategy = draw(st.sampled_from(STRATEGIES))
-    width = draw(st.sampled_from([8, 16]))
+    name, vocab, strategy, width = draw(setups())
     shared = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6))
     seqs = []
     for _ in range(draw(st.integers(1, 7))):

@@ -205,28 +205,14 @@ def test_depth_beyond_r_and_dtype_conversion():
 
 
 # -- CLI -----------------------------------------------------------------------------------
+SPECULATE = ["speculate", "tiny-raven", "--prompt-ids", "1", "2", "3"]  # the prompt [1, 2, 3]
 
 
 def test_cli_speculate_prints_tokens_then_stats(capsys):
     rc = main(
-        [
-            "speculate",
-            "tiny-raven",
-            "--prompt-ids",
-            "1",
-            "2",
-            "3",
-            "--max-new-tokens",
-            "6",
-            "--draft-loops",
-            "2",
-            "--verify-loops",
-            "6",
-            "--draft-ahead",
-            "4",
-            "--rewind-L",
-            "4",
-        ]
+        SPECULATE
+        + ["--max-new-tokens", "6", "--draft-loops", "2", "--verify-loops", "6", "--draft-ahead", "4"]
+        + ["--rewind-L", "4"]
     )
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
@@ -248,23 +234,7 @@ def test_cli_speculate_prints_tokens_then_stats(capsys):
     ],
 )
 def test_cli_speculate_flags_are_named_like_the_api(capsys, flags):
-    rc = main(
-        [
-            "speculate",
-            "tiny-raven",
-            "--prompt-ids",
-            "1",
-            "2",
-            "3",
-            "--max-new-tokens",
-            "5",
-            "--strategy",
-            "pipelined",
-            "--draft-ahead",
-            "2",
-            *flags,
-        ]
-    )
+    rc = main(SPECULATE + ["--max-new-tokens", "5", "--strategy", "pipelined", "--draft-ahead", "2", *flags])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     stats = dict(line.split(": ", 1) for line in out[1:])

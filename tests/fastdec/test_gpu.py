@@ -62,10 +62,9 @@ def cache_rows(engine):
     return out
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
-@pytest.mark.parametrize("width", WIDTHS)
-def test_graph_replay_equals_eager_at_every_width(name, width):
-    model = cuda_model(name)
+def graphed_then_eager(model, width, n_positions: int, rows: int, decode) -> list[tuple]:
+    """[(result, engine, call log)] of decode(decoder) with CUDA graphs, then eager with the reads
+    graphs use (gather): one pipelined setting at fixed width `width`, its engine of `rows` rows."""
     runs = []
     for graphs in (True, False):
         dec = Decoder(
@@ -78,12 +77,20 @@ def test_graph_replay_equals_eager_at_every_width(name, width):
             cuda_graphs=graphs,
             reads="gather",
         )
-        engine = dec.engine(len(PROMPT) + N_NEW)
+        engine = dec.engine(n_positions, rows)
         log = []
         record(engine, log)
-        res = dec.generate(PROMPT, N_NEW, keep_logits=True)
+        res = decode(dec)
         torch.cuda.synchronize()
         runs.append((res, engine, log))
+    return runs
+
+
+@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_graph_replay_equals_eager_at_every_width(name, width):
+    decode = lambda dec: dec.generate(PROMPT, N_NEW, keep_logits=True)
+    runs = graphed_then_eager(cuda_model(name), width, len(PROMPT) + N_NEW, 1, decode)
     (g_res, g_eng, g_log), (e_res, e_eng, e_log) = runs
     assert g_eng.graphs is not None and g_eng.graphs.replays == len(g_log) > 0
     assert g_eng.graphs.captures <= 3  # one graph per phase at this width
@@ -134,32 +141,11 @@ BATCH_PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [2], [7, 7, 1, 3]]
 def test_batched_graph_replay_equals_eager_at_every_batch_and_width(rows, width):
     """Replay == eager (gather reads) bit for bit for a batch: every call's rows, the outputs and
     the cache, with the sequence dimension static (the engine's rows)."""
-    model = cuda_model("tiny-raven")
-    prompts = BATCH_PROMPTS[:rows]
-    runs = []
-    for graphs in (True, False):
-        dec = Decoder(
-            model,
-            "pipelined",
-            draft_depth=1,
-            second_depth=2,
-            fixed_width=width,
-            device="cuda",
-            cuda_graphs=graphs,
-            reads="gather",
-        )
-        engine = dec.engine(6 + N_NEW, rows)
-        log = []
-        record(engine, log)
-        res = dec.generate_batch(
-            prompts,
-            [N_NEW, 3, N_NEW, 5][:rows],
-            SamplingParams(temperature=1.0),
-            list(range(rows)),
-            keep_logits=True,
-        )
-        torch.cuda.synchronize()
-        runs.append((res, engine, log))
+    news, sampling = [N_NEW, 3, N_NEW, 5][:rows], SamplingParams(temperature=1.0)
+    decode = lambda dec: dec.generate_batch(
+        BATCH_PROMPTS[:rows], news, sampling, list(range(rows)), keep_logits=True
+    )
+    runs = graphed_then_eager(cuda_model("tiny-raven"), width, 6 + N_NEW, rows, decode)
     (g_res, g_eng, g_log), (e_res, e_eng, e_log) = runs
     assert g_eng.graphs is not None and g_eng.graphs.replays == len(g_log) > 0
     assert [(k, r) for k, r, _ in g_log] == [(k, r) for k, r, _ in e_log]

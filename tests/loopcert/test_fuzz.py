@@ -386,30 +386,20 @@ CLI_VALUE = st.sampled_from(
         "autoregressive",
     ]
 )
+# the prompt and sampling flags generate and speculate share
+DECODE_FLAGS = [
+    "--prompt",
+    "--prompt-ids",
+    "--max-new-tokens",
+    "--temperature",
+    "--top-k",
+    "--top-p",
+    "--seed",
+]
 FLAGS = {
-    "generate": [
-        "--prompt",
-        "--prompt-ids",
-        "--max-new-tokens",
-        "--temperature",
-        "--top-k",
-        "--top-p",
-        "--seed",
-        "--seed-weights",
-        "--device",
-        "--dtype",
-        "--depth",
-        "--eos",
-        "--threads",
-    ],
+    "generate": [*DECODE_FLAGS, "--seed-weights", "--device", "--dtype", "--depth", "--eos", "--threads"],
     "speculate": [
-        "--prompt",
-        "--prompt-ids",
-        "--max-new-tokens",
-        "--temperature",
-        "--top-k",
-        "--top-p",
-        "--seed",
+        *DECODE_FLAGS,
         "--device",
         "--dtype",
         "--strategy",
@@ -454,10 +444,10 @@ class Reached(Exception):
 )
 def test_cli_argument_combinations(monkeypatch, tmp_path, command, model, data):
     import loopcert.commands.bench as bench_cmd
-    import proofs.run.certify as certify_mod
+    import proofs.run.run as run_mod
 
     monkeypatch.chdir(tmp_path)  # nothing lands in the repository
-    monkeypatch.setattr(certify_mod, "CertifyRun", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(run_mod.CertifyRun, "__init__", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     monkeypatch.setattr(bench_cmd, "NaiveKVDecoder", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     argv = [command, model]
     for flag in data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=5, unique=True)):

@@ -35,7 +35,8 @@ def lines_of(stream, q: queue.Queue) -> None:
     q.put(None)
 
 
-# Each command and each signal once in the default run (~9 s each, mostly imports); all four nightly.
+# Each command and each signal once in the default run (each case is a subprocess, mostly
+# imports); all four nightly.
 CASES = [
     ("certify", signal.SIGINT),
     ("bench", signal.SIGTERM),

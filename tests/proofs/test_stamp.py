@@ -6,7 +6,8 @@ import datetime
 import torch
 
 from proofs import stamp as stamp_mod
-from proofs.run.certify import QUICK, certificate_stamp
+from proofs.run.certify import certificate_stamp
+from proofs.run.plan import QUICK
 
 KEYS = {
     "commit",

@@ -20,9 +20,10 @@ from safetensors.torch import save_file
 from loopcert.cli import main as cli_main
 from refdec import load_model, save_model
 from refdec.checkpoints import describe, load_checkpoint, write_published
-from refdec.config import TINY_PRESETS, ModelConfig, RopeScaling
+from refdec.config import PRESETS, TINY_PRESETS, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.layers import apply_rope, rope_inv_freq, rope_tables
+from refdec.load import exact_fingerprint, model_fingerprint
 
 IDS = [3, 7, 1, 9]
 VOCAB = 11
@@ -353,6 +354,12 @@ def max_err(a, b):
 
 
 # -- the oracle itself, against numbers written out ----------------------------------------
+def rope_config(head_dim: int, **changes) -> ModelConfig:
+    """A one-head model at theta 100 whose RoPE tables are all a test reads."""
+    one_head = dict(d_model=head_dim, n_heads=1, n_kv_heads=1, head_dim=head_dim, rope_theta=100.0)
+    return PRESETS["tiny-ouro"].replace(**one_head, **changes)
+
+
 def test_rope_rotations_match_literal_values():
     """Position 2, theta 100, D=4: frequencies (1, 0.1), angles (2, 0.2)."""
     x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
@@ -362,20 +369,7 @@ def test_rope_rotations_match_literal_values():
     freqs = inv_freqs(4, 100.0)
     assert rotate(x, 2, freqs, False).tolist() == pytest.approx(half, abs=1e-12)
     assert rotate(x, 2, freqs, True).tolist() == pytest.approx(inter, abs=1e-12)
-    cfg = ModelConfig(
-        family="ouro",
-        block="ouro",
-        vocab_size=5,
-        d_model=4,
-        n_heads=1,
-        n_kv_heads=1,
-        head_dim=4,
-        intermediate_size=4,
-        n_core=1,
-        recurrence=1,
-        rope_theta=100.0,
-    )
-    cos, sin = rope_tables(cfg, torch.tensor([2]))
+    cos, sin = rope_tables(rope_config(head_dim=4), torch.tensor([2]))
     for style, want in (("half", half), ("interleaved", inter)):
         got = apply_rope(x.view(1, 1, 1, 4), cos, sin, style).flatten().tolist()
         assert got == pytest.approx(want, abs=1e-12), style
@@ -393,71 +387,57 @@ def test_llama3_frequencies_cover_all_three_branches():
     want = inv_freqs(8, 100.0, scaling)
     s = (32 / (2 * math.pi / raw[1]) - 1) / 3
     assert want == pytest.approx([raw[0], (1 - s) * raw[1] / 8 + s * raw[1], raw[2] / 8, raw[3] / 8])
-    cfg = ModelConfig(
-        family="raven",
-        block="prenorm",
-        rope="half",
-        vocab_size=5,
-        d_model=8,
-        n_heads=1,
-        n_kv_heads=1,
-        head_dim=8,
-        intermediate_size=4,
-        n_core=1,
-        recurrence=1,
-        rope_theta=100.0,
-        rope_scaling=RopeScaling(**scaling),
-    )
+    cfg = rope_config(head_dim=8, rope_scaling=RopeScaling(**scaling))
     assert rope_inv_freq(cfg).tolist() == pytest.approx(want, rel=1e-12)
 
 
 # -- each published layout loads and computes what MODELS.md describes ---------------------------
 EXPECTED = {
-    "ouro": dict(
-        family="ouro",
-        block="ouro",
-        rope="half",
-        recurrence=3,
-        n_kv_heads=2,
-        head_dim=12,
-        embed_scale=1.0,
-        tie_embeddings=False,
-        early_exit_gate=True,
-        n_core=2,
-    ),
-    "huginn": dict(
-        family="raven",
-        block="sandwich",
-        rope="interleaved",
-        recurrence=3,
-        qk_bias=True,
-        embed_scale=4.0,
-        ln_f_before_coda=True,
-        tie_embeddings=True,
-        rope_theta=50000.0,
-        max_seq_len=64,
-        init_state="zeros",
-    ),
-    "retro-llama": dict(
-        family="raven",
-        block="prenorm",
-        rope="half",
-        n_kv_heads=2,
-        embed_scale=1.5,
-        rope_theta=100.0,
-        ln_f_before_coda=False,
-        tie_embeddings=False,
-        rope_scaling=RopeScaling(8.0, 1.0, 4.0, 32),
-    ),
-    "retro-olmo": dict(
-        family="raven",
-        block="postnorm",
-        qk_norm=True,
-        n_kv_heads=2,
-        rope_theta=500000.0,
-        rope_scaling=None,
-        ln_f_before_coda=False,
-    ),
+    "ouro": {
+        "family": "ouro",
+        "block": "ouro",
+        "rope": "half",
+        "recurrence": 3,
+        "n_kv_heads": 2,
+        "head_dim": 12,
+        "embed_scale": 1.0,
+        "tie_embeddings": False,
+        "early_exit_gate": True,
+        "n_core": 2,
+    },
+    "huginn": {
+        "family": "raven",
+        "block": "sandwich",
+        "rope": "interleaved",
+        "recurrence": 3,
+        "qk_bias": True,
+        "embed_scale": 4.0,
+        "ln_f_before_coda": True,
+        "tie_embeddings": True,
+        "rope_theta": 50000.0,
+        "max_seq_len": 64,
+        "init_state": "zeros",
+    },
+    "retro-llama": {
+        "family": "raven",
+        "block": "prenorm",
+        "rope": "half",
+        "n_kv_heads": 2,
+        "embed_scale": 1.5,
+        "rope_theta": 100.0,
+        "ln_f_before_coda": False,
+        "tie_embeddings": False,
+        "rope_scaling": RopeScaling(8.0, 1.0, 4.0, 32),
+    },
+    "retro-olmo": {
+        "family": "raven",
+        "block": "postnorm",
+        "qk_norm": True,
+        "n_kv_heads": 2,
+        "rope_theta": 500000.0,
+        "rope_scaling": None,
+        "ln_f_before_coda": False,
+    },
 }
 
 
@@ -830,3 +810,16 @@ def test_inspect_preset_loopcert_folder_and_unknown(tmp_path, capsys):
     assert set(info["stored_dtypes"]) == {"BF16"}
     assert cli_main(["inspect", "no-such-model"]) == 2
     assert "neither a preset" in capsys.readouterr().err
+
+
+def test_the_two_fingerprints_answer_two_questions():
+    """model_fingerprint: which model, whatever dtype it was loaded in; exact_fingerprint: which
+    exact tensors. Other weights change both (the control)."""
+    m32, m64 = load_model("tiny-ouro"), load_model("tiny-ouro", dtype="float64")
+    assert model_fingerprint(m32) == model_fingerprint(m64)
+    assert exact_fingerprint(m32) != exact_fingerprint(m64)
+    assert exact_fingerprint(m32) == exact_fingerprint(load_model("tiny-ouro"))
+    other = load_model("tiny-ouro", seed=1)
+    assert model_fingerprint(other) != model_fingerprint(m32) and exact_fingerprint(
+        other
+    ) != exact_fingerprint(m32)

@@ -1,4 +1,4 @@
-"""Issue 7, done-when: every published layout loads and decodes in fastdec and refdec alike."""
+"""Every published layout loads and decodes in fastdec and refdec alike."""
 
 import pytest
 import torch

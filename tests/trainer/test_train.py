@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from corpus import write_corpus
+from corpus import tiny_run, write_corpus
 
+from fastdec.accept import total_variation, total_variations
 from refdec import load_model
 from refdec.errors import LoopcertError
 from refdec.load import DEFAULT_MODEL_DIR
@@ -33,22 +34,8 @@ def corpus(tmp_path_factory):
 
 
 def tiny_config(corpus, **kw):
-    base = dict(
-        model="tiny",
-        steps=30,
-        seq_len=64,
-        batch_size=4,
-        lr=1e-2,
-        warmup=3,
-        mean_depth=3.0,
-        backprop_k=2,
-        aux_max_depth=2,
-        log_every=5,
-        threads=1,
-        data_root=str(corpus),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    """Recipe v1 with the shallow auxiliary loss at depths 1..2."""
+    return tiny_run(corpus, **(dict(mean_depth=3.0, aux_max_depth=2) | kw))
 
 
 def test_split_is_a_fixed_function_of_the_name(corpus):
@@ -143,7 +130,7 @@ def test_default_model_loads_small_and_decodes_at_twice_R():
     logits = m.depth_logits(ids, [1, 2, cfg.recurrence, 2 * cfg.recurrence])
     assert torch.isfinite(logits).all()
     p_R, p_2R = logits[2].softmax(-1), logits[3].softmax(-1)
-    assert float(0.5 * (p_R - p_2R).abs().sum(-1).max()) < 0.5  # depth 2R stays near depth R
+    assert float(total_variations(p_R, p_2R).max()) < 0.5  # depth 2R stays near depth R
     assert load_model("default", dtype="float64").embed_tokens.weight.dtype == torch.float64
 
 
@@ -158,31 +145,15 @@ def test_default_prompts_are_held_out_snippets():
         assert list(p.ids) == list(p.text.encode("utf-8")) and len(p.ids) >= 32
 
 
-# -- issue 14's recipe: fresh-noise state, Poisson-log-normal + 1 depth, growing windows ------
+# -- the huginn recipe: fresh-noise state, Poisson-log-normal + 1 depth, growing windows ------
 def huginn_config(corpus, **kw):
-    from trainer.train import RECIPES
-
-    base = dict(RECIPES["huginn"]) | dict(
-        model="tiny-huginn",
-        steps=30,
-        seq_len=64,
-        batch_size=4,
-        lr=1e-2,
-        warmup=3,
-        mean_depth=3.0,
-        backprop_k=2,
-        log_every=5,
-        seq_schedule=((0.0, 32), (0.5, 128)),
-        data_root=str(corpus),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    return tiny_run(corpus, "huginn", **(dict(mean_depth=3.0, seq_schedule=((0.0, 32), (0.5, 128))) | kw))
 
 
 def test_depth_sampler_follows_the_poisson_lognormal_law():
-    """Empirical law of 20k draws vs depth_law (exact, by quadrature). Expected TV of the empirical
-    pmf at n = 20k over ~40 bins is ~0.015 (false alarms at 0.035: none at this fixed seed, far in
-    the tail); the controls (Huginn's sigma 0.5 instead of 1.0; no +1) sit at TV 0.28 and 0.11."""
+    """Empirical law of 20k draws vs depth_law (exact, by quadrature). The bound 0.035 sits far in
+    the tail of the empirical pmf's TV at n = 20k over ~40 bins (no false alarm at this fixed
+    seed), and far below the TV of the controls (Huginn's sigma 0.5 instead of 1.0; no +1)."""
     from collections import Counter
 
     from trainer.train import depth_law
@@ -190,10 +161,10 @@ def test_depth_sampler_follows_the_poisson_lognormal_law():
     g = torch.Generator().manual_seed(0)
     n = 20000
     counts = Counter(sample_depth(g, 8.0, 1.0, 64, offset=1) for _ in range(n))
-    emp = [counts[r] / n for r in range(1, 65)]
+    emp = torch.tensor([counts[r] / n for r in range(1, 65)], dtype=torch.float64)
 
     def tv(law):
-        return 0.5 * sum(abs(a - b) for a, b in zip(emp, law))
+        return total_variation(emp, torch.tensor(law, dtype=torch.float64))
 
     assert abs(sum(depth_law(8.0, 1.0, 64, 1)) - 1) < 1e-9
     assert tv(depth_law(8.0, 1.0, 64, offset=1)) < 0.035
@@ -288,14 +259,10 @@ def test_cli_refuses_bad_flags_by_name(capsys):
 
 @needs_default
 def test_default_model_depth_profile_is_not_flat():
-    """Issue 14: depth matters on the shipped model. Measured on the 16 held-out prompts (float32,
-    `analysis.depth_profile`): the figures below were read off the shipped weights with margin for
-    float32 kernels (measured on v4: 2,757 predictions; TV(p_r, p_R) 0.332, 0.158, 0.102, 0.0338 at
-    r = 1, 2, 4, 8; agreement at 2 0.816; bits/byte 2.948 at r = 1, 2.111 at R; TV(p_2R, p_R) 7.7e-4.
-    v3 (mean depth 12, 90 minutes): 0.209, 0.093, 0.038, 0.0082; agreement 0.872; 2.844 / 2.486;
-    TV(p_2R, p_R) 2e-5, so v3 fails the first, third and fourth lines).
-    The first model (v1, flat after 3-4 iterations) gave TV(p_1, p_R) 0.039, TV(p_2, p_R) 0.0057,
-    agreement at depth 2 99%, TV at depth 8 8e-7, and fails every line."""
+    """Depth matters on the shipped model, on the 16 held-out prompts (float32,
+    `analysis.depth_profile`): the bounds were read off the shipped weights with margin for
+    float32 kernels (the figures: docs/measurements.md). A model whose core settles within a few
+    iterations (the first shipped one, v1) fails every line."""
     from analysis.depth_profile import depth_profile
 
     m = load_model("default")

@@ -70,18 +70,10 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
     """Token-id prompt, seed, n=2, top_k/top_p, logprobs: choice i is generate(seed + i)."""
     model, dec = local
     prompt = list(b"import ")
-    kw = dict(
-        model="default",
-        prompt=prompt,
-        max_tokens=8,
-        temperature=0.9,
-        top_p=0.95,
-        seed=11,
-        n=2,
-        extra_body={"top_k": 20},
-    )
-    out = client.completions.create(**kw, logprobs=2)
     sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.95)
+    request = {"model": "default", "prompt": prompt, "max_tokens": 8, "seed": 11, "n": 2}
+    kw = request | {"temperature": sp.temperature, "top_p": sp.top_p, "extra_body": {"top_k": sp.top_k}}
+    out = client.completions.create(**kw, logprobs=2)
     for i, choice in enumerate(out.choices):
         ext = out.model_extra["loopcert"]["choices"][i]
         assert ext["seed"] == 11 + i

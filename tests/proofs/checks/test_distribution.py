@@ -50,14 +50,14 @@ def laws(oracle):
 
 def test_lossless_decoder_passes_with_the_planned_power(oracle, laws):
     r = check_distribution("sampling", SpecRef(oracle, d1=1, d2=2), laws, TARGET, 0)
-    assert r.passed, r.details
+    assert r.kind == "sampling" and r.passed, r.details
     assert r.bound == pytest.approx(1e-3 / sum(len(law.views) for law in laws)) and r.measured > r.bound
     assert "must detect a binned TV >= 0.15" in r.power
-    for case in r.details["cases"]:
-        assert case["samples"] == case["planned"] > 0 and case["has_power"]
-        assert case["seeds"] == [0, case["planned"] - 1] and case["impossible"] == 0
-        for v in case["views"]:
-            assert v["bins"] >= 2 and v["detectable_tv"] <= TARGET.tv
+    for case in r.details.cases:
+        assert case.samples == case.planned > 0 and case.has_power
+        assert case.seeds == (0, case.planned - 1) and case.impossible == 0
+        for v in case.views:
+            assert v.bins >= 2 and v.detectable_tv <= TARGET.tv
 
 
 def test_wrong_decoder_fails_with_the_fixed_seed(oracle, laws):
@@ -65,26 +65,26 @@ def test_wrong_decoder_fails_with_the_fixed_seed(oracle, laws):
     bad = SpecRef(oracle, d1=1, bugs=Bugs(always_accept=True))
     r = check_distribution("sampling", bad, laws, TARGET, 0)
     assert not r.passed
-    assert any(v["holm_rejected"] for c in r.details["cases"] for v in c["views"])
+    assert any(v.holm_rejected for c in r.details.cases for v in c.views)
     assert r.measured <= r.bound
     # the summary names the failure's cause: the rejected cases, never "no power" for them
-    rejected = sorted({c["case"] for c in r.details["cases"] if any(v["holm_rejected"] for v in c["views"])})
-    assert r.details["rejected"] == rejected and not set(rejected) & set(r.details["no_power"])
+    rejected = tuple(sorted({c.case for c in r.details.cases if any(v.holm_rejected for v in c.views)}))
+    assert r.details.rejected == rejected and not set(rejected) & set(r.details.no_power)
 
 
 def test_too_few_samples_fail_as_no_power_naming_the_n_needed(oracle, laws):
     """Negative control of the power rule: the lossless decoder with N = 30 cannot reach the target."""
     r = check_distribution("sampling", SpecRef(oracle, d1=1), laws, TARGET, 0, samples=[30, 30])
-    assert not r.passed and r.details["no_power"] == ["T=0.5", "top-k=2"]
-    for case in r.details["cases"]:
-        assert case["detectable_tv"] > TARGET.tv and case["needed_n"] > 30
+    assert not r.passed and r.details.no_power == ("T=0.5", "top-k=2")
+    for case in r.details.cases:
+        assert case.detectable_tv > TARGET.tv and case.needed_n > 30
 
 
 def test_a_law_with_one_token_has_no_power(oracle):
     law = case_law(oracle, Case("top-k=1", SamplingParams(temperature=1.0, top_k=1), (1, 2, 3)))
     assert all(v.bins < 2 for v in law.views)
     r = check_distribution("sampling", SpecRef(oracle, d1=1), [law], TARGET, 0, samples=[50])
-    assert not r.passed and r.details["no_power"] == ["top-k=1"]
+    assert not r.passed and r.details.no_power == ("top-k=1",)
 
 
 def test_an_impossible_token_fails_outright(oracle, laws):
@@ -94,8 +94,8 @@ def test_an_impossible_token_fails_outright(oracle, laws):
             return [int(np.flatnonzero(law.numpy() == 0)[0]) if sampling.top_k else 0] * n
 
     r = check_distribution("sampling", OutsideTopK(), laws[1:], TARGET, 0, samples=[50])
-    assert not r.passed and r.details["cases"][0]["impossible"] == 50
-    assert all(v["p_value"] == 0.0 for v in r.details["cases"][0]["views"])
+    assert not r.passed and r.details.cases[0].impossible == 50
+    assert all(v.p_value == 0.0 for v in r.details.cases[0].views)
 
 
 def test_a_crashing_or_malformed_decoder_fails(oracle, laws):
@@ -108,9 +108,9 @@ def test_a_crashing_or_malformed_decoder_fails(oracle, laws):
             return [0] * (n - 1)
 
     r = check_distribution("sampling", Crashes(), laws[:1], TARGET, 0, samples=[20])
-    assert not r.passed and "boom" in r.details["cases"][0]["error"]
+    assert not r.passed and "boom" in r.details.cases[0].error
     r = check_distribution("sampling", TooShort(), laws[:1], TARGET, 0, samples=[20])
-    assert not r.passed and r.details["cases"][0]["impossible"] == 20
+    assert not r.passed and r.details.cases[0].impossible == 20
 
 
 def test_generate_batch_is_used_and_gives_the_per_seed_samples(oracle, laws):
@@ -123,9 +123,9 @@ def test_generate_batch_is_used_and_gives_the_per_seed_samples(oracle, laws):
 
     a = check_distribution("s", dec, laws, TARGET, 5)
     b = check_distribution("s", PerSeed(), laws, TARGET, 5)
-    assert a.details["cases"][0]["batched"] and not b.details["cases"][0]["batched"]
-    assert [v["counts"] for c in a.details["cases"] for v in c["views"]] == [
-        v["counts"] for c in b.details["cases"] for v in c["views"]
+    assert a.details.cases[0].batched and not b.details.cases[0].batched
+    assert [v.counts for c in a.details.cases for v in c.views] == [
+        v.counts for c in b.details.cases for v in c.views
     ]
     u = uniforms(range(10_000))
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
@@ -179,11 +179,12 @@ def test_power_on_the_certified_models_own_vocabulary(published, V):
     dec = LawSampler(lambda p, n, s: SpecRef(oracle, d1=oracle.R).sequence_law(p, n, s)) if V <= 256 else None
     if dec is not None:  # sample the law itself through the planned check: it passes with power
         r = check_distribution("s", dec, laws[:1], target, 0)
-        assert r.passed and r.details["detectable_tv"] <= 0.05
+        assert r.passed and r.details.detectable_tv <= 0.05
 
 
 def test_top_k_default_is_caught_at_v_61():
-    """The third-party bug of issue 12: a silent top_k=50 at V=61 (spread law, T=1.5)."""
+    """A serving stack's bug: a silent top_k=50 (transformers' generate() default) at V=61 (spread
+    law, T=1.5)."""
     from proofs.checks.mutation import wide_model
 
     oracle = Oracle(wide_model())
@@ -192,7 +193,7 @@ def test_top_k_default_is_caught_at_v_61():
     shift = max(v.binned_tv(bad.sequence_law((1, 2, 3), 2, law.case.sampling)) for v in law.views)
     assert shift > 0.02
     r = check_distribution("s", LawSampler(bad.sequence_law), [law], Target(0.05), 0)
-    assert not r.passed and any(v["holm_rejected"] for v in r.details["cases"][0]["views"])
+    assert not r.passed and any(v.holm_rejected for v in r.details.cases[0].views)
     assert not math.isnan(r.measured)
 
 
@@ -294,12 +295,13 @@ class _TemperatureOracle(_IidOracle):
 
 
 def test_a_path_never_prefers_an_option_that_tests_only_the_first_token():
-    """proofs.run.certify.choose_case on a spread law (20 tokens of 0.05: no 3-token sequence reaches
+    """proofs.run.cases.choose_case on a spread law (20 tokens of 0.05: no 3-token sequence reaches
     p >= 0.01, no prefix reaches COND_MIN, so only token 1 has a view, which never sees a token
     drawn after a rejection) beside a one-token law (no power): no option is eligible, and the one
     with power on its first token is kept over the first option, which has none; with no power
     anywhere (every option one token), the first is kept and fails as no power."""
-    from proofs.run.certify import FULL, choose_case
+    from proofs.run.cases import choose_case
+    from proofs.run.plan import FULL
 
     oracle = _TemperatureOracle([0.05] * 20)
     options = tuple((f"o{i}", SamplingParams(temperature=t), 3) for i, t in enumerate((0.5, 1.0, 1.5)))

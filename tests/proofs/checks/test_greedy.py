@@ -28,17 +28,17 @@ def run(oracle, decoder, label="x", dtype=torch.float64, n=12):
 
 def test_reference_decoder_is_exact(oracle):
     r = run(oracle, SpecRef(oracle, d1=1, d2=2))
-    assert r.passed and r.measured == 0 and r.details["divergences"] == []
-    assert r.details["runs"][0]["agree"] == len(PROMPTS)
+    assert r.kind == "greedy" and r.passed and r.measured == 0 and r.details.divergences == ()
+    assert r.details.runs[0].agree == len(PROMPTS)
 
 
 def test_near_miss_mutant_is_a_real_bug(oracle):
     """Negative control: accepting a draft within 0.25 nats of the max must fail."""
     r = run(oracle, SpecRef(oracle, d1=1, bugs=Bugs(greedy_near_miss=0.25)))
     assert not r.passed and r.measured >= 1
-    d = r.details["divergences"][0]
-    assert d["class"] == "real bug" and 0 < d["candidate_gap"] < 0.25
-    assert d["top2_margin"] <= d["candidate_gap"]
+    d = r.details.divergences[0]
+    assert d.classified == "real bug" and 0 < d.candidate_gap < 0.25
+    assert d.top2_margin <= d.candidate_gap
 
 
 def test_crash_and_wrong_length_are_real_bugs(oracle):
@@ -51,9 +51,9 @@ def test_crash_and_wrong_length_are_real_bugs(oracle):
             return refdec.generate(oracle.model, list(prompt), n - 1)
 
     r = run(oracle, Crashes())
-    assert not r.passed and "boom" in r.details["divergences"][0]["why"]
+    assert not r.passed and "boom" in r.details.divergences[0].why
     r = run(oracle, Short())
-    assert not r.passed and all(d["class"] == "real bug" for d in r.details["divergences"])
+    assert not r.passed and all(d.classified == "real bug" for d in r.details.divergences)
 
 
 class FakeOracle:
@@ -73,12 +73,12 @@ class FakeOracle:
 def test_divergence_classified_by_the_dtype_tolerance(dtype):
     tol = TIE_TOLERANCE[dtype]
     tie = classify(FakeOracle(tol / 10), [0], [0, 0], [0, 1], tol)
-    assert tie["class"] == "numerical tie" and tie["position"] == 1
+    assert tie["classified"] == "numerical tie" and tie["position"] == 1
     assert tie["top2_margin"] == pytest.approx(tol / 10)
     bug = classify(FakeOracle(tol * 10), [0], [0, 0], [0, 1], tol)
-    assert bug["class"] == "real bug"
+    assert bug["classified"] == "real bug"
     far = classify(FakeOracle(tol / 10), [0], [0], [3], tol)  # a close top-2 does not excuse token 3
-    assert far["class"] == "real bug" and far["candidate_gap"] > 6
+    assert far["classified"] == "real bug" and far["candidate_gap"] > 6
     assert classify(FakeOracle(1.0), [0], [0, 1], [0, 1], tol) is None
 
 
@@ -86,7 +86,7 @@ def test_fastdec_float32_has_no_real_bug(oracle):
     model32 = refdec.load_model("tiny-ouro")
     dec = fastdec_candidate(DecodeConfig("pipelined", draft_depth=1, second_depth=2)).build(model32)
     r = run(oracle, dec, dtype=torch.float32, n=8)
-    assert r.passed and r.details["real_bugs"] == 0
+    assert r.passed and r.details.real_bugs == 0
 
 
 # -- fastdec candidates ---------------------------------------------------------------------------
@@ -105,14 +105,14 @@ def test_fastdec_grid_is_greedy_exact_in_float64(oracle):
         ("tiny-ouro", c.label, c.build(oracle.model), oracle, torch.float64) for c in fastdec_grid(4, False)
     ]
     r = check_greedy("greedy", runs, lambda _o: PROMPTS[:2], 8)
-    assert r.passed, r.details["divergences"]
+    assert r.passed, r.details.divergences
 
 
 def test_bitwise_fastdec_strategies_equal_baseline():
     model32 = refdec.load_model("tiny-ouro")
     r = check_bitwise("bitwise", fastdec_grid(4, False), model32, PROMPTS[:2], 8)
-    assert r.passed, r.details["mismatches"]
-    assert [row["equal"] for row in r.details["runs"]] == [2, 2, 2]
+    assert r.kind == "bitwise" and r.passed, r.details.mismatches
+    assert [row.equal for row in r.details.runs] == [2, 2, 2]
 
 
 def test_bitwise_catches_a_decoder_off_by_one_token():
@@ -134,12 +134,12 @@ def test_bitwise_catches_a_decoder_off_by_one_token():
     )
     r = check_bitwise("bitwise", [bad], model32, PROMPTS[:2], 6)
     assert not r.passed and r.measured == 2
-    assert r.details["mismatches"][0]["first_difference"] == 5
+    assert r.details.mismatches[0].first_difference == 5
 
 
 def test_bitwise_skips_a_decoder_without_fixed_width_mode():
     r = check_bitwise("bitwise", [Candidate("user", lambda m: None)], None, PROMPTS, 4)
-    assert r.passed and "fixed-width" in r.details["skipped"]
+    assert r.passed and r.kind == "bitwise" and r.details is None and "fixed-width" in r.skipped
 
 
 def test_tie_tolerance_follows_the_decoders_compute_dtype():

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from plans import SMALL_PLAN as TEST_PLAN
 
-import proofs.run.certify as certify_mod
+import proofs.run.plan as plan_mod
 from loopcert.cli import main
+from proofs.certificate import read_certificate
 
 ROOT = Path(__file__).resolve().parents[3]
 # Wall-clock figures: the date, how long things took (*seconds), rates (*_per_s), speed ratios.
@@ -27,15 +28,15 @@ def is_timing(key) -> bool:
 
 
 def comparable(cert: dict) -> dict:
-    """The certificate without its timing fields (is_timing keys anywhere; the informational
-    speed check's measured value and details, all ratios of timings)."""
+    """The certificate without its timing fields (is_timing keys anywhere; the speed check's
+    measured value and details, all ratios of timings)."""
 
     def strip(v):
         if isinstance(v, dict):
             out = {k: strip(x) for k, x in v.items() if not is_timing(k)}
-            if isinstance(v.get("details"), dict) and v["details"].get("informational"):
+            if v.get("kind") == "speed":
                 out.pop("measured", None)  # the speed check: every figure in it is a timing
-                out["details"] = {"informational": True}
+                out["details"] = {}
             return out
         if isinstance(v, list):
             return [strip(x) for x in v]
@@ -66,21 +67,24 @@ def test_comparable_keeps_everything_but_timing():
         "checks": [
             {
                 "name": "speed",
+                "kind": "speed",
                 "measured": 1.3,
-                "details": {"informational": True, "rows": [{"speedup": 2.0}]},
+                "details": {"rows": [{"speedup": 2.0}]},
             },
             {
                 "name": "sampling[x]",
+                "kind": "sampling",
                 "measured": 0.4,
-                "details": {"seconds": 1.0, "samples_per_s": 9.0, "counts": [1, 2]},
+                "seconds": 3.0,
+                "details": {"samples_per_s": 9.0, "counts": [1, 2]},
             },
         ],
     }
     assert comparable(cert) == {
         "stamp": {"seed": 3},
         "checks": [
-            {"name": "speed", "details": {"informational": True}},
-            {"name": "sampling[x]", "measured": 0.4, "details": {"counts": [1, 2]}},
+            {"name": "speed", "kind": "speed", "details": {}},
+            {"name": "sampling[x]", "kind": "sampling", "measured": 0.4, "details": {"counts": [1, 2]}},
         ],
     }
     other = json.loads(json.dumps(cert))
@@ -92,14 +96,15 @@ def test_comparable_keeps_everything_but_timing():
 
 
 def test_same_seed_same_certificate_tiny(tmp_path, monkeypatch):
-    monkeypatch.setitem(certify_mod.PLANS, "quick", TEST_PLAN)  # test_certify's reduced plan
+    monkeypatch.setitem(plan_mod.PLANS, "quick", TEST_PLAN)  # test_certify's reduced plan
     certs = []
     for run in ("a", "b"):
         assert main(["certify", "tiny-ouro", "--out", str(tmp_path / run), "--seed", "5"]) == 0
         certs.append(json.loads((tmp_path / run / "certificate.json").read_text()))
     a, b = map(comparable, certs)
     assert first_difference(a, b) is None
-    assert certs[0]["stamp"]["seed"] == 5 and any(c["name"].startswith("sampling[") for c in a["checks"])
+    typed = read_certificate(tmp_path / "a" / "certificate.json")
+    assert typed.stamp.seed == 5 and any(c.kind == "sampling" for c in typed.checks)
     assert '"stopped_by_deadline": true' not in json.dumps(certs)  # every sample drawn, none cut by time
 
 

@@ -21,6 +21,7 @@ from proofs.checks.theorem1 import (
     check_theorem1_pair,
     check_theorem1_random,
 )
+from proofs.details import Theorem1Pair
 from refdec.errors import LoopcertError
 
 RATIO_TOL = 1e-9
@@ -55,12 +56,12 @@ def tight_gated(a: float, b: float, c: float) -> tuple[torch.Tensor, ...]:
     return t(1 - a, 0, a - c, c), t(0, 1 - b, 0, b), t(1 - b, 0, 0, b)
 
 
-def _assert_pair(row: dict) -> None:
-    assert row["passed_ungated"], row
-    assert row["passed_gated"], row
-    assert row["passed_lemma"], row
+def _assert_pair(row: Theorem1Pair) -> None:
+    assert row.passed_ungated, row
+    assert row.passed_gated, row
+    assert row.passed_lemma, row
     for key, bound in (("ratio_ungated", 1.0), ("ratio_gated", 2.0), ("lemma_ratio", 1.0)):
-        assert math.isnan(row[key]) or row[key] <= bound + RATIO_TOL, (key, row)
+        assert math.isnan(getattr(row, key)) or getattr(row, key) <= bound + RATIO_TOL, (key, row)
 
 
 @settings(deadline=None)
@@ -71,26 +72,31 @@ def _assert_pair(row: dict) -> None:
 def test_theorem1_has_no_counterexample(triple):
     row = check_theorem1_pair(*triple)
     for key in ("ratio_gated", "ratio_ungated", "lemma_ratio"):
-        target(0.0 if math.isnan(row[key]) else min(row[key], 1e6), label=key)  # finite for target
+        target(
+            0.0 if math.isnan(getattr(row, key)) else min(getattr(row, key), 1e6), label=key
+        )  # finite for target
     _assert_pair(row)
 
 
 @pytest.mark.parametrize(("a", "b", "c"), [(1e-2, 1e-2, 1e-3), (1e-3, 1e-3, 1e-5), (0.2, 0.1, 0.0)])
 def test_tight_gated_family_matches_its_closed_form(a, b, c):
     row = check_theorem1_pair(*tight_gated(a, b, c))
-    assert row["eps2"] == pytest.approx(a - c, rel=1e-12)
-    assert row["ratio_gated"] == pytest.approx((b - c) / (a - c) + (1 - b) / (1 - c), rel=1e-9)
+    assert row.eps2 == pytest.approx(a - c, rel=1e-12)
+    assert row.ratio_gated == pytest.approx((b - c) / (a - c) + (1 - b) / (1 - c), rel=1e-9)
     _assert_pair(row)
 
 
 def test_random_search_passes_and_gets_close_to_the_gated_bound():
     result = check_theorem1_random(300, seed=0, vocab=6)
-    assert result.passed, result.details["failures"]
+    assert result.kind == "theorem1" and result.passed, result.details.failures
     assert result.bound == 2.0
     assert 1.9 < result.measured <= 2.0 + RATIO_TOL  # the adversarial families reach near 2
-    assert 0.999 < result.details["max_ratio_ungated"] <= 1.0 + RATIO_TOL  # tight, too
-    assert result.details["max_lemma_ratio"] <= 1.0 + RATIO_TOL
-    assert result.details["cases"] == 300 and result.details["cases_with_ratio"] > 200
+    d = result.details
+    assert 0.999 < d.max_ratio_ungated <= 1.0 + RATIO_TOL  # tight, too
+    assert d.max_lemma_ratio <= 1.0 + RATIO_TOL
+    assert d.cases == 300 and d.cases_with_ratio > 200
+    assert d.source == "random" and (d.seed, d.vocab) == (0, 6)
+    assert d.worst["ratio_gated"].pair.ratio_gated == result.measured
     assert '"theorem1_random"' in result.to_json()
 
 
@@ -115,11 +121,12 @@ def test_check_fails_for_a_non_residual_second_proposal():
     """Negative control: the check is not vacuous. p_d2 = p_R gives eps2 = 0 but P(both) = 1/4."""
     triple = (t(0.5, 0.5), t(1.0, 0.0), t(0.5, 0.5))
     row = check_theorem1_pair(*triple, law=plain_second_draft_law)
-    assert row["eps2"] == 0.0 and row["p_both_rejected_ungated"] == pytest.approx(0.25)
-    assert not row["passed_ungated"] and not row["passed_gated"]
-    assert row["ratio_ungated"] == row["ratio_gated"] == math.inf
+    assert row.eps2 == 0.0 and row.p_both_rejected_ungated == pytest.approx(0.25)
+    assert not row.passed_ungated and not row.passed_gated
+    assert row.ratio_ungated == row.ratio_gated == math.inf
     result = check_theorem1_cases([triple], law=plain_second_draft_law)
-    assert not result.passed and result.details["n_failures"] == 1
+    assert not result.passed and result.details.n_failures == 1
+    assert result.details.failures[0].laws == tuple(tuple(p.tolist()) for p in triple)  # kept to replay
     assert result.measured == math.inf
     assert json.loads(result.to_json())["measured"] == "inf"  # strict JSON, no bare Infinity
     assert check_theorem1_cases([triple]).passed  # the real rule on the same laws
@@ -128,15 +135,15 @@ def test_check_fails_for_a_non_residual_second_proposal():
 def test_the_gate_costs_up_to_a_factor_two():
     """The gated bound needs its factor 2: the gated ratio exceeds 1 where the gate closes on x1."""
     row = check_theorem1_pair(*tight_gated(1e-2, 1e-2, 1e-3))
-    assert row["ratio_gated"] > 1.9 and row["ratio_ungated"] <= 1.0 + RATIO_TOL
+    assert row.ratio_gated > 1.9 and row.ratio_ungated <= 1.0 + RATIO_TOL
 
 
 def test_small_eps2_has_no_ratio_but_is_still_checked():
     p_R = t(0.5, 0.5)
     p_d2 = t(0.5 + 1e-9, 0.5 - 1e-9)
     row = check_theorem1_pair(p_R, t(1.0, 0.0), p_d2)
-    assert row["eps2"] < RATIO_MIN_EPS2 and math.isnan(row["ratio_gated"])
-    assert row["passed_gated"] and row["passed_ungated"] and row["passed_lemma"]
+    assert row.eps2 < RATIO_MIN_EPS2 and math.isnan(row.ratio_gated)
+    assert row.passed_gated and row.passed_ungated and row.passed_lemma
 
 
 @pytest.mark.parametrize(("n", "vocab"), [(0, 4), (3, 1), (True, 4)])

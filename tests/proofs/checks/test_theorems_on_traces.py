@@ -39,18 +39,21 @@ def test_depth_pairs():
 
 def test_theorem1_on_traces_holds(laws):
     r = check_theorem1_traces(laws, depth_pairs(6, False), "tiny-raven")
-    assert r.passed and r.measured <= 2.0 and r.details["max_ratio_ungated"] <= 1.0 + 1e-9
-    assert r.details["cases"] == laws.shape[1] * 10
+    assert (
+        r.kind == "theorem1" and r.passed and r.measured <= 2.0 and r.details.max_ratio_ungated <= 1.0 + 1e-9
+    )
+    assert r.details.cases == laws.shape[1] * 10 and r.details.source == "traces"
+    assert (r.details.model, r.details.positions, r.details.depth_pairs) == ("tiny-raven", laws.shape[1], 10)
 
 
 def test_theorem2_on_traces_holds_and_reports_the_optimum(laws):
     r = check_theorem2_traces(laws, depth_pairs(6, False), "tiny-raven")
     d = r.details
-    assert r.passed and r.measured <= 1.0
-    assert d["mean_tv"][-1] == 0.0 and all(e >= tv - 1e-12 for e, tv in zip(d["envelope"], d["mean_tv"]))
-    best = min(d["grid"], key=lambda g: g["cost"])
-    assert tuple(d["measured_best"]) == (best["d1"], best["d2"])
-    assert d["d1_star"] > 0 and d["d2_star"] > 0
+    assert r.kind == "theorem2_traces" and r.passed and r.measured <= 1.0
+    assert d.mean_tv[-1] == 0.0 and all(e >= tv - 1e-12 for e, tv in zip(d.envelope, d.mean_tv))
+    best = min(d.grid, key=lambda g: g.cost)
+    assert d.measured_best == (best.d1, best.d2)
+    assert d.d1_star > 0 and d.d2_star > 0
 
 
 def test_measured_cost_is_the_cost_model(laws):
@@ -79,7 +82,8 @@ def test_theorem1_search_finds_nothing_above_the_bounds():
 
     r = check_theorem1_search(60, seed=1)
     assert r.passed and 0 < r.measured <= 2.0 + 1e-9
-    assert r.details["max_ratio_ungated"] <= 1.0 + 1e-9 and r.details["n_failures"] == 0
+    assert r.details.max_ratio_ungated <= 1.0 + 1e-9 and r.details.n_failures == 0
+    assert r.details.source == "search" and r.details.cases > 0
 
 
 def test_theorem1_search_reports_a_violation(monkeypatch):
@@ -90,8 +94,8 @@ def test_theorem1_search_reports_a_violation(monkeypatch):
 
     def broken(*laws):
         row = real(*laws)
-        return {**row, "passed_gated": row["eps2"] < 0.01}
+        return dataclasses.replace(row, passed_gated=row.eps2 < 0.01)
 
     monkeypatch.setattr(theorem1_search, "check_theorem1_pair", broken)
     r = theorem1_search.check_theorem1_search(30, seed=1)
-    assert not r.passed and r.details["n_failures"] > 0
+    assert not r.passed and r.details.n_failures > 0

@@ -1,6 +1,6 @@
 """`loopcert certify --decoder http://...`: a real `loopcert serve` subprocess certified through
-its completions API; a lossy server is rejected, a seed-ignoring one is NON-REPRODUCIBLE
-(issue 13). A reduced plan keeps each run to seconds; `tox -e certify` style runs use QUICK."""
+its completions API; a lossy server is rejected, a seed-ignoring one is NON-REPRODUCIBLE.
+A reduced plan keeps each run to seconds; `tox -e certify` style runs use QUICK."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ for extra in ("httpx", "fastapi", "uvicorn"):  # the serve extra; tox's py env i
 from plans import SMALL_PLAN  # noqa: E402
 from serving import start  # noqa: E402
 
-import proofs.run.certify as certify_mod  # noqa: E402
+import proofs.run.plan as plan_mod  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
+from proofs.certificate import Certificate, read_certificate  # noqa: E402
 from proofs.decoders.http_decoder import HTTPDecoder, request_body  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.load import model_fingerprint  # noqa: E402
@@ -30,7 +31,7 @@ HTTP_PLAN = replace(
     greedy_tokens=8,
     sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
     tv=0.2,
-    mutant_names=("always-accept",),
+    mutant_ids=("always-accept",),
 )
 TINY = ("tiny-ouro", "--draft-depth", "1")
 
@@ -42,22 +43,22 @@ def good_server(request, tmp_path_factory):
 
 @pytest.fixture
 def http_plan(monkeypatch):
-    monkeypatch.setitem(certify_mod.PLANS, "quick", HTTP_PLAN)
+    monkeypatch.setitem(plan_mod.PLANS, "quick", HTTP_PLAN)
 
 
-def certify_json(url: str, out) -> tuple[int, dict]:
+def certify_json(url: str, out) -> tuple[int, Certificate]:
     rc = main(["certify", "tiny-ouro", "--decoder", url, "--out", str(out), "--seed", "1"])
-    return rc, json.loads((out / "certificate.json").read_text())
+    return rc, read_certificate(out / "certificate.json")
 
 
 def test_lossless_server_is_certified(good_server, tmp_path, http_plan):
     server = good_server
     rc, cert = certify_json(server.url, tmp_path)
-    assert rc == 0 and cert["verdict"] == "PASS", cert["failed"]
-    names = [c["name"] for c in cert["checks"]]
+    assert rc == 0 and cert.verdict == "PASS", cert.failed
+    names = [c.name for c in cert.checks]
     assert f"sampling[tiny-ouro: {server.url}]" in names and "reproducibility" in names
-    greedy = next(c for c in cert["checks"] if c["name"] == "greedy_float64")
-    assert any("tiny-raven" in s for s in greedy["details"]["not_applicable"])  # serves only its own model
+    greedy = cert.check("greedy_float64")
+    assert any("tiny-raven" in s for s in greedy.details.not_applicable)  # serves only its own model
     assert "## Reproducibility: pass" in (tmp_path / "certificate.md").read_text()
 
 
@@ -74,17 +75,17 @@ def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan
         "2",
     )
     rc, cert = certify_json(server.url, tmp_path)
-    assert rc == 1 and cert["verdict"] == "FAIL"
-    assert f"sampling[tiny-ouro: {server.url}]" in cert["failed"] and "greedy_float64" in cert["failed"]
-    assert "reproducibility" not in cert["failed"]
+    assert rc == 1 and cert.verdict == "FAIL"
+    assert f"sampling[tiny-ouro: {server.url}]" in cert.failed and "greedy_float64" in cert.failed
+    assert "reproducibility" not in cert.failed
 
 
 def test_seed_ignoring_server_is_non_reproducible_not_wrong(request, tmp_path_factory, tmp_path, http_plan):
     server = start(request, tmp_path_factory, *TINY, "--ignore-request-seed")
     rc, cert = certify_json(server.url, tmp_path)
-    assert rc == 1 and cert["verdict"] == "NON-REPRODUCIBLE" and cert["failed"] == ["reproducibility"]
-    repro = next(c for c in cert["checks"] if c["name"] == "reproducibility")
-    assert repro["measured"] == 3 and repro["details"]["differences"]
+    assert rc == 1 and cert.verdict == "NON-REPRODUCIBLE" and cert.failed == ("reproducibility",)
+    repro = cert.check("reproducibility")
+    assert repro.measured == 3 and repro.details.differences
     assert (tmp_path / "certificate.md").read_text().startswith("# loopcert certificate: NON-REPRODUCIBLE")
 
 

@@ -8,6 +8,8 @@ from proofs.decoders.naive_kv import NaiveKVDecoder
 from refdec.config import TINY_PRESETS
 from refdec.sampling import SamplingParams
 
+GREEDY = SamplingParams()
+
 
 @pytest.mark.parametrize("name", TINY_PRESETS)
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(1.0, top_k=6, top_p=0.9)])
@@ -22,8 +24,8 @@ def test_eos_and_zero_tokens():
     m = refdec.load_model("tiny-raven", dtype=torch.float64)
     full = refdec.generate(m, [1, 2], 8)
     d = NaiveKVDecoder(m)
-    assert d.generate([1, 2], 8, eos_token_id=full[2]) == full[: full.index(full[2]) + 1]
-    assert d.generate([1, 2], 0) == []
+    assert d.generate([1, 2], 8, GREEDY, 0, eos_token_id=full[2]) == full[: full.index(full[2]) + 1]
+    assert d.generate([1, 2], 0, GREEDY, 0) == []
 
 
 def test_a_cache_bug_is_caught(monkeypatch):

@@ -106,7 +106,7 @@ def test_greedy_lossless_is_refdec(oracle):
     for d1, d2 in [(1, None), (1, 2), (2, 3)]:
         dec = SpecRef(oracle, d1=d1, d2=d2)
         for p in [PROMPT, (0, 5), (9, 9, 1)]:
-            assert dec.generate(p, 10, SamplingParams()) == refdec.generate(oracle.model, list(p), 10)
+            assert dec.generate(p, 10, SamplingParams(), 0) == refdec.generate(oracle.model, list(p), 10)
 
 
 # -- bugs: the exact law matches the sampler, and moves away from the target -------------------
@@ -135,7 +135,7 @@ BUG_IDS = [
 ]
 
 
-FIELD = [  # issue 12: bugs of serving stacks' speculative samplers
+FIELD = [  # bugs of serving stacks' speculative samplers
     (dict(d1=1), Bugs(draft_rounding="int8"), SamplingParams(temperature=0.5)),
     (dict(d1=1), Bugs(scored_unfiltered=True), TOPK),
     (dict(d1=1), Bugs(accept_if_equal=True), T1),
@@ -196,7 +196,10 @@ def test_greedy_bugs_diverge_from_refdec(oracle):
     prompts = [(1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1)]
     for bugs in (Bugs(greedy_near_miss=0.25), Bugs(stale_kv=True)):
         dec = SpecRef(oracle, d1=1, bugs=bugs)
-        assert any(dec.generate(p, 12) != refdec.generate(oracle.model, list(p), 12) for p in prompts)
+        assert any(
+            dec.generate(p, 12, SamplingParams(), 0) != refdec.generate(oracle.model, list(p), 12)
+            for p in prompts
+        )
 
 
 def test_bad_settings_are_loopcert_errors(oracle):

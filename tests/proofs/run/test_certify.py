@@ -6,21 +6,30 @@ command path runs in seconds; the real QUICK plan is what `tox -e certify` runs.
 
 from __future__ import annotations
 
-import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from certificates import stamp as certificate_stamp
 from plans import SMALL_PLAN
 
-import proofs.run.certify as certify_mod
+import proofs.run.plan as plan_mod
 import refdec
 from loopcert.cli import main
-from proofs.certificate import Certificate
+from proofs.certificate import Certificate, read_certificate
+from proofs.checks import mutation as mutant_lib
 from proofs.checks.distribution import COUNT_MARGIN_SIGMAS, alpha_per_test
-from proofs.run.certify import FULL, QUICK, default_model_name
+from proofs.run import predict as predict_mod
+from proofs.run.budget import SHARE_SLACK
+from proofs.run.certify import certify, default_model_name
+from proofs.run.plan import FULL, QUICK, case_options
+from proofs.run.run import CertifyRun
+from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result
 from proofs.stats.chisquare import detectable_tv
+from proofs.stats.exact_laws import Oracle
+from proofs.stats.views import Case, case_law
 from refdec.sampling import SamplingParams, sample, transform
 
 TEST_PLAN = SMALL_PLAN
@@ -60,14 +69,14 @@ def reference_factory(model):
 
 @pytest.fixture
 def small_plan(monkeypatch):
-    monkeypatch.setitem(certify_mod.PLANS, "quick", TEST_PLAN)
+    monkeypatch.setitem(plan_mod.PLANS, "quick", TEST_PLAN)
 
 
 @pytest.fixture(scope="module")
 def passing_run(tmp_path_factory):
     """One passing run of the reduced plan on tiny-ouro (fastdec), shared by several tests."""
     mp = pytest.MonkeyPatch()
-    mp.setitem(certify_mod.PLANS, "quick", TEST_PLAN)
+    mp.setitem(plan_mod.PLANS, "quick", TEST_PLAN)
     out = tmp_path_factory.mktemp("cert")
     try:
         rc = main(["certify", "tiny-ouro", "--out", str(out), "--seed", "3"])
@@ -79,12 +88,12 @@ def passing_run(tmp_path_factory):
 def test_passing_run_exits_0_and_writes_both_reports(passing_run):
     rc, out = passing_run
     assert rc == 0
-    cert = json.loads((out / "certificate.json").read_text())
+    cert = read_certificate(out / "certificate.json")
     md = (out / "certificate.md").read_text()
-    assert cert["verdict"] == "PASS" and cert["failed"] == []
+    assert cert.verdict == "PASS" and cert.failed == ()
     assert md.startswith("# loopcert certificate: PASS")
     assert (out / "certificate.md").stat().st_mode & 0o004  # readable, not mkstemp's 0600
-    names = [c["name"] for c in cert["checks"]]
+    names = [c.name for c in cert.checks]
     for want in (
         "greedy_float64",
         "greedy_float32",
@@ -99,11 +108,12 @@ def test_passing_run_exits_0_and_writes_both_reports(passing_run):
     ):
         assert want in names
     assert sum(n.startswith("sampling[") for n in names) == 3  # one per fastdec setting
-    s = cert["stamp"]
-    assert s["model"] == "tiny-ouro" and s["seed"] == 3 and s["dtype"] == "float32"
-    assert s["command"].startswith("loopcert certify tiny-ouro") and "--seed 3" in s["command"]
+    assert sum(c.kind == "sampling" for c in cert.checks) == 3
+    s = cert.stamp
+    assert s.model == "tiny-ouro" and s.seed == 3 and s.dtype == "float32"
+    assert s.command.startswith("loopcert certify tiny-ouro") and "--seed 3" in s.command
     for key in ("commit", "torch", "cuda", "device", "date", "seeds"):
-        assert s[key]
+        assert getattr(s, key)
 
 
 def test_report_reads_as_markdown(passing_run):
@@ -121,15 +131,11 @@ def test_report_reads_as_markdown(passing_run):
     ):
         assert heading in md
     assert "must detect a binned TV >= 0.3" in md  # the power statement
-    sampling = [
-        c
-        for c in json.loads((out / "certificate.json").read_text())["checks"]
-        if c["name"].startswith("sampling[")
-    ]
+    sampling = [c for c in read_certificate(out / "certificate.json").checks if c.kind == "sampling"]
     for c in sampling:  # sampled on the certified model itself, at its own vocabulary, with power
-        assert c["details"]["model"] == "tiny-ouro" and c["details"]["no_power"] == []
-        for case in c["details"]["cases"]:
-            assert case["samples"] == case["planned"] > 0 and case["detectable_tv"] <= 0.3
+        assert c.details.model == "tiny-ouro" and c.details.no_power == ()
+        for case in c.details.cases:
+            assert case.samples == case.planned > 0 and case.detectable_tv <= 0.3
     assert "| always-accept" in md and "(1.258, 8.845)" in md
     assert "\nnan" not in md and "None" not in md
 
@@ -143,12 +149,11 @@ def test_failing_user_decoder_exits_1(small_plan, tmp_path, capsys, monkeypatch)
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # importable whatever pytest's import mode
     rc = main(["certify", "tiny-ouro", "--decoder", "test_certify:shallow_factory", "--out", str(tmp_path)])
     assert rc == 1
-    cert = json.loads((tmp_path / "certificate.json").read_text())
-    assert cert["verdict"] == "FAIL"
-    assert "greedy_float64" in cert["failed"]
-    assert "mutation" not in cert["failed"]  # the checks' own power is independent of the candidate
-    bitwise = next(c for c in cert["checks"] if c["name"] == "bitwise_fixed_width")
-    assert "fixed-width" in bitwise["details"]["skipped"]
+    cert = read_certificate(tmp_path / "certificate.json")
+    assert cert.verdict == "FAIL"
+    assert "greedy_float64" in cert.failed
+    assert "mutation" not in cert.failed  # the checks' own power is independent of the candidate
+    assert "fixed-width" in cert.check("bitwise_fixed_width").skipped
     assert "FAIL" in capsys.readouterr().out
 
 
@@ -206,7 +211,7 @@ def test_a_render_failure_leaves_both_old_files(tmp_path, monkeypatch):
     _old_reports(tmp_path)
     monkeypatch.setattr(
         "loopcert.commands.certify.certify",
-        lambda *a, **k: Certificate("PASS", (), {}, {"model": "m", "seconds": 0.0}),
+        lambda *a, **k: Certificate("PASS", (), {}, certificate_stamp(model="m", seconds=0.0)),
     )
 
     def broken(cert):
@@ -244,11 +249,11 @@ def test_a_time_budget_too_short_fails_as_no_power(small_plan, importable_tests,
         ]
     )
     assert rc == 1
-    cert = json.loads((tmp_path / "certificate.json").read_text())
-    s = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
-    assert not s["passed"] and s["details"]["no_power"] == ["T=1"]
-    case = s["details"]["cases"][0]
-    assert case["samples"] < case["planned"] and case["needed_n"] >= case["planned"]
+    cert = read_certificate(tmp_path / "certificate.json")
+    s = next(c for c in cert.checks if c.kind == "sampling")
+    assert not s.passed and s.details.no_power == ("T=1",)
+    case = s.details.cases[0]
+    assert case.samples < case.planned and case.needed_n >= case.planned
     md = (tmp_path / "certificate.md").read_text()
     assert "no power" in md and "--time-budget 0.01" in md
 
@@ -271,18 +276,18 @@ def test_sampling_time_is_pooled_across_settings():
     settings of one case each and a 600 s budget, the first may use twice its proportional 200 s
     (SHARE_SLACK), uses about a second, and the second may use twice half of what is left, i.e.
     all of it; the pool only shrinks by the time sampled."""
-    assert certify_mod.SHARE_SLACK == 2.0
-    run = certify_mod.CertifyRun(TEST_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
-    checks = run.sampling_checks()
+    assert SHARE_SLACK == 2.0
+    run = CertifyRun(TEST_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    checks = sampling_checks(run)
     assert [len(c.units) for c in checks] == [1, 1, 1]
-    raws = [run.sampling_unit_result(c, c.units[0]) for c in checks]
+    raws = [sampling_unit_result(run, c, c.units[0]) for c in checks]
     budgets = [r["budget_seconds"] for r in raws]
     assert budgets[0] == pytest.approx(400.0) and [c.units[0].budget_s for c in checks] == [200.0] * 3
     assert 590.0 < budgets[1] < 600.0 and budgets[2] < budgets[1]
     assert budgets[2] == pytest.approx(600.0 - raws[0]["seconds"] - raws[1]["seconds"], abs=1.0)
     sampled = sum(r["seconds"] for r in raws)
-    assert sampled <= 600.0 - run._pool["seconds"] < sampled + 5.0
-    assert all(run.sampling_result(c, [r]).passed for c, r in zip(checks, raws))
+    assert sampled <= 600.0 - run.pool.seconds < sampled + 5.0
+    assert all(sampling_result(run, c, [r]).passed for c, r in zip(checks, raws))
 
 
 def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_path, capsys):
@@ -293,7 +298,7 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     out = capsys.readouterr().out
     assert "quick plan on tiny-ouro, predicted per check" in out and "with --jobs 2" in out
     assert not (tmp_path / "certificate.json").exists()
-    got = certify_mod.predict("tiny-ouro", slice_seconds=0.2, jobs=2)
+    got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, jobs=2)
     assert len(got["rows"]) == 3 and got["target_tv"] == TEST_PLAN.tv
     for r in got["rows"]:
         assert r["planned"] > 0 and r["slice"] > 0 and r["samples_per_s"] > 0
@@ -304,30 +309,46 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     assert got["serial_seconds"] == pytest.approx(got["setup_seconds"] + sum(checks.values()))
     assert got["setup_seconds"] <= got["wall_seconds"] <= got["serial_seconds"]
     # every check a certify run of the same plan reports has its prediction, and nothing else
-    cert = certify_mod.certify("tiny-ouro", mode="quick", time_budget=5)
+    cert = certify("tiny-ouro", mode="quick", time_budget=5)
     assert set(checks) == {c.name for c in cert.checks}
 
 
 def test_makespan_hands_units_to_the_first_free_worker():
-    assert certify_mod.makespan([4, 1, 1, 1, 1], 2) == 4  # the 1s fill the other worker
-    assert certify_mod.makespan([1, 1, 1, 1, 4], 2) == 6  # the dear one last waits: order matters
-    assert certify_mod.makespan([2, 3], 1) == 5
+    assert predict_mod.makespan([4, 1, 1, 1, 1], 2) == 4  # the 1s fill the other worker
+    assert predict_mod.makespan([1, 1, 1, 1, 4], 2) == 6  # the dear one last waits: order matters
+    assert predict_mod.makespan([2, 3], 1) == 5
 
 
 def test_probe_plan_cuts_each_check_and_scales_it_back():
-    probe, scale = certify_mod.probe_plan(FULL, certify_mod.mutant_lib.LIBRARY)
-    for check, field in certify_mod.PROBE_FIELDS.items():
+    probe, scale = predict_mod.probe_plan(FULL, mutant_lib.LIBRARY)
+    for check, field in predict_mod.PROBE_FIELDS.items():
         full, cut = getattr(FULL, field), getattr(probe, field)
         assert cut < full and scale[check][1] == pytest.approx(full / cut)
     assert probe.speed.repeats < FULL.speed.repeats
-    assert 1 < len(probe.mutant_names) < len(certify_mod.mutant_lib.LIBRARY)
+    assert 1 < len(probe.mutant_ids) < len(mutant_lib.LIBRARY)
     assert probe.sampling_cases == FULL.sampling_cases and probe.tv == FULL.tv  # sampling is measured
 
 
+def test_a_probe_run_shares_models_and_sampling_setups_only_for_the_same_cases():
+    """--predict's probe run reuses the full run's models and exact laws (CertifyRun.with_plan);
+    a plan that samples other cases cannot, and says which field differs."""
+    run = CertifyRun(TEST_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    setup = run.sampling_setup("tiny-ouro")
+    probe, _ = predict_mod.probe_plan(TEST_PLAN, mutant_lib.LIBRARY)
+    probe_run = run.with_plan(probe)
+    assert probe_run.plan is probe and probe_run.models is run.models
+    assert probe_run.sampling_setup("tiny-ouro") is setup
+    assert [c.units for c in sampling_checks(probe_run)] == [c.units for c in sampling_checks(run)]
+    with pytest.raises(ValueError, match="sampling_cases"):
+        run.with_plan(replace(TEST_PLAN, sampling_cases=QUICK.sampling_cases))
+    with pytest.raises(ValueError, match="target"):
+        run.with_plan(replace(TEST_PLAN, tv=0.1))
+
+
 def _full_plan_views(name):
-    run = certify_mod.CertifyRun(FULL, name, None, "cpu", torch.float32, 0, lambda _m: None)
+    run = CertifyRun(FULL, name, None, "cpu", torch.float32, 0, lambda _m: None)
     s = run.sampling_setup(name)
-    a = alpha_per_test(s["laws"], FULL.target)
+    a = alpha_per_test(s.laws, FULL.target)
     return s, a
 
 
@@ -349,26 +370,22 @@ def test_every_full_plan_case_detects_tv_0_01_within_its_n(name):
     if name == "default" and default_model_name() != "default":
         pytest.skip("the default model is not installed")
     s, a = _full_plan_views(name)
-    assert all(n > 0 for n in s["samples"]), [law.case.name for law in s["laws"]]
+    assert all(n > 0 for n in s.samples), [law.case.name for law in s.laws]
     # each path's first option is the one chosen here (choose_case passes over nothing)
-    assert [law.case.name for law in s["laws"]] == [
-        certify_mod.case_options(e)[0][0] for e in FULL.sampling_cases
-    ]
-    assert all("passed over" not in law.chosen for law in s["laws"])
-    for law, n in zip(s["laws"], s["samples"], strict=True):
+    assert [law.case.name for law in s.laws] == [case_options(e)[0][0] for e in FULL.sampling_cases]
+    assert all("passed over" not in law.chosen for law in s.laws)
+    for law, n in zip(s.laws, s.samples, strict=True):
         assert law.views and all(v.bins >= 2 for v in law.views)
         for v in law.views:
             assert _reached(v, n, a) <= FULL.tv, (law.case.name, v.name, n)
-    assert sum(s["samples"]) <= 90_000, s["samples"]  # per setting; x8 settings, 2 cores: an hour
+    assert sum(s.samples) <= 90_000, s.samples  # per setting; x8 settings, 2 cores: an hour
 
 
 def test_a_spread_case_at_the_full_plans_n_does_not_reach_tv_0_01():
     """Negative control of the test above: at the full plan's largest N a spread case (T=1.5,
     many balanced bins) detects only a larger TV, so the assertion can fail."""
     s, a = _full_plan_views("tiny-raven")
-    o = certify_mod.Oracle(certify_mod.load("tiny-raven", torch.float64, "cpu"))
-    law = certify_mod.case_law(
-        o, certify_mod.Case("T=1.5", SamplingParams(temperature=1.5), s["laws"][0].case.prompt)
-    )
-    n = max(s["samples"])
+    o = Oracle(refdec.load_model("tiny-raven", dtype=torch.float64))
+    law = case_law(o, Case("T=1.5", SamplingParams(temperature=1.5), s.laws[0].case.prompt))
+    n = max(s.samples)
     assert max(_reached(v, n, a) for v in law.views) > FULL.tv

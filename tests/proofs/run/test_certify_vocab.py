@@ -1,16 +1,14 @@
 """The certified model is the sampled model, at its own vocabulary: fastdec, every
 strategy, is certified with power on synthetic checkpoints written in a published layout
 (refdec.checkpoints.write_published, loaded back from the folder as a user's checkpoint is) at
-V = 61, 256 and 65,536, through certify's own sampling checks (proofs.run.certify.CertifyRun), each
+V = 61, 256 and 65,536, through certify's own sampling checks (proofs/run/sampling.py), each
 beside its negative control: fastdec (autoregressive) with the temperature off by a quarter must
 be rejected on the same plan, at the same vocabulary.
 
 Cases: the default run takes one concentrated case per vocabulary (the one whose views need the
-fewest samples there: N = 260 / 501 / 1,271 at TV 0.05; ~40 s of CPU, 60-100 s wall on the busy
-shared 2-core CPU);
-the slow test adds the quick plan's own cases (T=0.7 top-k=4 and T=1.5 top-p=0.9; N up to
-13,062). Measured wall time of the slow test on the busy shared 2-core CPU: V = 61 124 s,
-V = 256 237 s, V = 65,536 1,050 s (fastdec samples 28-242 sequences/s there).
+fewest samples there, so that the default run stays short); the slow test adds the quick plan's
+own cases (T=0.7 top-k=4 and T=1.5 top-p=0.9), whose N grows with the vocabulary. The N and wall
+time of each are in docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -23,23 +21,18 @@ import torch
 import refdec
 from fastdec.config import DecodeConfig
 from proofs.decoders.candidates import Candidate, fastdec_candidate
-from proofs.run.certify import (
-    FULL,
-    FULL_CASE_CAP,
-    QUICK,
-    QUICK_CASES,
-    CertifyRun,
-    case_options,
-    choose_case,
-    option_samples,
-)
+from proofs.run.cases import choose_case, option_samples
+from proofs.run.plan import FULL, FULL_CASE_CAP, QUICK, QUICK_CASES, case_options
+from proofs.run.run import CertifyRun
+from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result
 from proofs.stats.views import Case, case_law
 from refdec.checkpoints import write_published
 from refdec.sampling import SamplingParams
 
 VOCABS = (61, 256, 65536)
 # The concentrated case with the smallest N at each V (tests' synthetic weights, seed 1): at T=0.1
-# V=61 and 256 put one bin at p ~ 1e-6 (millions of samples), at V=65,536 T=0.3 needs 4,864.
+# V=61 and 256 put one bin at a tiny probability (millions of samples), and at V=65,536 T=0.3 needs
+# more than T=0.1.
 CONCENTRATED = {
     61: ("T=0.3", SamplingParams(temperature=0.3), 3),
     256: ("T=0.3", SamplingParams(temperature=0.3), 3),
@@ -81,8 +74,8 @@ def run_sampling(folder: str, cases, user: Candidate | None = None, seed: int = 
     plan = replace(QUICK, sampling_cases=tuple(cases), sampling_budget_s=1e6)  # power by N, not by clock
     run = CertifyRun(plan, folder, user, "cpu", torch.float32, seed, lambda _m: None)
     return run, [
-        run.sampling_result(chk, [run.sampling_unit_result(chk, u) for u in chk.units])
-        for chk in run.sampling_checks()
+        sampling_result(run, chk, [sampling_unit_result(run, chk, u) for u in chk.units])
+        for chk in sampling_checks(run)
     ]
 
 
@@ -90,12 +83,13 @@ def assert_certified_with_power(run, results, V: int):
     assert run.oracle.V == V and len(results) == len(run.candidates)
     assert {c.label.split()[0] for c in run.candidates} == {"autoregressive", "draft-verify", "pipelined"}
     for r in results:
-        assert r.passed, (r.name, r.details.get("no_power"), [c["views"] for c in r.details["cases"]])
-        assert r.details["model"] == run.model_name and f"V={V}" in r.details["why_this_model"]
-        assert r.details["detectable_tv"] <= TV
-        for case in r.details["cases"]:
-            assert case["samples"] == case["planned"] > 0 and case["has_power"] and case["impossible"] == 0
-            assert case["views"] and all(v["bins"] >= 2 for v in case["views"])
+        d = r.details
+        assert r.passed, (r.name, d.no_power, [c.views for c in d.cases])
+        assert d.model == run.model_name and f"V={V}" in d.why_this_model
+        assert d.detectable_tv <= TV
+        for case in d.cases:
+            assert case.samples == case.planned > 0 and case.has_power and case.impossible == 0
+            assert case.views and all(v.bins >= 2 for v in case.views)
 
 
 def assert_rejected(run, results):
@@ -103,7 +97,7 @@ def assert_rejected(run, results):
     may also lose power: the wrong law puts fewer samples on its prefix)."""
     (r,) = results
     assert not r.passed
-    assert any(v["holm_rejected"] for c in r.details["cases"] for v in c["views"]), r.details["cases"]
+    assert any(v.holm_rejected for c in r.details.cases for v in c.views), r.details.cases
 
 
 WRONG = Candidate("temperature x 1.25", TemperatureOff, {"decoder": "test"})
@@ -134,7 +128,7 @@ def test_quick_plan_cases_certified_with_power_at_its_own_vocabulary(checkpoints
 
 def _first_options_n(run, folder: str) -> list[int]:
     """N of each full-plan path's first option on `folder`'s law (the fixed plan before choose_case)."""
-    prompt, o = run.sampling_setup(folder)["laws"][0].case.prompt, run.oracle
+    prompt, o = run.sampling_setup(folder).laws[0].case.prompt, run.oracle
     firsts = [case_options(entry)[0] for entry in FULL.sampling_cases]
     return [option_samples(case_law(o, Case(name, sp, prompt, k)), FULL) for name, sp, k in firsts]
 
@@ -142,21 +136,21 @@ def _first_options_n(run, folder: str) -> list[int]:
 @pytest.mark.parametrize("V", [61, 65536])
 def test_full_plan_picks_each_paths_case_from_the_certified_models_law(checkpoints, V):
     """The full plan's paths list options and the certified model's own law picks one
-    (proofs.run.certify.choose_case): every chosen case has power past the first token within
+    (proofs.run.cases.choose_case): every chosen case has power past the first token within
     FULL_CASE_CAP samples and says what it passed over. Negative control: the first options, the
     cases chosen on the default model, fail there (V = 61: T=0.3 top-p=0.95 leaves one token, no
-    power; V = 65,536: each needs 117k-129k samples, about 3x the cap)."""
+    power; V = 65,536: each needs more than twice the cap)."""
     folder = checkpoints[V]
     run = CertifyRun(FULL, folder, None, "cpu", torch.float32, 0, lambda _m: None)
     s = run.sampling_setup(folder)
-    for law, n in zip(s["laws"], s["samples"], strict=True):
+    for law, n in zip(s.laws, s.samples, strict=True):
         assert 0 < n <= FULL_CASE_CAP and any(v.position != 0 for v in law.views), law.chosen
         assert law.chosen.startswith("the first of 5 options with power past the first token")
     first = _first_options_n(run, folder)
-    names = [law.case.name for law in s["laws"]]
+    names = [law.case.name for law in s.laws]
     if V == 61:
         assert first[2] == 0 and names[2] == "T=0.4 top-p=0.95"
-        assert "passed over T=0.3 top-p=0.95: no view with 2 bins" in s["laws"][2].chosen
+        assert "passed over T=0.3 top-p=0.95: no view with 2 bins" in s.laws[2].chosen
     else:
         assert min(first) > 2 * FULL_CASE_CAP and names == ["T=0.1", "T=0.1 top-k=3", "T=0.1 top-p=0.99"]
 
@@ -167,7 +161,7 @@ def test_choose_case_falls_back_to_the_fewest_samples_then_to_the_first():
     one token): the first, which the sampling check then fails as no power (tests/
     test_proofs_distribution.py: an option with power on its first token alone comes before it)."""
     run = CertifyRun(FULL, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
-    prompt = run.sampling_setup("tiny-ouro")["laws"][0].case.prompt
+    prompt = run.sampling_setup("tiny-ouro").laws[0].case.prompt
     entry = FULL.sampling_cases[0]
     law = choose_case(run.oracle, prompt, entry, FULL)
     ns = {

@@ -12,18 +12,23 @@ from plans import SHARD_PLAN, SMALL_PLAN, untimed
 
 import proofs.run.certify as certify_mod
 import proofs.run.jobs as jobs_mod
+import proofs.run.plan as plan_mod
 from loopcert.cli import main
+from proofs.run.budget import SHARE_SLACK
 from proofs.run.jobs import default_jobs
+from proofs.run.run import CertifyRun
+from proofs.run.sampling import pool_sampling, sampling_checks, units_by_id
+from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+    mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
     root = tmp_path_factory.mktemp("jobs")
     log = root / "pids"  # each unit appends the pid of the process that ran it
-    real = certify_mod.run_units
+    real = certify_mod.run_units  # patched where certify calls it
 
     def logged(units, *a):
         def wrap(fn):
@@ -74,21 +79,21 @@ def test_jobs_share_the_time_budget_as_wall_time():
     about the budget's worth of wall time, as a serial run does."""
     import torch
 
-    run = certify_mod.CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
-    units = [u for c in run.sampling_checks() for u in c.units]
-    run.pool_sampling([u.id for u in units], workers=2)
-    assert run._pool["seconds"] == pytest.approx(2 * SMALL_PLAN.sampling_budget_s)
-    pool = run._pool["seconds"]
-    first = run.dispatch_share(units[0].id)  # may use up to SHARE_SLACK x its proportion ...
-    fair = pool / len(units)
-    assert first == pytest.approx(min(pool, certify_mod.SHARE_SLACK * fair))
-    assert run._pool["seconds"] == pytest.approx(pool - fair)  # ... but reserves only its proportion
+    run = CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    units = [u for c in sampling_checks(run) for u in c.units]
+    pool = pool_sampling(run, [u.id for u in units], workers=2)
+    assert run.pool is pool and pool.seconds == pytest.approx(2 * SMALL_PLAN.sampling_budget_s)
+    start = pool.seconds
+    first = pool.reserve(units[0].id)  # may use up to SHARE_SLACK x its proportion ...
+    fair = start / len(units)
+    assert first == pytest.approx(min(start, SHARE_SLACK * fair))
+    assert pool.seconds == pytest.approx(start - fair)  # ... but reserves only its proportion
     if len(units) > 1:  # a unit dispatched beside it still gets its own share, not what is left of 2x
-        assert run.dispatch_share(units[1].id) > 0
-    assert run.dispatch_share("check/speed") is None
-    left = run._pool["seconds"]
-    run.returned_share(units[0].id, first, {"seconds": 1.0})  # used 1 s
-    assert run._pool["seconds"] == pytest.approx(left + fair - 1.0)
+        assert pool.reserve(units[1].id) > 0
+    assert pool.reserve("check/speed") is None
+    left = pool.seconds
+    pool.settle(units[0].id, 1.0)  # used 1 s
+    assert pool.seconds == pytest.approx(left + fair - 1.0)
 
 
 @pytest.mark.parametrize("argv", [["--jobs", "0"], ["--jobs", "2", "--device", "cuda"]])
@@ -109,13 +114,13 @@ def test_dispatch_order_puts_whole_checks_first_then_sampling_by_n():
     cannot be split), then sampling units by decreasing N, then the mutants; each unit once."""
     import torch
 
-    run = certify_mod.CertifyRun(SHARD_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
-    units, _ = certify_mod.plan_units(run, "float32")
-    order = [uid for uid, _ in certify_mod.dispatch_order(run, units)]
+    run = CertifyRun(SHARD_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    units, _ = plan_units(run, "float32")
+    order = [uid for uid, _ in dispatch_order(run, units)]
     assert sorted(order) == sorted(uid for uid, _ in units)
     kinds = [0 if u.startswith("check/") else 1 if u.startswith("sampling/") else 2 for u in order]
     assert kinds == sorted(kinds) and set(kinds) == {0, 1, 2}
-    n = {u.id: u.samples for u in run.sampling_units_by_id().values()}
+    n = {uid: u.samples for uid, u in units_by_id(run).items()}
     ns = [n[u] for u in order if u in n]
     assert ns == sorted(ns, reverse=True) and len(set(ns)) > 1  # two cases of different N
     assert order.index("check/speed") < order.index(next(u for u in order if u in n))

@@ -1,6 +1,6 @@
 """`loopcert certify --shard i/n` + `loopcert merge`: the merged certificate is the unsharded one
-apart from timings; shards of different runs, missing or repeated shards are refused, named
-(issue 13). A reduced plan keeps each run to seconds."""
+apart from timings; shards of different runs, missing or repeated shards are refused, named.
+A reduced plan keeps each run to seconds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import shutil
 import pytest
 from plans import SHARD_PLAN, untimed
 
-import proofs.run.certify as certify_mod
+import proofs.run.plan as plan_mod
 from loopcert.cli import main
 from proofs.run.shards import Shard
 from refdec.errors import LoopcertError
@@ -22,7 +22,7 @@ N = 3  # shards of the run
 def runs(tmp_path_factory):
     """One unsharded run and N shard runs of the same plan and seed."""
     mp = pytest.MonkeyPatch()
-    mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+    mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
     root = tmp_path_factory.mktemp("shards")
     argv = ["certify", "tiny-ouro", "--seed", "2"]
     try:
@@ -50,7 +50,7 @@ def test_merged_shards_equal_the_unsharded_certificate(runs):
         assert sorted(s["results"]) == sorted(u for k, u in enumerate(units) if k % N == i)
     assert not (root / "s1" / "certificate.json").exists()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(certify_mod.PLANS, "quick", SHARD_PLAN)
+        mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
         assert merge(root, "s3", "s1", "s2") == rc  # any order
     whole = json.loads((root / "whole" / "certificate.json").read_text())
     merged = json.loads((root / "merged" / "certificate.json").read_text())
@@ -99,7 +99,7 @@ def test_missing_and_repeated_shards_are_named(runs, capsys):
 
 
 def test_shards_that_planned_other_units_are_refused_naming_the_first_difference(runs, capsys):
-    """The full plan picks its cases per machine from float64 laws (proofs.run.certify.choose_case): a
+    """The full plan picks its cases per machine from float64 laws (proofs.run.cases.choose_case): a
     shard that chose another case plans other unit ids, and merge names the first of them."""
     _, _, root = runs
     shutil.copytree(root / "s2", root / "bad-units", dirs_exist_ok=True)

@@ -65,7 +65,7 @@ def test_batch_targets_are_judged_in_proofs():
 
 
 def test_the_prepared_gpu_check_refuses_to_run_without_cuda(tmp_path):
-    """benchmarks/gpu_check.sh (the device run of issue 11) is valid bash, runs the three device
+    """benchmarks/gpu_check.sh (the prepared device run) is valid bash, runs the three device
     steps, and without CUDA exits 2 having checked nothing (it never passes by skipping). On a CUDA
     machine the test hides the devices (CUDA_VISIBLE_DEVICES empty), so it runs there too."""
     script = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_check.sh"

@@ -1,0 +1,479 @@
+"""What each kind of check found: one typed record per kind, the schema of a check result's
+`details` in certificate.json (docs/design.md sections 6 and 9).
+
+All kinds live here, not beside their checks, so that the certificate's layout reads in one
+place and a reader of a certificate (reports/, `loopcert merge`) needs this module only, not the
+checks' torch, scipy and hypothesis code (and the checks, which import proofs.result, are not
+imported back by it). Each check builds its own record (proofs/checks/<check>.py); what every
+check has (wall time, an error, a skip) are fields of `proofs.result.CheckResult`, not of these.
+
+Kinds: greedy, bitwise, sampling, reproducibility, mutation, false_alarm, theorem1,
+theorem2_traces, theorem2_published, speed (KINDS).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from proofs.record import Record
+
+
+@dataclass(frozen=True)
+class Details(Record):
+    kind: ClassVar[str]
+    informational: ClassVar[bool] = False  # reports what it measured, never fails on it
+
+
+# -- greedy exactness (proofs/checks/greedy.py) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GreedyRun(Record):
+    model: str
+    setting: str
+    dtype: str  # the dtype the decoder computes in (it sets the tie tolerance)
+    prompts: int
+    tokens: int
+    agree: int  # prompts whose tokens equal refdec's
+
+
+@dataclass(frozen=True)
+class Divergence(Record):
+    """The first position where a run's tokens leave refdec's, classified by refdec's logits there."""
+
+    model: str
+    setting: str
+    prompt: tuple[int, ...]
+    dtype: str
+    position: int
+    reference: int | None  # refdec's token (None: the reference ended first)
+    candidate: int | None  # the candidate's (None: it returned too few tokens, or raised)
+    top2_margin: float | None  # refdec's max logit minus its runner-up; None: not judged by logits
+    candidate_gap: float | None  # refdec's max logit minus the candidate token's
+    classified: str  # "numerical tie" (gap below the dtype's tolerance) or "real bug"
+    why: str | None = None  # a real bug not judged by logits: what was wrong
+
+
+@dataclass(frozen=True)
+class GreedyDetails(Details):
+    kind: ClassVar[str] = "greedy"
+    runs: tuple[GreedyRun, ...]  # models x settings
+    divergences: tuple[Divergence, ...]  # every one, ties included
+    real_bugs: int
+    numerical_ties: int
+    tie_tolerance: dict[str, float]  # dtype name -> logit gap below which a divergence is a tie
+    tokens_per_prompt: int
+    not_applicable: tuple[str, ...] = ()  # "<setting> on <model>: why" for runs the factory declined
+
+
+# -- bitwise agreement (proofs/checks/bitwise.py) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BitwiseRun(Record):
+    setting: str
+    prompts: int
+    equal: int  # prompts whose tokens equal the baseline's bit for bit
+
+
+@dataclass(frozen=True)
+class Mismatch(Record):
+    setting: str
+    prompt: tuple[int, ...]
+    first_difference: int | None  # None: the candidate raised
+    baseline: tuple[int, ...]
+    candidate: tuple[int, ...] | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class BitwiseDetails(Details):
+    kind: ClassVar[str] = "bitwise"
+    width: int  # the fixed engine width W of every call
+    dtype: str
+    tokens_per_prompt: int
+    runs: tuple[BitwiseRun, ...]
+    mismatches: tuple[Mismatch, ...]
+
+
+# -- distributional equality under sampling (proofs/checks/distribution.py) -----------------------
+
+
+@dataclass(frozen=True)
+class CaseSpec(Record):
+    """A sampling case: prompt, sampling parameters and the number of tokens drawn."""
+
+    case: str
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    prompt: tuple[int, ...]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class SamplingView(Record):
+    """One view of a case: its bins (fixed from the exact law), counts and chi-square result."""
+
+    case: str
+    view: str
+    law: str  # what was enumerated, in words
+    counted: int  # samples this view saw (a conditional view: those on its prefix)
+    needed_n: int | None  # samples of the case it needs to reach the target TV; None: < 2 bins
+    target_tv: float
+    bin_labels: tuple[str, ...]
+    bin_probs: tuple[float, ...]
+    counts: tuple[int, ...]
+    bins: int  # after chisquare_gof pooled the sparse ones
+    stat: float | None
+    p_value: float  # 0 when the case failed on its samples (an impossible one, a decoder error)
+    detectable_tv: float  # TV it detects with the target power at its Holm level (inf: none)
+    empirical_tv: float | None
+    has_power: bool  # detectable_tv <= target_tv
+    holm_rejected: bool
+
+
+@dataclass(frozen=True)
+class SamplingCase(CaseSpec):
+    planned: int  # N from the target TV
+    samples: int  # N drawn (fewer when a time budget stopped it)
+    seconds: float
+    samples_per_s: float | None
+    batched: bool  # drawn through generate_batch
+    impossible: int  # samples of probability 0 under the reference law
+    error: str | None  # the decoder failed
+    seeds: tuple[int, int] | None  # first and last seed (None: counts drawn from an exact law)
+    stopped_by_deadline: bool
+    detectable_tv: float  # the worst of its views
+    needed_n: int | None
+    has_power: bool  # every view has power
+    not_tested: tuple[str, ...]  # views the rules left out, and why (proofs/stats/views.py)
+    chosen: str  # how the plan chose this case among a path's options ("" for a fixed case)
+    views: tuple[SamplingView, ...]
+
+
+@dataclass(frozen=True)
+class SamplingDetails(Details):
+    kind: ClassVar[str] = "sampling"
+    alpha: float  # family-wise level (Holm across every view of every case)
+    alpha_test: float  # the strictest Holm level, alpha / views
+    target_tv: float
+    power_level: float
+    detectable_tv: float  # the worst case's
+    no_power: tuple[str, ...]  # cases that could have passed unseen
+    rejected: tuple[str, ...]  # cases a view of which Holm rejected
+    failed_samples: tuple[str, ...]  # cases with an impossible sample or a decoder error
+    samples: int
+    sampling_seconds: float
+    samples_per_s: float | None
+    cases: tuple[SamplingCase, ...]  # empty: nothing was sampled (the result says why)
+    # which model certify sampled, and why (proofs/run/sampling.py); None for a bare check
+    model: str | None = None
+    why_this_model: str | None = None
+    budget_s: float | None = None
+    units: tuple[str, ...] = ()  # its work units' ids
+    prompt_text: str | None = None  # the prompt as text, byte-level models only
+
+    @classmethod
+    def unsampled(cls, model: str, why_this_model: str, budget_s: float) -> SamplingDetails:
+        """A check that sampled nothing (not applicable, or a work unit failed)."""
+        return cls(
+            alpha=math.nan,
+            alpha_test=math.nan,
+            target_tv=math.nan,
+            power_level=math.nan,
+            detectable_tv=math.inf,
+            no_power=(),
+            rejected=(),
+            failed_samples=(),
+            samples=0,
+            sampling_seconds=0.0,
+            samples_per_s=None,
+            cases=(),
+            model=model,
+            why_this_model=why_this_model,
+            budget_s=budget_s,
+        )
+
+
+# -- reproducibility (proofs/checks/reproducibility.py) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReproducedRun(Record):
+    setting: str
+    seeds: int
+    equal: int  # seeds whose two runs gave the same tokens
+
+
+@dataclass(frozen=True)
+class SeedDifference(Record):
+    setting: str
+    seed: int
+    first: tuple[int, ...]
+    second: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReproducibilityDetails(Details):
+    kind: ClassVar[str] = "reproducibility"
+    prompt: tuple[int, ...]
+    tokens: int
+    temperature: float
+    seeds: tuple[int, ...]
+    runs: tuple[ReproducedRun, ...]
+    differences: tuple[SeedDifference, ...]
+    seed_sensitive: bool  # two seeds gave different tokens: the check has power
+
+
+# -- mutation power (proofs/checks/mutation.py) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MutantRow(Record):
+    id: str  # proofs.checks.mutation.LIBRARY's id
+    bug: str  # what is wrong (a control: what is unusual)
+    control: bool  # lossless: must not be rejected
+    model: str
+    settings: str
+    cases: tuple[str, ...]  # sampling cases it ran on (none: greedy only)
+    rejected_by: tuple[str, ...]  # "greedy", "sampling"
+    rejected: bool
+    ok: bool  # the outcome the plan requires
+    promised: bool | None  # some view's binned shift reaches its detectable TV (None: a control)
+    power_margin: float | None  # largest view shift / that view's detectable TV
+    greedy_real_bugs: int
+    greedy_divergences: int
+    p_value: float | None
+    alpha_case: float | None
+    tv: float | None  # exact TV of the whole sequences (None: not enumerable)
+    binned_tv: float | None  # the largest shift a view sees
+    empirical_binned_tv: float | None
+    detectable_tv: float | None
+    n_samples: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MutationDetails(Details):
+    kind: ClassVar[str] = "mutation"
+    model: str
+    why_this_model: str
+    rows: tuple[MutantRow, ...]  # library order
+    survivors: int
+    below_power: tuple[str, ...]  # mutant ids not rejected and not promised
+    controls_flagged: int
+    target_tv: float
+    power_level: float
+    require_all: bool  # every mutant must die (the full plan)
+    n_samples: int
+    alpha: float
+    seeds: str
+    greedy_prompts: tuple[tuple[int, ...], ...]
+    greedy_tokens: int
+    cases: tuple[CaseSpec, ...]
+    laws: dict[str, str]  # "<case> on <model>" -> its views' exact laws, in words
+    wrong: tuple[str, ...]  # ids of the rows that are not ok
+
+
+# -- false-alarm rate (proofs/checks/false_alarm.py) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControlAlarms(Record):
+    control: str
+    replicates: int
+    rejections: int  # at alpha
+    rejections_second_level: int  # at proofs.checks.false_alarm.SECOND_LEVEL
+
+
+@dataclass(frozen=True)
+class AlarmRate(Record):
+    level: float
+    rejections: int
+    rate: float
+    rate_ci95: tuple[float, float]  # Clopper-Pearson
+    binomial_tail_p: float  # P(at least that many rejections | the level)
+
+
+@dataclass(frozen=True)
+class FalseAlarmDetails(Details):
+    kind: ClassVar[str] = "false_alarm"
+    model: str
+    decoder: str  # the controls, comma-separated
+    case: str  # the cases, comma-separated
+    replicates: int  # sampling checks in all (per control x controls)
+    per_control: tuple[ControlAlarms, ...]
+    n_samples: tuple[int, ...]  # N per case (the plan's)
+    target_tv: float
+    alpha: float
+    at_alpha: AlarmRate
+    second_level: AlarmRate
+    plausibility: float  # the check fails when a binomial tail is below this
+    how: str
+    seeds: str
+    p_value_deciles: tuple[float, ...]  # of each replicate's smallest p-value
+
+
+# -- Theorem 1 (proofs/checks/theorem1.py) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Theorem1Pair(Record):
+    """Theorem 1 and the Lemma on one (p_R, p_d1, p_d2): see check_theorem1_pair."""
+
+    eps1: float
+    eps2: float
+    p_both_rejected_ungated: float
+    p_both_rejected_gated: float
+    ratio_ungated: float
+    ratio_gated: float
+    lemma_tv: float
+    lemma_bound: float
+    lemma_ratio: float
+    passed_ungated: bool
+    passed_gated: bool
+    passed_lemma: bool
+
+
+@dataclass(frozen=True)
+class Theorem1Example(Record):
+    pair: Theorem1Pair
+    case: int | None = None  # index of the triple (random and trace triples)
+    laws: tuple[tuple[float, ...], ...] | None = None  # (p_R, p_d1, p_d2) when kept
+
+
+@dataclass(frozen=True)
+class Theorem1Details(Details):
+    kind: ClassVar[str] = "theorem1"
+    source: str  # where the (p_R, p_d1, p_d2) came from: "random", "search", "traces" or "given"
+    cases: int  # triples checked
+    cases_with_ratio: int  # triples with a reportable ratio (eps2 >= ratio_min_eps2)
+    max_ratio_ungated: float
+    max_lemma_ratio: float
+    bounds: dict[str, float]  # ratio -> its bound
+    ratio_min_eps2: float  # ratios are reported only where eps2 >= this
+    slack: float  # absolute slack of every inequality
+    worst: dict[str, Theorem1Example]  # ratio -> the triple that came nearest its bound
+    failures: tuple[Theorem1Example, ...]  # the first few
+    n_failures: int
+    seed: int | None = None  # random and search
+    vocab: int | None = None  # random and search
+    examples: int | None = None  # search: hypothesis's max_examples
+    search: str | None = None  # search: how hypothesis was steered
+    model: str | None = None  # traces
+    positions: int | None = None  # traces
+    depth_pairs: int | None = None  # traces
+
+
+# -- Theorem 2 (proofs/checks/theorem2.py) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DepthPairCost(Record):
+    d1: int
+    d2: int
+    p_x1_rejected: float
+    p_both_rejected: float
+    cost: float  # exact expected recurrent steps per token
+    bound: float  # the envelope bound
+
+
+@dataclass(frozen=True)
+class Theorem2TracesDetails(Details):
+    kind: ClassVar[str] = "theorem2_traces"
+    model: str
+    R: int
+    positions: int
+    temperature: float
+    mean_tv: tuple[float, ...]  # (R,) mean TV(p_r, p_R) over positions
+    alpha: float  # envelope phi(r) = beta r^-alpha
+    beta: float
+    fitted_depths: tuple[int, ...]
+    tv_floor: float
+    envelope: tuple[float, ...]  # (R,) phi(r)
+    envelope_covers_every_depth: bool
+    d1_star: float
+    d2_star: float
+    bound_best_integer: tuple[int, int] | None
+    measured_best: tuple[int, int]
+    measured_best_cost: float
+    rounded_star: tuple[int, int]
+    rounded_star_cost: float | None
+    autoregressive_cost: int
+    how_measured: str
+    grid: tuple[DepthPairCost, ...]
+    worst_pair: tuple[int, int]  # the pair nearest its bound (the check's measured ratio)
+
+
+@dataclass(frozen=True)
+class Theorem2PublishedDetails(Details):
+    kind: ClassVar[str] = "theorem2_published"
+    alpha: float  # analysis.cost_model.PUBLISHED
+    beta: float
+    R: int
+    d1: float
+    d2: float
+    measured_best: tuple[int, int]  # the paper's measured best pair
+    d1_closed_form: float
+    d2_closed_form: float
+    cost_closed_form: float
+    best_integer_depths: tuple[int, int]  # the cost model's own integer optimum
+
+
+# -- speed (proofs/speed/check.py) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeedRow(Record):
+    setting: str
+    decode: bool  # decode-only times (fastdec Stats on both sides) or whole generate() calls
+    tokens_per_s: float
+    wall_tokens_per_s: float
+    speedup: float  # median over rounds of the baseline's time over this setting's
+    speedup_wall: float
+    speedup_cpu: float
+    acceptance_rate: float | None = None  # fastdec telemetry
+    gamma: float | None = None
+    mean_live_lanes: float | None = None
+
+
+@dataclass(frozen=True)
+class SpeedError(Record):
+    setting: str
+    error: str
+
+
+@dataclass(frozen=True)
+class SpeedDetails(Details):
+    kind: ClassVar[str] = "speed"
+    informational: ClassVar[bool] = True
+    rows: tuple[SpeedRow, ...]  # the baseline first
+    errors: tuple[SpeedError, ...]  # settings that could not be built or run
+    prompts: int
+    tokens_per_prompt: int
+    repeats: int
+    workload: dict[str, int]  # proofs.speed.timing.Workload's fields
+    clock: str
+    device: str
+    dtype: str
+    baseline: str
+
+
+KINDS: dict[str, type[Details]] = {
+    d.kind: d
+    for d in (
+        GreedyDetails,
+        BitwiseDetails,
+        SamplingDetails,
+        ReproducibilityDetails,
+        MutationDetails,
+        FalseAlarmDetails,
+        Theorem1Details,
+        Theorem2TracesDetails,
+        Theorem2PublishedDetails,
+        SpeedDetails,
+    )
+}

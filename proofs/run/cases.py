@@ -1,0 +1,104 @@
+"""The cases a sampling check samples on one model: the sampled model's own law picks them
+(docs/design.md section 7, case choice).
+
+Each entry of a plan's sampling_cases is a fixed case or a path's options; choose_case takes
+one option per path from the exact law of this model at the most informative prompt
+(pick_prompt), and N per case follows from the plan's target TV at the Holm level of all the
+cases together. SamplingSetup is what a run keeps of that, per sampled model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from proofs.checks.distribution import Case, CaseLaw, alpha_per_test, case_law, planned_samples
+from proofs.prompts import model_prompts
+from proofs.run.plan import CaseSpec, CertifyPlan, case_options
+from proofs.stats.exact_laws import Oracle
+from refdec.model import LoopedLM
+from refdec.sampling import SamplingParams
+
+PROMPT_CANDIDATES = 6  # the prompts pick_prompt chooses among
+
+
+@dataclass(frozen=True)
+class SamplingSetup:
+    """What every sampling check on one model shares, built once per model and process."""
+
+    laws: tuple[CaseLaw, ...]  # one per plan entry: the case it samples here, with its views
+    samples: tuple[int, ...]  # N of each case (0: no view has 2 bins, no power)
+    model: LoopedLM  # the model the decoders sample: float64 in a float64 run, else float32
+
+    def law(self, case_name: str) -> CaseLaw:
+        return next(law for law in self.laws if law.case.name == case_name)
+
+
+def chosen_cases(oracle: Oracle, name: str, plan: CertifyPlan) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
+    """(law, N) of every plan entry on the model `oracle` holds (named `name`): its cases at the
+    most informative of its prompts, N at the Holm level of all of them."""
+    prompt = pick_prompt(oracle, model_prompts(oracle.model, name, PROMPT_CANDIDATES))
+    laws = tuple(choose_case(oracle, prompt, entry, plan) for entry in plan.sampling_cases)
+    alpha = alpha_per_test(laws, plan.target)
+    return laws, tuple(planned_samples(law, plan.target, alpha) for law in laws)
+
+
+def pick_prompt(oracle: Oracle, prompts: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """The prompt whose next-token law (T=1) has the most entropy: the most informative test."""
+
+    def entropy(p):
+        law = oracle.law(p, oracle.R, SamplingParams(temperature=1.0))
+        return float(-(law * law.clamp_min(1e-300).log()).sum())
+
+    return max(prompts, key=entropy)
+
+
+def option_samples(law: CaseLaw, plan: CertifyPlan) -> int:
+    """N of one option of a path, judged at the Holm level of one such case per plan entry."""
+    return planned_samples(law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views))))
+
+
+def choose_case(
+    oracle: Oracle, prompt: tuple[int, ...], entry: CaseSpec | tuple[CaseSpec, ...], plan: CertifyPlan
+) -> CaseLaw:
+    """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
+    path's options, the first that is eligible (it has power, N > 0, and a view past the first
+    token: a view of token 1 alone never sees a token drawn after a rejection) and needs at most
+    plan.case_cap samples; else the eligible one that needs the fewest; else the one with power on
+    its first token alone that needs the fewest; else the first (which then fails as no power); N
+    as option_samples judges it. The law's `chosen` says which rule chose and what was passed over."""
+    options = case_options(entry)
+    if len(options) == 1:
+        name, sp, k = options[0]
+        return case_law(oracle, Case(name, sp, prompt, k))
+    cap = plan.case_cap if plan.case_cap is not None else math.inf
+    tried: list[tuple[CaseLaw, int, str]] = []  # (law, N, why passed over; "" = fits)
+    for name, sp, k in options:
+        law = case_law(oracle, Case(name, sp, prompt, k))
+        n = option_samples(law, plan)
+        if n == 0:
+            why = "no view with 2 bins (no power)"
+        elif all(v.position == 0 for v in law.views):
+            why = f"tests only the first token (N {n:,})"
+        else:
+            why = f"N {n:,} > {cap:,}" if n > cap else ""
+        tried.append((law, n, why))
+        if not why:
+            break
+    past_first = [t for t in tried if t[1] > 0 and any(v.position != 0 for v in t[0].views)]
+    powered = [t for t in tried if t[1] > 0]
+    if not tried[-1][2]:
+        law = tried[-1][0]
+        rule = f"the first of {len(options)} options with power past the first token and N <= {cap:,}"
+    elif past_first:
+        law = min(past_first, key=lambda t: t[1])[0]
+        rule = f"no option has N <= {cap:,}: of those with power past the first token, the one needing fewest"
+    elif powered:
+        law = min(powered, key=lambda t: t[1])[0]
+        rule = "no option has power past the first token: of those with power on it, the one needing fewest"
+    else:
+        law = tried[0][0]
+        rule = "no option has power: the first"
+    passed = "; ".join(f"{t[0].case.name}: {t[2]}" for t in tried if t[0] is not law)
+    return replace(law, chosen=rule + (f"; passed over {passed}" if passed else ""))

@@ -1,0 +1,133 @@
+"""The certify plans: what a run checks and how hard (docs/design.md section 8).
+
+Two plans: QUICK, the CI gate (minutes on two CPU cores), and FULL, the nightly run (more
+models, cases, samples, and the false-alarm rate). A plan is frozen data: a shard's identity
+carries its hash (proofs/run/shards.py plan_hash), and `loopcert certify --predict` cuts one
+down with dataclasses.replace (proofs/run/predict.py probe_plan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proofs.checks.distribution import Target
+from proofs.speed.report import PLANS as BENCH_PLANS
+from proofs.speed.timing import Workload
+from refdec.config import TINY_PRESETS
+from refdec.sampling import SamplingParams
+
+CaseSpec = tuple[str, SamplingParams, int]  # (name, params, n tokens)
+
+
+@dataclass(frozen=True)
+class CertifyPlan:
+    mode: str
+    greedy_presets: tuple[str, ...]  # tiny presets checked besides the certified model
+    greedy_prompts: int
+    greedy_tokens: int
+    bitwise_prompts: int
+    bitwise_tokens: int
+    # each entry a case (name, params, n tokens) or a path's options, a tuple of cases in order of
+    # preference: the sampled model's own law picks one (proofs/run/cases.py choose_case)
+    sampling_cases: tuple[CaseSpec | tuple[CaseSpec, ...], ...]
+    tv: float  # every sampling view must detect a binned TV >= this (N per case follows)
+    sampling_budget_s: float  # sampling time of the whole run (--time-budget overrides)
+    sampling_presets: bool  # also sample the tiny preset of the certified model's family
+    blackbox_mutant_samples: int  # fastdec's adaptive-verify: slower per sample, far off the law
+    false_alarm: int | None  # replicates of each lossless control, or None
+    theorem1_random_cases: int
+    theorem1_search_examples: int  # hypothesis-guided search (proofs/checks/theorem1.py)
+    trace_prompts: int
+    trace_positions: int  # at most this many positions (evenly spaced) of the trace prompts
+    speed: Workload  # the speed check's prompts, tokens and rounds (`loopcert bench`'s)
+    alpha: float = 1e-3  # family-wise level of each sampling check (Holm across its views)
+    power: float = 0.99  # probability of detecting a binned TV >= tv
+    mutant_ids: tuple[str, ...] | None = None  # a subset of proofs.checks.mutation.LIBRARY (None: all)
+    case_cap: int | None = None  # a path's options: the first whose N is at most this (choose_case)
+
+    @property
+    def target(self) -> Target:
+        return Target(self.tv, self.power, self.alpha)
+
+
+QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread case
+    ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
+    ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
+)
+# The full plan's cases. TV 0.01 needs N ~ lambda* / (kappa tv^2) per case: a view of balanced
+# bins (kappa = 4) needs many times what a view with one bin holding most of the mass does
+# (kappa = 1/(P(A)(1-P(A)))), so within the full plan's hour on two cores N buys only concentrated
+# cases: one per path of the sampling transform, each the cheap twin of the mutant library's case
+# for that path (the mutation check shows the same test at the same TV killing every bug of the
+# path, proofs/checks/mutation.py). How concentrated a temperature makes a law depends on the
+# model (its vocabulary, its training), so each path lists options and the sampled model's own
+# law picks one (proofs/run/cases.py choose_case): the first with power past the first token
+# within FULL_CASE_CAP samples. The first option of each path fits the default model; the later
+# ones are what other vocabularies were found to need. tests/proofs/run/test_certify.py checks each
+# chosen case against TV 0.01 on the default model and tiny-raven, test_certify_vocab.py the
+# choice at other vocabularies; the N each needed is in docs/measurements.md. The spread cases
+# (high temperature, a wide nucleus, more tokens) are left to the quick plan at TV 0.05, a GPU or
+# shards: their bug classes are the ones these cases see, at a flatter law.
+FULL_CASE_CAP = 45_000  # x 3 cases x 8 settings: what the full plan's hour on two cores samples
+FULL_CASES = (
+    # temperature, no filter: the whole support, a tail of small tokens; a temperature on one side
+    # only, an unnormalised residual, an int8 draft, a rejected lane kept (mutants of case T=0.5)
+    tuple((f"T={t}", SamplingParams(temperature=t), 3) for t in (0.2, 0.3, 0.15, 0.1, 0.4)),
+    # the top-k path: a filter missing on the target side, a q reported before the filter, stale
+    # KV after a rejection, a draft scored at another depth (mutants of case top-k=2)
+    tuple(
+        (f"T={t} top-k={k}", SamplingParams(temperature=t, top_k=k), 3)
+        for t, k in ((0.2, 3), (0.3, 2), (0.15, 3), (0.1, 3), (0.3, 3))
+    ),
+    # the top-p path: the nucleus cut on either side, always-accept, resampling from the target
+    # (mutants of case top-p=0.5)
+    tuple(
+        (f"T={t} top-p={p}", SamplingParams(temperature=t, top_p=p), 3)
+        for t, p in ((0.3, 0.95), (0.4, 0.95), (0.2, 0.99), (0.2, 0.95), (0.1, 0.99))
+    ),
+)
+QUICK = CertifyPlan(
+    "quick",
+    greedy_presets=("tiny-ouro", "tiny-raven"),
+    greedy_prompts=2,
+    greedy_tokens=12,
+    bitwise_prompts=2,
+    bitwise_tokens=16,
+    sampling_cases=QUICK_CASES,
+    tv=0.05,
+    sampling_budget_s=270.0,
+    sampling_presets=False,
+    blackbox_mutant_samples=200,
+    false_alarm=None,
+    theorem1_random_cases=1000,
+    theorem1_search_examples=200,
+    trace_prompts=4,
+    trace_positions=48,
+    speed=BENCH_PLANS["quick"].grid,
+)
+FULL = CertifyPlan(
+    "full",
+    greedy_presets=TINY_PRESETS,
+    greedy_prompts=6,
+    greedy_tokens=24,
+    bitwise_prompts=4,
+    bitwise_tokens=32,
+    sampling_cases=FULL_CASES,
+    case_cap=FULL_CASE_CAP,
+    tv=0.01,
+    sampling_budget_s=2400.0,
+    sampling_presets=True,
+    blackbox_mutant_samples=1000,
+    false_alarm=200,
+    theorem1_random_cases=20000,
+    theorem1_search_examples=3000,
+    trace_prompts=8,
+    trace_positions=256,
+    speed=BENCH_PLANS["full"].grid,
+)
+PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monkeypatch.setitem
+
+
+def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
+    """One entry of CertifyPlan.sampling_cases -> its cases in order of preference."""
+    return (entry,) if isinstance(entry[0], str) else tuple(entry)

@@ -1,0 +1,231 @@
+"""The whole plan's time, predicted per check before running it (`loopcert certify --predict
+SECONDS`, docs/design.md section 8); nothing is certified.
+
+Sampling: N per case from the plan's target TV, at the samples/s measured on a slice of each
+(setting, case): the time to reach the target without a budget cutting it. Every other check: run
+by a probe run of the plan cut to about 1/PROBE_DIVISOR of its size (probe_plan), its time scaled
+back. The probe run shares the full run's models and sampling setups (CertifyRun.with_plan: the
+probe plan samples the same cases at the same target), never what the cut fields change (the
+mutants' run, the traces).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from proofs.checks.distribution import sample_tally
+from proofs.checks.mutation import Mutant
+from proofs.decoders.candidates import user_candidate
+from proofs.decoders.protocol import NotApplicable
+from proofs.progress import Progress
+from proofs.run.certify import default_model_name
+from proofs.run.jobs import check_jobs
+from proofs.run.plan import PLANS, CertifyPlan
+from proofs.run.run import CertifyRun
+from proofs.run.sampling import decoder_of, sampling_checks
+from proofs.run.units import dispatch_order, plan_units
+from refdec.errors import LoopcertError
+from refdec.files import parse_dtype
+from refdec.validate import check_number
+from refdec.values import dtype_name
+
+PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
+PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
+MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
+PROBE_FIELDS = {  # check -> the plan field its cost grows with, about linearly
+    "greedy_float64": "greedy_prompts",
+    "greedy_low": "greedy_prompts",
+    "bitwise_fixed_width": "bitwise_prompts",
+    "false_alarm": "false_alarm",
+    "theorem1_random": "theorem1_random_cases",
+    "theorem1_search": "theorem1_search_examples",
+    "theorem1_traces": "trace_prompts",
+    "theorem2_traces": "trace_prompts",
+}
+
+
+def probe_plan(
+    plan: CertifyPlan, library: Sequence[Mutant]
+) -> tuple[CertifyPlan, dict[str, tuple[str, float]]]:
+    """The plan cut down for a prediction, and per check (PROBE_FIELDS' names, "speed",
+    "mutation") what was cut and the factor that scales the probe's time back to the plan's. The
+    fixed costs (loading presets, warm-up) are scaled too: the prediction errs high."""
+    cut, scale = {}, {}
+    for check, f in PROBE_FIELDS.items():
+        v = getattr(plan, f)
+        if v:
+            cut[f] = max(1, math.ceil(v / PROBE_DIVISOR))
+            scale[check] = (f"{f} {cut[f]} of {v}", v / cut[f])
+    r = plan.speed.repeats
+    probe_r = max(1, math.ceil(r / PROBE_DIVISOR))
+    cut["speed"] = replace(plan.speed, repeats=probe_r)
+    scale["speed"] = (f"repeats {probe_r} of {r}", r / probe_r)
+    names = tuple(mt.id for mt in library[::MUTANT_PROBE_STRIDE])
+    cut["mutant_ids"] = names
+    scale["mutation"] = (f"{len(names)} of {len(library)} mutants", len(library) / max(1, len(names)))
+    return replace(plan, **cut), scale
+
+
+def makespan(seconds: Sequence[float], jobs: int) -> float:
+    """Wall time of units of these durations handed out in this order to `jobs` workers, each to
+    the first one free (what proofs/run/jobs.py does)."""
+    free = [0.0] * max(1, jobs)
+    for t in seconds:
+        k = free.index(min(free))
+        free[k] += t
+    return max(free)
+
+
+def predict(
+    model_name: str | None = None,
+    decoder: str | None = None,
+    device: str = "cpu",
+    dtype="float32",
+    mode: str = "quick",
+    seed: int = 0,
+    progress: Progress | None = None,
+    slice_seconds: float = PREDICT_SECONDS,
+    jobs: int = 1,
+) -> dict:
+    """The prediction of the module docstring, as data. Setup (models, exact laws) is as measured;
+    the wall time with `jobs` workers hands the units out in certify --jobs' order
+    (dispatch_order, makespan), each worker at the rate measured here alone."""
+    say = progress or (lambda _msg: None)
+    if mode not in PLANS:
+        raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
+    check_number("--predict (seconds)", slice_seconds, 0, 1e6, low_open=True)
+    check_jobs(jobs, device)
+    plan, dtype = PLANS[mode], parse_dtype(dtype)
+    model_name = model_name or default_model_name()
+    t0 = time.perf_counter()
+    user = user_candidate(decoder) if decoder else None
+    run = CertifyRun(plan, model_name, user, device, dtype, seed, say)
+    dname = dtype_name(dtype)
+    units, _ = plan_units(run, dname)  # builds the sampling setups: exact laws, N per case
+    setup = time.perf_counter() - t0
+    say(f"setup (models, exact laws, N per case): {setup:.1f}s")
+    rows, unit_seconds, checks = sampled_rows(run, seed, slice_seconds)
+    sampling_s = sum(c["predicted_seconds"] for c in checks)
+
+    probe, scale = probe_plan(plan, run.mutant_library())
+    probed, probe_seconds, mutant_s = probe_checks(run.with_plan(probe), scale, dname)
+    checks += probed
+    unit_seconds.update(probe_seconds)
+    per_mutant = mutant_s / max(1, len(run.mutant_library()))
+    ordered = [unit_seconds.get(uid, per_mutant) for uid, _ in dispatch_order(run, units)]  # as certify
+    serial = setup + sum(ordered)
+    wall = setup + makespan(ordered, jobs)
+    no_power = sorted({r["case"] for r in rows if r["no_power"]})
+    say(
+        f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs, "
+        f"{sampling_s / 60:.1f} min of sampling (budget {plan.sampling_budget_s / 60:.1f} min per worker); "
+        f"whole plan {serial / 60:.1f} min in one process, {wall / 60:.1f} min with --jobs {jobs}"
+        + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
+    )
+    return {
+        "mode": plan.mode,
+        "model": model_name,
+        "target_tv": plan.tv,
+        "rows": rows,
+        "checks": checks,
+        "setup_seconds": setup,
+        "no_power": no_power,
+        "predicted_seconds": sampling_s,
+        "serial_seconds": serial,
+        "jobs": jobs,
+        "wall_seconds": wall,
+        "sampling_budget_s": plan.sampling_budget_s,
+    }
+
+
+def sampled_rows(
+    run: CertifyRun, seed: int, slice_seconds: float
+) -> tuple[list[dict], dict[str, float], list[dict]]:
+    """(one row per sampling unit, {unit id: predicted seconds}, one prediction per sampling check):
+    each unit sampled for `slice_seconds`, in the chunks a real run draws."""
+    rows, unit_seconds = [], {}
+    checks = sampling_checks(run)
+    for chk in checks:
+        dec = None if chk.not_applicable else decoder_of(run, chk)
+        laws = run.sampling_setup(chk.model).laws
+        for u, law in zip(chk.units, laws, strict=True):
+            row = {
+                "model": chk.model,
+                "setting": chk.candidate.label,
+                "case": u.case,
+                "planned": u.samples,
+                "slice": 0,
+                "samples_per_s": None,
+                "predicted_seconds": 0.0,
+                "no_power": u.samples == 0,
+            }
+            if u.samples and not isinstance(dec, NotApplicable):
+                t = sample_tally(dec, law, u.samples, seed, time.perf_counter() + slice_seconds)
+                rate = t["samples_per_s"] if t["samples"] else 0.0
+                row.update(
+                    slice=t["samples"],
+                    samples_per_s=rate,
+                    predicted_seconds=u.samples / rate if rate > 0 else math.inf,
+                )
+            rows.append(row)
+            unit_seconds[u.id] = row["predicted_seconds"]
+            if not u.samples:
+                got = "no power (no view has 2 bins)"
+            elif isinstance(dec, NotApplicable):
+                got = "not applicable"
+            else:
+                got = (
+                    f"N = {u.samples}, {row['samples_per_s']:.1f} samples/s -> "
+                    f"{row['predicted_seconds'] / 60:.1f} min"
+                )
+            run.say(f"  {u.id}: {got}")
+    predicted = [
+        {
+            "check": chk.label,
+            "samples": sum(u.samples for u in chk.units),
+            "predicted_seconds": sum(unit_seconds[u.id] for u in chk.units),
+            "how": "N / samples/s measured per case",
+        }
+        for chk in checks
+    ]
+    return rows, unit_seconds, predicted
+
+
+def probe_checks(
+    probe_run: CertifyRun, scale: dict[str, tuple[str, float]], dname: str
+) -> tuple[list[dict], dict[str, float], float]:
+    """(one prediction per check but sampling, {unit id: predicted seconds}, the mutation check's
+    predicted seconds): every unit of the probe run but the sampling ones, run and timed, its time
+    times its check's factor in `scale`."""
+    checks, unit_seconds, mutant_t = [], {}, 0.0
+    probe_units, _ = plan_units(probe_run, dname)
+    for uid, fn in probe_units:
+        if uid.startswith("sampling/"):
+            continue
+        t = time.perf_counter()
+        fn()
+        took = time.perf_counter() - t
+        if uid.startswith("mutant/"):
+            mutant_t += took
+            continue
+        name = uid.removeprefix("check/")
+        key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name
+        how, factor = scale.get(key, ("whole", 1.0))
+        checks.append(
+            {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}
+        )
+        unit_seconds[uid] = took * factor
+        probe_run.say(f"  {uid}: probe ({how}) {took:.1f}s -> {took * factor / 60:.1f} min")
+    how, factor = scale["mutation"]
+    checks.append(
+        {
+            "check": "mutation",
+            "predicted_seconds": mutant_t * factor,
+            "how": f"probe {how} in {mutant_t:.1f}s",
+        }
+    )
+    probe_run.say(f"  mutation: probe ({how}) {mutant_t:.1f}s -> {mutant_t * factor / 60:.1f} min")
+    return checks, unit_seconds, mutant_t * factor

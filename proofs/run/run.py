@@ -1,0 +1,309 @@
+"""What every check of one certify run shares, and the body of each check (docs/design.md section 6).
+
+Which model each check runs on, and why:
+- greedy (float64): the certified model plus tiny presets of the other architectures;
+- greedy in the run's dtype and bitwise: the certified model;
+- sampling: the certified model, at its own vocabulary (the law is binned from its head, never
+  enumerated whole: proofs/stats/views.py); FULL adds the tiny preset of its family as extra
+  evidence, never as a replacement. N per case comes from the plan's target TV
+  (proofs/checks/distribution.py); a case that cannot reach it fails as "no power"
+  (proofs/run/sampling.py runs those checks as work units);
+- mutation and false alarms: their own tiny preset (proofs/checks/mutation.py says why);
+- Theorems 1/2 and speed: the certified model.
+
+A decoder factory may decline a model it does not serve by raising
+proofs.decoders.protocol.NotApplicable: that run is reported "not applicable" with the reason;
+declining the certified model itself, or any other error, is a failure.
+
+What a run builds once and keeps, the first time it is needed: the sampling setup of each sampled
+model (when the work units are planned: their N comes from it), the decoder of each sampling
+check (when its first unit samples: a shard builds only its own), the mutants' shared models and
+laws and the depth traces (when their check runs, so that their cost and any failure belong to it).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+import refdec
+from analysis.traces import depth_pairs, traces
+from fastdec.config import DecodeConfig
+from proofs.checks import mutation as mutant_lib
+from proofs.checks.bitwise import check_bitwise
+from proofs.checks.false_alarm import check_false_alarm
+from proofs.checks.greedy import check_greedy
+from proofs.checks.reproducibility import check_reproducible
+from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
+from proofs.checks.theorem2 import check_theorem2_traces
+from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
+from proofs.decoders.protocol import Decoder, NotApplicable
+from proofs.progress import Progress
+from proofs.prompts import model_prompts
+from proofs.result import CheckResult
+from proofs.run.budget import SamplingPool
+from proofs.run.cases import SamplingSetup, chosen_cases
+from proofs.run.plan import CertifyPlan
+from proofs.speed.check import check_speed
+from proofs.stats.exact_laws import Oracle
+from refdec.config import TINY_PRESETS
+from refdec.model import LoopedLM
+
+REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
+
+
+def load(name: str, dtype: torch.dtype, device: str) -> LoopedLM:
+    return refdec.load_model(name, dtype=dtype).to(device)
+
+
+@dataclass(frozen=True)
+class RunModels:
+    """The certified model as every check of a run reads it; safe to share between runs of one
+    model, dtype and device (a prediction's probe run reuses them: proofs/run/predict.py)."""
+
+    model64: LoopedLM  # float64, on the run's device
+    oracle: Oracle  # exact float64 laws of model64 (on the CPU)
+    model_dt: LoopedLM | None  # in the run's dtype; None in a float64 run
+
+    @classmethod
+    def load(cls, name: str, dtype: torch.dtype, device: str) -> RunModels:
+        model64 = load(name, torch.float64, device)
+        oracle = Oracle(model64)
+        return cls(model64, oracle, None if dtype == torch.float64 else load(name, dtype, device))
+
+
+class CertifyRun:
+    """What every check of one certify run shares: plan, models, oracle, candidates, progress,
+    the sampling setups and the sampling time pool. `models` and `sampling_setups` may come from
+    another run of the same model, dtype, device and sampling plan (they are then not rebuilt)."""
+
+    def __init__(
+        self,
+        plan: CertifyPlan,
+        model_name: str,
+        user: Candidate | None,
+        device: str,
+        dtype: torch.dtype,
+        seed: int,
+        say: Progress,
+        time_budget: float | None = None,
+        *,
+        models: RunModels | None = None,
+        sampling_setups: Mapping[str, SamplingSetup] | None = None,
+    ):
+        self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
+        self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
+        self.seed, self.say = seed, say
+        self.models = m = models or RunModels.load(model_name, dtype, device)
+        self.model64, self.oracle, self.model_dt = m.model64, m.oracle, m.model_dt
+        self.R = self.model64.cfg.recurrence
+        self.candidates = self.grid(self.R)
+        self.sampling_setups: dict[str, SamplingSetup] = dict(sampling_setups or {})  # model name -> setup
+        # check label -> its decoder, or why the factory declined the model (a shard builds only
+        # the decoders of the units it samples)
+        self.sampling_decoders: dict[str, Decoder | NotApplicable] = {}
+        self.pool: SamplingPool | None = None  # the sampling units' time (proofs/run/sampling.py)
+
+    def with_plan(self, plan: CertifyPlan) -> CertifyRun:
+        """A run of `plan` otherwise like this one, sharing its models and sampling setups; `plan`
+        must choose and plan the same cases (a prediction's probe plan: proofs/run/predict.py)."""
+        same = ("sampling_cases", "case_cap", "target")
+        changed = [f for f in same if getattr(plan, f) != getattr(self.plan, f)]
+        if changed:
+            raise ValueError(f"a run sharing sampling setups needs the same {', '.join(changed)}")
+        return CertifyRun(
+            plan,
+            self.model_name,
+            self.user,
+            self.device,
+            self.dtype,
+            self.seed,
+            self.say,
+            self.sampling_budget_s,
+            models=self.models,
+            sampling_setups=self.sampling_setups,
+        )
+
+    def grid(self, R: int) -> list[Candidate]:
+        return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full")
+
+    def prompts(self, k: int) -> list[tuple[int, ...]]:
+        return model_prompts(self.model64, self.model_name, k)
+
+    # -- 1. greedy exactness ------------------------------------------------------------------
+    def greedy_float64(self) -> CheckResult:
+        """float64 over models x prompts x settings; the certified model must take every setting;
+        a tiny preset the factory declines (NotApplicable) is listed as not applicable, any other
+        factory error on it is a real bug."""
+        runs, not_applicable = [], []
+        names = [self.model_name] + [p for p in self.plan.greedy_presets if p != self.model_name]
+        for name in names:
+            ours = name == self.model_name
+            m = self.model64 if ours else load(name, torch.float64, self.device)
+            o = self.oracle if ours else Oracle(m)
+            for c in self.grid(m.cfg.recurrence):
+                if c.own_model and not ours:
+                    not_applicable.append(f"{c.label} on {name}: serves only its own model")
+                    continue
+                try:
+                    dec = c.build(m)
+                except NotApplicable as e:  # the factory serves only its own checkpoint
+                    if ours:
+                        raise
+                    not_applicable.append(f"{c.label} on {name}: {e or 'declined by the factory'}")
+                    continue
+                except Exception as e:  # noqa: BLE001 - a factory that breaks on a preset is a finding
+                    if ours:
+                        raise
+                    dec = _Broken(f"the factory failed on {name}: {type(e).__name__}: {e}")
+                runs.append((name, c.label, dec, o, torch.float64))
+        prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
+        result = check_greedy(
+            "greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens, self.say
+        )
+        return result.with_details(not_applicable=not_applicable)
+
+    def greedy_low(self, name: str) -> CheckResult:
+        runs = [
+            (self.model_name, c.label, c.build(self.model_dt), self.oracle, self.dtype)
+            for c in self.candidates
+        ]
+        prompts = self.prompts(self.plan.greedy_prompts)
+        return check_greedy(name, runs, lambda _o: prompts, self.plan.greedy_tokens, self.say)
+
+    # -- 2. bitwise -----------------------------------------------------------------------------
+    def bitwise(self) -> CheckResult:
+        m32 = self.model_dt
+        if self.dtype != torch.float32:
+            m32 = load(self.model_name, torch.float32, self.device)
+        prompts = self.prompts(self.plan.bitwise_prompts)
+        return check_bitwise(
+            "bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens, progress=self.say
+        )
+
+    # -- 3. sampling (the checks themselves are work units: proofs/run/sampling.py) ---------------
+    def sampling_plan(self) -> list[tuple[str, list[Candidate], str]]:
+        """(model, settings, why) for each model the sampling check runs on: always the certified
+        model at its own vocabulary; FULL adds the tiny preset of its family as extra evidence."""
+        out = [
+            (
+                self.model_name,
+                self.candidates,
+                f"the certified model, at its own vocabulary (V={self.oracle.V})",
+            )
+        ]
+        if self.plan.sampling_presets and self.model_name not in TINY_PRESETS:
+            family = self.model64.cfg.family
+            tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
+            out.append(
+                (
+                    tiny,
+                    self.grid(refdec.get_preset(tiny).recurrence),
+                    f"extra evidence: the tiny preset of {self.model_name}'s family ({family})",
+                )
+            )
+        return out
+
+    def sampling_setup(self, name: str) -> SamplingSetup:
+        """The cases, their laws and N, and the model to sample, of model `name`: built once."""
+        if name not in self.sampling_setups:
+            o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
+            laws, samples = chosen_cases(o, name, self.plan)
+            run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+            self.sampling_setups[name] = SamplingSetup(laws, samples, load(name, run_dtype, self.device))
+        return self.sampling_setups[name]
+
+    def sampling_decoder(self, label: str, candidate: Candidate, model: str) -> Decoder | NotApplicable:
+        """The decoder of sampling check `label` (candidate on model), built once per process; a
+        factory declining a model other than the certified one is kept as the NotApplicable."""
+        if label not in self.sampling_decoders:
+            try:
+                self.sampling_decoders[label] = candidate.build(self.sampling_setup(model).model)
+            except NotApplicable as e:
+                if model == self.model_name:
+                    raise
+                self.sampling_decoders[label] = NotApplicable(str(e) or "declined by the factory")
+        return self.sampling_decoders[label]
+
+    # -- 3b. reproducibility ---------------------------------------------------------------------
+    def reproducible(self) -> CheckResult:
+        model = self.model_dt if self.model_dt is not None else self.model64
+        prompt = self.prompts(1)[0]
+        seeds = [self.seed + i for i in range(REPRO_SEEDS)]
+        return check_reproducible(
+            "reproducibility", self.candidates, model, prompt, REPRO_TOKENS, seeds, self.say
+        )
+
+    # -- 4. mutants and false alarms -------------------------------------------------------------
+    def mutant_library(self) -> tuple[mutant_lib.Mutant, ...]:
+        ids = self.plan.mutant_ids
+        return tuple(mt for mt in mutant_lib.LIBRARY if ids is None or mt.id in ids)
+
+    @functools.cached_property
+    def mutant_run(self) -> mutant_lib.MutantRun:
+        """The models and exact laws the mutants share, built once per process."""
+        return mutant_lib.MutantRun(
+            self.plan.target,
+            self.seed,
+            progress=self.say,
+            blackbox_samples=self.plan.blackbox_mutant_samples,
+            require_all=self.plan.mode == "full",
+        )
+
+    def mutant_unit(self, mt: mutant_lib.Mutant) -> dict:
+        """One mutant's row (a work unit: `mutant/<id>`), or why it has none."""
+        try:
+            return self.mutant_run.row(mt)
+        except Exception as e:  # noqa: BLE001 - the mutation check fails naming it
+            return {"id": mt.id, "unit_error": f"{type(e).__name__}: {e}"}
+
+    def mutation(self, rows: list[dict]) -> CheckResult:
+        """The mutation check from every mutant's row (any shard's)."""
+        err = next((r for r in rows if "unit_error" in r), None)
+        if err is not None:
+            raise RuntimeError(f"mutant {err['id']}: {err['unit_error']}")
+        return self.mutant_run.result(rows)
+
+    def false_alarm(self) -> CheckResult:
+        return check_false_alarm(self.plan.false_alarm, self.plan.target, self.seed, progress=self.say)
+
+    # -- 5. theorems -----------------------------------------------------------------------------
+    def theorem1_random(self) -> CheckResult:
+        return check_theorem1_random(self.plan.theorem1_random_cases, self.seed)
+
+    def theorem1_search(self) -> CheckResult:
+        return check_theorem1_search(self.plan.theorem1_search_examples, self.seed)
+
+    @functools.cached_property
+    def traces(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """(R, P, V) laws of the trace prompts at every depth, and the depth pairs (d1, d2) both
+        trace checks read."""
+        laws = traces(self.oracle.model, self.prompts(self.plan.trace_prompts), self.plan.trace_positions)
+        return laws, depth_pairs(self.R, self.plan.mode == "full")
+
+    def theorem1_traces(self) -> CheckResult:
+        return check_theorem1_traces(*self.traces, self.model_name)
+
+    def theorem2_traces(self) -> CheckResult:
+        return check_theorem2_traces(*self.traces, self.model_name)
+
+    # -- 6. speed --------------------------------------------------------------------------------
+    def speed(self) -> CheckResult:
+        model = self.model_dt if self.model_dt is not None else self.model64
+        baseline = fastdec_candidate(DecodeConfig("autoregressive"))
+        work = self.plan.speed  # `loopcert bench`'s workload and prompts: the same speedups
+        prompts = model_prompts(model, self.model_name, work.prompts, max_len=work.prompt_len)
+        return check_speed("speed", self.candidates, baseline, model, prompts, work, self.say)
+
+
+class _Broken:
+    """Stands in for a decoder its factory could not build: every call reports why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def generate(self, *a, **k):
+        raise RuntimeError(self.why)

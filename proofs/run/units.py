@@ -1,0 +1,111 @@
+"""A certify run as a list of work units in plan order (docs/design.md section 8).
+
+Each unit has a stable id and runs on its own, deterministic given the plan and the seed: one
+per sampling case of each (model, setting) (`sampling/<model>/<setting>/<case>`,
+proofs/run/sampling.py), one per mutant (`mutant/<id>`), one per other check (`check/<name>`,
+its raw result the CheckResult as a dict). One assembly step per check turns the raw results,
+from this process, its workers (proofs/run/jobs.py) or merged shards (proofs/run/shards.py),
+into the certificate's checks, in certificate order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from proofs.checks.theorem2 import check_theorem2_published
+from proofs.progress import Progress
+from proofs.result import CheckResult
+from proofs.run.run import CertifyRun
+from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result, units_by_id
+
+Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)
+Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check
+
+
+def guarded(
+    name: str, kind: str, fn: Callable[[], CheckResult], progress: Progress, seconds: float = 0.0
+) -> CheckResult:
+    """Run one check; any exception becomes a failed result naming it (never a crash that would
+    leave no report: a check that cannot run has failed). Usage errors are all raised by
+    `certify` before the first check starts, so none is swallowed here. `kind`: the check's
+    (proofs/details.py), which a failed result carries. `seconds`: time its units already took."""
+    t0 = time.perf_counter()
+    progress(f"[{name}] ...")
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - reported as a failed check (usage errors were raised before)
+        result = CheckResult.errored(name, kind, e)
+    seconds += time.perf_counter() - t0
+    result = result.timed(seconds)
+    progress(f"[{name}] {'pass' if result.passed else 'FAIL'} ({seconds:.1f}s)")
+    return result
+
+
+def unit_seconds(raws: list[dict]) -> float:
+    return sum(r.get("seconds", 0.0) for r in raws)
+
+
+def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]:
+    """The run's work units in plan order, and one assembly step per check (certificate order).
+    `dname`: the run's dtype by name (the low-precision greedy check is named after it)."""
+    units: list[Unit] = []
+    assemble: list[Assemble] = []
+
+    def whole(name: str, kind: str, fn: Callable[[], CheckResult]) -> None:
+        uid = f"check/{name}"
+        units.append((uid, lambda share=None: guarded(name, kind, fn, run.say).to_dict()))
+        assemble.append(lambda res: CheckResult.from_dict(res[uid]))
+
+    whole("greedy_float64", "greedy", run.greedy_float64)
+    if run.model_dt is not None:
+        whole(f"greedy_{dname}", "greedy", lambda: run.greedy_low(f"greedy_{dname}"))
+    whole("bitwise_fixed_width", "bitwise", run.bitwise)
+    for chk in sampling_checks(run):
+        for u in chk.units:
+            units.append((u.id, lambda share=None, chk=chk, u=u: sampling_unit_result(run, chk, u, share)))
+
+        def sampled(res, chk=chk) -> CheckResult:
+            raws = [res[u.id] for u in chk.units]
+            return guarded(
+                chk.label, "sampling", lambda: sampling_result(run, chk, raws), run.say, unit_seconds(raws)
+            )
+
+        assemble.append(sampled)
+    whole("reproducibility", "reproducibility", run.reproducible)
+    library = run.mutant_library()
+    for mt in library:
+        units.append((f"mutant/{mt.id}", lambda share=None, mt=mt: run.mutant_unit(mt)))
+
+    def mutated(res) -> CheckResult:
+        rows = [res[f"mutant/{mt.id}"] for mt in library]
+        return guarded("mutation", "mutation", lambda: run.mutation(rows), run.say, unit_seconds(rows))
+
+    assemble.append(mutated)
+    if run.plan.false_alarm:
+        whole("false_alarm", "false_alarm", run.false_alarm)
+    for name, kind, fn in (
+        ("theorem1_random", "theorem1", run.theorem1_random),
+        ("theorem1_search", "theorem1", run.theorem1_search),
+        ("theorem1_traces", "theorem1", run.theorem1_traces),
+        ("theorem2_traces", "theorem2_traces", run.theorem2_traces),
+        ("theorem2_published", "theorem2_published", check_theorem2_published),
+        ("speed", "speed", run.speed),
+    ):
+        whole(name, kind, fn)
+    return units, assemble
+
+
+def dispatch_order(run: CertifyRun, units: list[Unit]) -> list[Unit]:
+    """The order a parallel run hands units out (results do not depend on it; the wall time
+    does): the whole checks first (plan order; the speed check alone takes minutes and cannot be
+    split), then the sampling units by decreasing planned N, then the mutants, so that no dear
+    unit starts last while the other workers idle."""
+    n = {uid: u.samples for uid, u in units_by_id(run).items()}
+
+    def key(k: int) -> tuple:
+        uid = units[k][0]
+        kind = 0 if uid.startswith("check/") else (1 if uid in n else 2)
+        return (kind, -n.get(uid, 0), k)
+
+    return [units[k] for k in sorted(range(len(units)), key=key)]

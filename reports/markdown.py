@@ -1,0 +1,60 @@
+"""The markdown every report shares: numbers for humans, github tables, a check's verdict word.
+
+Render-only: nothing here computes or judges a figure, it only writes one down.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tabulate import tabulate
+
+from proofs.result import CheckResult
+
+DASH = "—"
+
+
+def fmt(x, digits: int = 4) -> str:
+    """Numbers for humans: None / nan as a dash, small p-values in scientific notation."""
+    if x is None:
+        return DASH
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, str):
+        return DASH if x == "nan" else ("∞" if x == "inf" else x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            return DASH
+        if math.isinf(x):
+            return "∞" if x > 0 else "-∞"
+        if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
+            return f"{x:.{max(1, digits - 2)}e}"
+        return f"{x:.{digits}g}"
+    if isinstance(x, (list, tuple)):
+        return "(" + ", ".join(fmt(v, digits) for v in x) + ")"
+    return str(x)
+
+
+def table(rows: list[list], headers: list[str]) -> str:
+    return tabulate(
+        [[fmt(v) for v in r] for r in rows], headers=headers, tablefmt="github", disable_numparse=True
+    )
+
+
+def verdict(passed: bool) -> str:
+    return "pass" if passed else "**FAIL**"
+
+
+def heading(c: CheckResult, title: str) -> str:
+    return f"{title}: {verdict(c.passed)}"
+
+
+def error_lines(c: CheckResult) -> str:
+    return f"\n\nThe check could not run: `{c.error}`" if c.error is not None else ""
+
+
+def stopped(c: CheckResult, title: str) -> str:
+    """The whole section of a check that measured nothing: its heading and the error it stopped on."""
+    return heading(c, title) + error_lines(c)
