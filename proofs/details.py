@@ -169,7 +169,7 @@ class SamplingDetails(Details):
     sampling_seconds: float
     samples_per_s: float | None
     cases: tuple[SamplingCase, ...]  # empty: nothing was sampled (the result says why)
-    # which model certify sampled, and why (proofs/run/sampling.py); None for a bare check
+    # which model certify sampled, and why (proofs/run/sampling_units.py); None for a bare check
     model: str | None = None
     why_this_model: str | None = None
     budget_s: float | None = None

@@ -3,7 +3,7 @@
 Render-only: every number printed here was computed by a check; nothing is recomputed or
 judged. Layout: the verdict line first, the stamp, a summary table of every check (measured
 vs bound), then one section per kind of check (RENDERED), in this order: greedy and bitwise
-(reports/exactness.py), sampling (reports/sampling.py), reproducibility, the mutant table and
+(reports/exactness.py), sampling (reports/sampling_checks.py), reproducibility, the mutant table and
 the false-alarm rate (reports/mutants.py), Theorems 1 and 2 (reports/theorems.py), speed. A
 check of a kind with no section still gets a short one (generic_section).
 """
@@ -16,7 +16,7 @@ from proofs.result import CheckResult
 from reports.exactness import bitwise_section, greedy_section, reproducibility_section
 from reports.markdown import DASH, error_lines, fmt, heading, stopped, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
-from reports.sampling import sampling_section, summary_notes
+from reports.sampling_checks import sampling_section, summary_notes
 from reports.theorems import theorem1_section, theorem2_section
 
 __all__ = ["DASH", "fmt", "render_certificate", "status", "table", "verdict"]

@@ -6,7 +6,7 @@
 Figures are measured on the shipped weights (stored float16, computed float32) over evenly
 spaced windows of the held-out split, re-derived from the running interpreter's stdlib and
 checked against the model's data_manifest.json. This module measures and judges (a
-reports.card.ModelCard); reports.card renders it.
+reports.model_card.ModelCard); reports.model_card renders it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from refdec.errors import LoopcertError
 from refdec.files import write_atomic
 from refdec.load import DEFAULT_MODEL_DIR, load_model
 from refdec.tokenizer import byte_decode
-from reports.card import ModelCard, render_card
+from reports.model_card import ModelCard, render_card
 from trainer.train import (
     build_manifest,
     collect_documents,

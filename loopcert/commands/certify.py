@@ -122,18 +122,10 @@ def write_reports(cert: Certificate, out: Path) -> tuple[Path, Path]:
 def run(args) -> int:
     progress = timed_progress()
     jobs = default_jobs(args.device) if args.jobs is None else args.jobs
+    # the run both certify() and predict() take: what, with what, where, which plan and seed
+    what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
     if args.predict is not None:
-        got = predict(
-            args.model,
-            args.decoder,
-            args.device,
-            args.dtype,
-            args.mode,
-            args.seed,
-            progress,
-            slice_seconds=args.predict,
-            jobs=jobs,
-        )
+        got = predict(*what, slice_seconds=args.predict, jobs=jobs)
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
         print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
         for c in got["checks"]:
@@ -146,18 +138,7 @@ def run(args) -> int:
         )
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
-    cert = certify(
-        args.model,
-        args.decoder,
-        args.device,
-        args.dtype,
-        args.mode,
-        args.seed,
-        progress,
-        time_budget=args.time_budget,
-        shard=shard,
-        jobs=jobs,
-    )
+    cert = certify(*what, time_budget=args.time_budget, shard=shard, jobs=jobs)
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
         path = write_shard(args.out, cert)

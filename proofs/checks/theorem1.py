@@ -88,6 +88,35 @@ def _holds(row: Theorem1Pair) -> bool:
     return row.passed_ungated and row.passed_gated and row.passed_lemma
 
 
+def _result(
+    name: str,
+    source: str,
+    n: int,
+    n_ratio: int,
+    worst: dict[str, Theorem1Example],
+    failures: list[Theorem1Example],
+    about: dict,
+) -> CheckResult:
+    """The check from what a pass over the triples found: measured / bound are the largest gated
+    ratio and 2; it passes when no triple broke a bound (the first 5 breaking it are kept)."""
+    maxima = {key: getattr(worst[key].pair, key) if key in worst else math.nan for key in KEYS}
+    details = Theorem1Details(
+        source=source,
+        cases=n,
+        cases_with_ratio=n_ratio,
+        max_ratio_ungated=maxima["ratio_ungated"],
+        max_lemma_ratio=maxima["lemma_ratio"],
+        bounds=BOUNDS,
+        ratio_min_eps2=RATIO_MIN_EPS2,
+        slack=SLACK,
+        worst=worst,
+        failures=tuple(failures[:5]),
+        n_failures=len(failures),
+        **about,
+    )
+    return CheckResult(name, maxima["ratio_gated"], 2.0, not failures, details)
+
+
 def check_theorem1_cases(
     triples: Iterable[Triple],
     name: str = "theorem1",
@@ -117,22 +146,7 @@ def check_theorem1_cases(
             failures.append(Theorem1Example(row, case=i, laws=(p_R, p_d1, p_d2)))
     if n == 0:
         raise LoopcertError(f"{name}: no (p_R, p_d1, p_d2) triples to check")
-    maxima = {key: getattr(worst[key].pair, key) if key in worst else math.nan for key in KEYS}
-    details = Theorem1Details(
-        cases=n,
-        cases_with_ratio=n_ratio,
-        ratio_min_eps2=RATIO_MIN_EPS2,
-        slack=SLACK,
-        max_ratio_ungated=maxima["ratio_ungated"],
-        max_lemma_ratio=maxima["lemma_ratio"],
-        bounds=BOUNDS,
-        worst=worst,
-        failures=tuple(failures[:5]),
-        n_failures=len(failures),
-        source=source,
-        **about,
-    )
-    return CheckResult(name, maxima["ratio_gated"], 2.0, not failures, details)
+    return _result(name, source, n, n_ratio, worst, failures, about)
 
 
 # -- random and adversarial laws ------------------------------------------------------------------
@@ -282,22 +296,10 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
             failures.append(Theorem1Example(row, laws=laws))
 
     search()
-    maxima = {k: getattr(worst[k].pair, k) if k in worst else math.nan for k in KEYS}
-    details = Theorem1Details(
-        source="search",
-        cases=n,
-        cases_with_ratio=n_ratio,
-        max_ratio_ungated=maxima["ratio_ungated"],
-        max_lemma_ratio=maxima["lemma_ratio"],
-        bounds=BOUNDS,
-        ratio_min_eps2=RATIO_MIN_EPS2,
-        slack=SLACK,
-        worst=worst,
-        failures=tuple(failures[:5]),
-        n_failures=len(failures),
-        seed=seed,
-        vocab=vocab,
-        examples=max_examples,
-        search="hypothesis target() on each ratio",
-    )
-    return CheckResult("theorem1_search", maxima["ratio_gated"], 2.0, not failures, details)
+    about = {
+        "seed": seed,
+        "vocab": vocab,
+        "examples": max_examples,
+        "search": "hypothesis target() on each ratio",
+    }
+    return _result("theorem1_search", "search", n, n_ratio, worst, failures, about)

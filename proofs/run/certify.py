@@ -22,7 +22,7 @@ from proofs.result import CheckResult
 from proofs.run.jobs import check_jobs, run_units
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import pool_sampling
+from proofs.run.sampling_units import pool_sampling
 from proofs.run.shards import Shard, plan_hash
 from proofs.run.units import dispatch_order, plan_units
 from proofs.stamp import git_commit, stamp

@@ -86,44 +86,30 @@ FULL_CASES = (
         for t, p in ((0.3, 0.95), (0.4, 0.95), (0.2, 0.99), (0.2, 0.95), (0.1, 0.99))
     ),
 )
-QUICK = CertifyPlan(
-    "quick",
-    greedy_presets=("tiny-ouro", "tiny-raven"),
-    greedy_prompts=2,
-    greedy_tokens=12,
-    bitwise_prompts=2,
-    bitwise_tokens=16,
-    sampling_cases=QUICK_CASES,
-    tv=0.05,
-    sampling_budget_s=270.0,
-    sampling_presets=False,
-    blackbox_mutant_samples=200,
-    false_alarm=None,
-    theorem1_random_cases=1000,
-    theorem1_search_examples=200,
-    trace_prompts=4,
-    trace_positions=48,
-    speed=BENCH_PLANS["quick"].grid,
-)
-FULL = CertifyPlan(
-    "full",
-    greedy_presets=TINY_PRESETS,
-    greedy_prompts=6,
-    greedy_tokens=24,
-    bitwise_prompts=4,
-    bitwise_tokens=32,
-    sampling_cases=FULL_CASES,
-    case_cap=FULL_CASE_CAP,
-    tv=0.01,
-    sampling_budget_s=2400.0,
-    sampling_presets=True,
-    blackbox_mutant_samples=1000,
-    false_alarm=200,
-    theorem1_random_cases=20000,
-    theorem1_search_examples=3000,
-    trace_prompts=8,
-    trace_positions=256,
-    speed=BENCH_PLANS["full"].grid,
+# The two plans side by side, field: (QUICK, FULL). QUICK must fit CI's minutes; FULL samples
+# more settings and models at TV 0.01 and measures the false-alarm rate.
+SIDE_BY_SIDE = {
+    "greedy_presets": (("tiny-ouro", "tiny-raven"), TINY_PRESETS),
+    "greedy_prompts": (2, 6),
+    "greedy_tokens": (12, 24),
+    "bitwise_prompts": (2, 4),
+    "bitwise_tokens": (16, 32),
+    "sampling_cases": (QUICK_CASES, FULL_CASES),
+    "case_cap": (None, FULL_CASE_CAP),
+    "tv": (0.05, 0.01),
+    "sampling_budget_s": (270.0, 2400.0),
+    "sampling_presets": (False, True),
+    "blackbox_mutant_samples": (200, 1000),
+    "false_alarm": (None, 200),
+    "theorem1_random_cases": (1000, 20000),
+    "theorem1_search_examples": (200, 3000),
+    "trace_prompts": (4, 8),
+    "trace_positions": (48, 256),
+    "speed": (BENCH_PLANS["quick"].grid, BENCH_PLANS["full"].grid),
+}
+QUICK, FULL = (
+    CertifyPlan(mode, **{field: pair[i] for field, pair in SIDE_BY_SIDE.items()})
+    for i, mode in enumerate(("quick", "full"))
 )
 PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monkeypatch.setitem
 

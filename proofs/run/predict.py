@@ -25,7 +25,7 @@ from proofs.run.certify import default_model_name
 from proofs.run.jobs import check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import decoder_of, sampling_checks
+from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
 from refdec.files import parse_dtype

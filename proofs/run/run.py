@@ -7,7 +7,7 @@ Which model each check runs on, and why:
   enumerated whole: proofs/stats/views.py); FULL adds the tiny preset of its family as extra
   evidence, never as a replacement. N per case comes from the plan's target TV
   (proofs/checks/distribution.py); a case that cannot reach it fails as "no power"
-  (proofs/run/sampling.py runs those checks as work units);
+  (proofs/run/sampling_units.py runs those checks as work units);
 - mutation and false alarms: their own tiny preset (proofs/checks/mutation.py says why);
 - Theorems 1/2 and speed: the certified model.
 
@@ -105,7 +105,7 @@ class CertifyRun:
         # check label -> its decoder, or why the factory declined the model (a shard builds only
         # the decoders of the units it samples)
         self.sampling_decoders: dict[str, Decoder | NotApplicable] = {}
-        self.pool: SamplingPool | None = None  # the sampling units' time (proofs/run/sampling.py)
+        self.pool: SamplingPool | None = None  # the sampling units' time (proofs/run/sampling_units.py)
 
     def with_plan(self, plan: CertifyPlan) -> CertifyRun:
         """A run of `plan` otherwise like this one, sharing its models and sampling setups; `plan`
@@ -184,7 +184,7 @@ class CertifyRun:
             "bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens, progress=self.say
         )
 
-    # -- 3. sampling (the checks themselves are work units: proofs/run/sampling.py) ---------------
+    # -- 3. sampling (the checks themselves are work units: proofs/run/sampling_units.py) ---------------
     def sampling_plan(self) -> list[tuple[str, list[Candidate], str]]:
         """(model, settings, why) for each model the sampling check runs on: always the certified
         model at its own vocabulary; FULL adds the tiny preset of its family as extra evidence."""

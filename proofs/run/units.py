@@ -2,7 +2,7 @@
 
 Each unit has a stable id and runs on its own, deterministic given the plan and the seed: one
 per sampling case of each (model, setting) (`sampling/<model>/<setting>/<case>`,
-proofs/run/sampling.py), one per mutant (`mutant/<id>`), one per other check (`check/<name>`,
+proofs/run/sampling_units.py), one per mutant (`mutant/<id>`), one per other check (`check/<name>`,
 its raw result the CheckResult as a dict). One assembly step per check turns the raw results,
 from this process, its workers (proofs/run/jobs.py) or merged shards (proofs/run/shards.py),
 into the certificate's checks, in certificate order.
@@ -17,7 +17,7 @@ from proofs.checks.theorem2 import check_theorem2_published
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result, units_by_id
+from proofs.run.sampling_units import sampling_checks, sampling_result, sampling_unit_result, units_by_id
 
 Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)
 Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check

@@ -1,4 +1,4 @@
-"""trainer.card on a tiny trained model: every section renders (reports.card), target lines carry
+"""trainer.card on a tiny trained model: every section renders (reports.model_card), target lines carry
 the measured values, and the PASS/FAIL rules flip on figures that miss them."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 from corpus import tiny_run, write_corpus
 
 from refdec.errors import LoopcertError
-from reports.card import ModelCard, render_card
+from reports.model_card import ModelCard, render_card
 from trainer.card import TARGETS, main, measure, targets
 from trainer.train import train
 

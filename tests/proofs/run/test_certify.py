@@ -26,7 +26,7 @@ from proofs.run.budget import SHARE_SLACK
 from proofs.run.certify import certify, default_model_name
 from proofs.run.plan import FULL, QUICK, case_options
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result
+from proofs.run.sampling_units import sampling_checks, sampling_result, sampling_unit_result
 from proofs.stats.chisquare import detectable_tv
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import Case, case_law

@@ -1,7 +1,7 @@
 """The certified model is the sampled model, at its own vocabulary: fastdec, every
 strategy, is certified with power on synthetic checkpoints written in a published layout
 (refdec.checkpoints.write_published, loaded back from the folder as a user's checkpoint is) at
-V = 61, 256 and 65,536, through certify's own sampling checks (proofs/run/sampling.py), each
+V = 61, 256 and 65,536, through certify's own sampling checks (proofs/run/sampling_units.py), each
 beside its negative control: fastdec (autoregressive) with the temperature off by a quarter must
 be rejected on the same plan, at the same vocabulary.
 
@@ -24,7 +24,7 @@ from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.run.cases import choose_case, option_samples
 from proofs.run.plan import FULL, FULL_CASE_CAP, QUICK, QUICK_CASES, case_options
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import sampling_checks, sampling_result, sampling_unit_result
+from proofs.run.sampling_units import sampling_checks, sampling_result, sampling_unit_result
 from proofs.stats.views import Case, case_law
 from refdec.checkpoints import write_published
 from refdec.sampling import SamplingParams

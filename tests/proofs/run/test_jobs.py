@@ -17,7 +17,7 @@ from loopcert.cli import main
 from proofs.run.budget import SHARE_SLACK
 from proofs.run.jobs import default_jobs
 from proofs.run.run import CertifyRun
-from proofs.run.sampling import pool_sampling, sampling_checks, units_by_id
+from proofs.run.sampling_units import pool_sampling, sampling_checks, units_by_id
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
 
