@@ -5,8 +5,9 @@ still a dependency, and a lazy import both ways is a cycle that only hides until
 it to the top). A package may import only itself and the packages before it, and no modules
 import each other in a circle. No module takes a `_private` name from a module of another
 package (`from m import _x`, or `m._x` on an imported module): a name another package needs is
-public. `import_graph`, `violations` and `private_imports` are checked on a small tree that
-breaks every rule, so each check can fail.
+public. Inside proofs/ the subpackages are layered too (PROOFS_LAYERS). `import_graph`,
+`violations` and `private_imports` are checked on small trees that break every rule, so each
+check can fail.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("refdec", "fastdec", "analysis", "proofs", "reports", "trainer", "loopcert")
+# Inside proofs/: its top-level modules (result, details, record, certificate, stamp, progress,
+# prompts) <- stats <- decoders <- checks and speed (independent of each other) <- run.
+PROOFS_LAYERS = ("proofs", "proofs.stats", "proofs.decoders", ("proofs.checks", "proofs.speed"), "proofs.run")
 
 
 def module_files(root: Path, packages=LAYERS) -> dict[str, Path]:
@@ -95,11 +99,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def layer_rank(module: str, layers) -> int | None:
+    """The rank of the layer `module` belongs to: the entry of `layers` (a name, or a tuple of
+    names of equal rank) that is its longest dotted prefix; None when none is."""
+    best, length = None, -1
+    for i, entry in enumerate(layers):
+        for name in entry if isinstance(entry, tuple) else (entry,):
+            if (module == name or module.startswith(name + ".")) and len(name) > length:
+                best, length = i, len(name)
+    return best
+
+
 def violations(graph: dict[str, set[str]], layers=LAYERS) -> dict[str, list]:
-    """upward: (module, imported module of a later layer); cycles: modules in a circle."""
-    rank = {pkg: i for i, pkg in enumerate(layers)}
+    """upward: (module, imported module of a later layer); cycles: modules in a circle. Modules
+    of no layer (another package, when `layers` orders one package's subpackages) are left out."""
+    rank = {m: layer_rank(m, layers) for m in graph}
     upward = sorted(
-        (m, t) for m, ts in graph.items() for t in ts if rank[t.split(".")[0]] > rank[m.split(".")[0]]
+        (m, t)
+        for m, ts in graph.items()
+        for t in ts
+        if rank[m] is not None and rank.get(t) is not None and rank[t] > rank[m]
     )
     return {"upward": upward, "cycles": cycles(graph)}
 
@@ -172,6 +191,27 @@ def test_the_check_finds_an_upward_import_and_a_cycle(tmp_path):
         "upward": [("low.c", "high.x")],
         "cycles": [["high.x", "low.c"], ["low.a", "low.b"]],
     }
+
+
+def test_the_subpackages_of_proofs_run_one_way():
+    graph = import_graph(ROOT)
+    assert "proofs.stats.exact_laws" in graph["proofs.checks.greedy"]  # the parse sees the subpackages
+    assert violations(graph, PROOFS_LAYERS)["upward"] == []
+
+
+def test_the_check_finds_an_upward_import_between_subpackages():
+    graph = {
+        "p.top": set(),
+        "p.low.a": {"p.top"},
+        "p.mid.b": {"p.low.a", "p.side.c"},  # same rank: fine
+        "p.side.c": {"p.high.d"},  # upward
+        "p.high.d": {"p.mid.b", "other.x"},  # another package: not ranked here
+        "other.x": {"p.high.d"},
+    }
+    layers = ("p", "p.low", ("p.mid", "p.side"), "p.high")
+    assert violations(graph, layers)["upward"] == [("p.side.c", "p.high.d")]
+    assert layer_rank("p.top", layers) == 0 and layer_rank("p.lowly", layers) == 0
+    assert layer_rank("other.x", layers) is None
 
 
 def test_no_module_takes_a_private_name_from_another_package():
