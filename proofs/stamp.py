@@ -1,4 +1,4 @@
-"""The one stamp of every generated artefact (STYLE.md principle 13): the certificate, the
+"""The one stamp of every generated artefact (docs/design.md section 9): the certificate, the
 speedup report, the benchmark baseline and the model card say where they came from in the same
 words: commit, date, versions, device, dtype and seeds.
 """

@@ -2,7 +2,8 @@
 
 Reads config.json and safetensors (one `model.safetensors`, or shards listed by
 `model.safetensors.index.json`) in the key layouts the upstream code writes, and maps them onto
-LoopedLM (shared/MODELS.md is the specification); `write_published` writes the same layouts.
+LoopedLM (docs/checkpoints.md lists what it takes from the published code); `write_published`
+writes the same layouts.
 Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.load refuses
 pickles before this module is reached.
 
@@ -16,7 +17,7 @@ Four layouts, told apart by model_type, then (huginn_raven) by the keys of the f
     retro-olmo   huginn_raven  postnorm  norm_1, norm_2 + attn.q_norm rotate-half  init_values
 
 Config fields the architecture needs are read from config.json and never defaulted: upstream
-config classes carry defaults that do not match the checkpoints (MODELS.md, Ouro).
+config classes carry defaults that do not match the checkpoints (docs/checkpoints.md, Ouro).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ BLOCK_OF_LAYOUT = {layout: block for block, layout in LAYOUT_OF_BLOCK.items()}
 MODEL_TYPES = ("ouro", "huginn_raven")
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-# Buffers some exports carry; recomputed from the config instead (MODELS.md).
+# Buffers some exports carry; recomputed from the config instead (docs/checkpoints.md).
 SKIPPED = re.compile(r"(^|\.)(rotary_emb\.inv_freq|freqs_cis)$")
 FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 DTYPE_NAMES = {v: k for k, v in FLOAT_DTYPES.items()}
@@ -233,7 +234,7 @@ def config_from_published(
         qk_norm=block == "postnorm",
         tie_embeddings=tie,
         norm_eps=f.num("norm_eps"),
-        init_state="zeros",  # upstream's init_scale=0 (MODELS.md): reproducible
+        init_state="zeros",  # upstream's init_scale=0 (docs/checkpoints.md): reproducible
     )
     if common["qk_bias"] and common["n_kv_heads"] != common["n_heads"]:
         f.bad(
@@ -268,7 +269,7 @@ def config_from_published(
         f.bad("init_values.embed_scale", "is missing (needed by the retrofitted layout)")
     embed_scale = Fields(init_values, f"{where}: init_values").num("embed_scale")
     # Retrofitted configs keep Huginn's rope_base next to the source model's rope_theta; the
-    # source model's rope_theta is the one that drives RoPE (MODELS.md).
+    # source model's rope_theta is the one that drives RoPE (docs/checkpoints.md).
     theta = f.num("rope_theta") if f.has("rope_theta") else f.num("rope_base")
     max_len = f.int("max_position_embeddings") if f.has("max_position_embeddings") else f.int("block_size")
     cfg = build(
@@ -762,7 +763,7 @@ def eos_ids(folder: Path, raw: dict) -> tuple[int, ...]:
 
 def load_checkpoint(folder, *, dtype=torch.float32, recurrence: int | None = None) -> LoopedLM:
     """refdec.load_model for a published folder, with R overridable (retrofitted configs'
-    mean_recurrence may be stale: MODELS.md)."""
+    mean_recurrence may be stale: docs/checkpoints.md)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise LoopcertError(f"{folder}: not a folder")

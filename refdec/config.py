@@ -1,4 +1,4 @@
-"""Model configuration for both looped families (docs/design.md section 2, MODELS.md).
+"""Model configuration for both looped families (docs/design.md section 2, docs/checkpoints.md).
 
 One frozen dataclass describes Ouro, Huginn/Raven and the retrofitted-recurrence
 Llama / OLMo-2 models. Decode settings live elsewhere (refdec.sampling, fastdec.Decoder).
@@ -14,7 +14,7 @@ from refdec.errors import LoopcertError
 from refdec.validate import is_int, is_number
 
 FAMILIES = ("ouro", "raven")
-# Block layouts (MODELS.md):
+# Block layouts (docs/checkpoints.md):
 #   ouro      x + n2(attn(n1(x)));  h + n4(mlp(n3(h)))          norms before the residual add
 #   sandwich  n2(attn(n1(x)) + x);  n4(mlp(n3(x)) + x)          Huginn: norms after the add
 #   prenorm   x + attn(n1(x));      x + mlp(n2(x))              Llama / TinyLlama
@@ -178,7 +178,7 @@ class ModelConfig:
             raise LoopcertError(f"bad ModelConfig: {e}") from None
 
 
-# The fields each architecture fixes (MODELS.md; "llama" and "olmo" are Llama / TinyLlama and
+# The fields each architecture fixes (docs/checkpoints.md; "llama" and "olmo" are Llama / TinyLlama and
 # OLMo-2 with recurrence retrofitted, Raven-style); a preset adds its sizes.
 ARCHITECTURES: dict[str, dict] = {
     "ouro": {"family": "ouro", "block": "ouro", "rope": "half", "early_exit_gate": True},
@@ -232,7 +232,7 @@ PRESETS: dict[str, ModelConfig] = {
             rope_scaling=RopeScaling(original_max_position_embeddings=16),
         ),
         _tiny("tiny-raven-olmo", "olmo", init_state="seeded"),
-        # Published shapes (MODELS.md), for `inspect` and sizing; weights load from a folder.
+        # Published shapes (docs/checkpoints.md), for `inspect` and sizing; weights load from a folder.
         _preset(
             "ouro-1.4b",
             "ouro",

@@ -1,4 +1,4 @@
-"""The one exception type for errors a user can cause (STYLE.md principle 14)."""
+"""The one exception type for errors a user can cause."""
 
 
 class LoopcertError(ValueError):

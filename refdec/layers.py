@@ -33,7 +33,7 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def at_least_float32(dtype: torch.dtype) -> torch.dtype:
-    """Norms and RoPE run in float32 at least (MODELS.md: RMSNorm in float32, cast back)."""
+    """Norms and RoPE run in float32 at least (docs/checkpoints.md: RMSNorm in float32, cast back)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -134,7 +134,7 @@ def attention(x: torch.Tensor, w: AttentionWeights, cfg: ModelConfig, cos, sin, 
     q = q.view(b, t, cfg.n_heads, cfg.head_dim)  # (B, T, H, D)
     k = k.view(b, t, cfg.n_kv_heads, cfg.head_dim)  # (B, T, KV, D)
     v = v.view(b, t, cfg.n_kv_heads, cfg.head_dim)
-    if cfg.qk_bias:  # added before RoPE (MODELS.md, Huginn)
+    if cfg.qk_bias:  # added before RoPE (docs/checkpoints.md, Huginn)
         q, k = q + w.q_bias, k + w.k_bias
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or KV, T, D)
     o = attend(apply_rope(q, cos, sin, cfg.rope), apply_rope(k, cos, sin, cfg.rope), v)  # (B, H, T, D)
@@ -147,7 +147,7 @@ def mlp(x: torch.Tensor, w: MLPWeights) -> torch.Tensor:
 
 
 def block(x: torch.Tensor, w: BlockWeights, cfg: ModelConfig, cos, sin, attend: Attend) -> torch.Tensor:
-    """x (B, T, d) through one block in the layout cfg.block (refdec.config.BLOCKS, MODELS.md)."""
+    """x (B, T, d) through one block in the layout cfg.block (refdec.config.BLOCKS, docs/checkpoints.md)."""
     norm = lambda y, i: rms_norm(y, w.norms[i], cfg.norm_eps)
     attn = lambda y: attention(y, w.attn, cfg, cos, sin, attend)
     if cfg.block == "ouro":  # each branch normed before and after, then added

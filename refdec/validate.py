@@ -1,5 +1,4 @@
-"""The one integer check and the one number-in-a-range check for values a user can pass
-(STYLE.md principle 14).
+"""The one integer check and the one number-in-a-range check for values a user can pass.
 
 `bool` is an `int` in Python, and `True` as a depth, a count or a probability is always a
 mistake, so it is refused; numpy integers and floats are accepted (and returned as plain ones).

@@ -1,8 +1,8 @@
 """Published checkpoints (refdec.checkpoints, refdec.tokenizer, `loopcert inspect`).
 
 Each published layout gets a tiny synthetic checkpoint written here by hand with the exact key
-names and config.json fields of shared/MODELS.md (not by refdec's writer), and an oracle forward
-written here from MODELS.md's formulas in plain float64 torch with per-position, per-head loops
+names and config.json fields of docs/checkpoints.md (not by refdec's writer), and an oracle forward
+written here from docs/checkpoints.md's formulas in plain float64 torch with per-position, per-head loops
 and explicit 2x2 RoPE rotations: it shares no code with refdec.layers / refdec.model, and it reads
 the published tensors by their published names, so it checks the key map too.
 """
@@ -196,7 +196,7 @@ def write(folder, config, tensors, shards=None):
 LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo")
 
 
-# -- the oracle (MODELS.md, float64, no refdec code) -------------------------------------------
+# -- the oracle (docs/checkpoints.md, float64, no refdec code) -------------------------------------------
 def rms(x, w, eps=1e-6):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
@@ -268,7 +268,7 @@ def silu(z):
 
 
 def oracle_logits(layout, config, tensors, ids, depths):
-    """(len(depths), T, V) float64 logits from the published tensors, MODELS.md by the letter."""
+    """(len(depths), T, V) float64 logits from the published tensors, docs/checkpoints.md by the letter."""
     W = {k: v.double() for k, v in tensors.items()}
     c = config
     if layout == "ouro":
@@ -391,7 +391,7 @@ def test_llama3_frequencies_cover_all_three_branches():
     assert rope_inv_freq(cfg).tolist() == pytest.approx(want, rel=1e-12)
 
 
-# -- each published layout loads and computes what MODELS.md describes ---------------------------
+# -- each published layout loads and computes what docs/checkpoints.md describes ---------------------------
 EXPECTED = {
     "ouro": {
         "family": "ouro",
