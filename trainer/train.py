@@ -35,6 +35,7 @@ the step count is then a result, recorded in train_record.json. Checkpoints are 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import functools
 import hashlib
@@ -259,14 +260,38 @@ def collect_documents(root: Path | None = None) -> list[tuple[str, bytes]]:
         docs.append((rel, path.read_bytes()))
     topics = root / "pydoc_data" / "topics.py"
     if topics.is_file():
-        ns: dict = {}
-        exec(compile(topics.read_bytes(), str(topics), "exec"), ns)  # a literal dict, stdlib's own
-        for key, text in ns.get("topics", {}).items():
+        for key, text in pydoc_topics(topics).items():
             docs.append((f"pydoc_data/topics/{key}", text.encode("utf-8")))
     docs.sort()
     if not docs:
         raise LoopcertError(f"no .py files under {root}")
     return docs
+
+
+def pydoc_topics(path: Path) -> dict[str, str]:
+    """The `topics = {...}` dict of a pydoc_data/topics.py, read as data (ast.literal_eval of the
+    assigned literal: nothing in the file runs). A file without that literal gives {}; one whose
+    `topics` is not a dict of strings is refused by name."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (SyntaxError, ValueError) as e:
+        raise LoopcertError(f"{path}: not Python source ({e})") from None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "topics" for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                raise LoopcertError(
+                    f"{path}: `topics` is not a literal (refused: it is read as data)"
+                ) from None
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise LoopcertError(f"{path}: `topics` must be a dict of strings")
+            return value
+    return {}
 
 
 def split_documents(docs) -> dict[str, list[tuple[str, bytes]]]:

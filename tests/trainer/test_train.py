@@ -3,6 +3,7 @@ the shipped default model loads, decodes at depth 2R and comes with held-out pro
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +18,11 @@ from trainer.train import (
     collect_documents,
     command_line,
     default_prompts,
+    pydoc_topics,
     sample_depth,
     split_documents,
     split_of,
+    stdlib_root,
     train,
 )
 
@@ -36,6 +39,32 @@ def corpus(tmp_path_factory):
 def tiny_config(corpus, **kw):
     """Recipe v1 with the shallow auxiliary loss at depths 1..2."""
     return tiny_run(corpus, **(dict(mean_depth=3.0, aux_max_depth=2) | kw))
+
+
+def test_pydoc_topics_are_read_as_data_never_run(tmp_path):
+    """The data folder's pydoc_data/topics.py is parsed (ast.literal_eval), not executed: the real
+    stdlib file gives the dict Python's own import gives (the oracle); a file whose code would
+    write a file does not, and a `topics` that is not a literal is refused by name."""
+    from pydoc_data.topics import topics as imported
+
+    real = Path(stdlib_root()) / "pydoc_data" / "topics.py"
+    assert pydoc_topics(real) == imported and len(imported) > 10
+    marker = tmp_path / "ran"
+    root = tmp_path / "lib"
+    (root / "pydoc_data").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "pydoc_data" / "topics.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\ntopics = {{'assert': 'The assert statement'}}\n"
+    )
+    docs = dict(collect_documents(root))
+    assert docs["pydoc_data/topics/assert"] == b"The assert statement" and not marker.exists()
+    (root / "pydoc_data" / "topics.py").write_text(f"topics = dict(open({str(marker)!r}, 'w'))\n")
+    with pytest.raises(LoopcertError, match="topics.py: `topics` is not a literal"):
+        collect_documents(root)
+    assert not marker.exists()
+    (root / "pydoc_data" / "topics.py").write_text("topics = {'assert': 1}\n")
+    with pytest.raises(LoopcertError, match="must be a dict of strings"):
+        collect_documents(root)
 
 
 def test_split_is_a_fixed_function_of_the_name(corpus):
