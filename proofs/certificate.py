@@ -9,13 +9,12 @@ record (proofs/details.py), read back by kind; `from_json(to_json(c)) == c`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from proofs.record import Record
 from proofs.result import CheckResult
 from refdec.errors import LoopcertError
+from refdec.files import json_text, read_json
 
 SCHEMA = "loopcert-certificate"
 SCHEMA_VERSION = 2  # 2: typed details by kind, common fields on the check, a typed stamp
@@ -113,7 +112,7 @@ class Certificate:
 
     def dumps(self) -> str:
         """certificate.json's text: strict JSON (non-finite floats as strings, see refdec.values)."""
-        return json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
+        return json_text(self.to_json())
 
     @classmethod
     def from_json(cls, data, source: str = "certificate") -> Certificate:
@@ -142,9 +141,4 @@ class Certificate:
 
 def read_certificate(path) -> Certificate:
     """certificate.json -> Certificate (LoopcertError naming the file when it is not one)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise LoopcertError(f"cannot read certificate {path}: {e}") from None
-    return Certificate.from_json(data, str(path))
+    return Certificate.from_json(read_json(path, "certificate"), str(path))

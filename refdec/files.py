@@ -1,5 +1,7 @@
 """Files on disk, for refdec.load (loopcert's own format) and refdec.checkpoints (published
-layouts) alike: atomic writes, config.json, refusing pickles, dtype names, the format marker.
+layouts) alike: atomic writes, config.json, refusing pickles, dtype names, the format marker;
+and the one JSON writer and reader of every artefact (certificate, shard, bench report, model
+card), with one rule for non-finite floats (refdec.values.jsonable: the strings "inf", "nan").
 
 It imports neither of them: io dispatches published folders to checkpoints, and both read
 and write through this module, so the imports run one way (files <- checkpoints <- io).
@@ -15,6 +17,7 @@ from pathlib import Path
 import torch
 
 from refdec.errors import LoopcertError
+from refdec.values import jsonable
 
 FORMAT = "loopcert"  # config.json's "format" in loopcert's own folders (refdec.load)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -49,6 +52,33 @@ def write_atomic(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def json_text(data) -> str:
+    """An artefact's strict JSON text: jsonable values (non-finite floats as "inf" / "-inf" /
+    "nan"), one space of indent, a final newline. Readers of typed records turn those strings
+    back into floats (proofs/record.py)."""
+    return json.dumps(jsonable(data), indent=1, allow_nan=False) + "\n"
+
+
+def write_json(path, data) -> Path:
+    """Write an artefact atomically; its text is made before the file is touched, so a value
+    that cannot be written leaves the previous file in place."""
+    path = Path(path)
+    text = json_text(data)
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
+    return path
+
+
+def read_json(path, what: str):
+    """The JSON of an artefact; LoopcertError naming `what` and the file when it cannot be read."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LoopcertError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise LoopcertError(f"{path}: cannot read this {what} ({e})") from None
 
 
 def read_config(folder: Path) -> dict:

@@ -33,6 +33,20 @@ def jsonable(x: Any) -> Any:
     return str(x)
 
 
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}  # how jsonable writes them
+
+
+def numbers_back(x: Any) -> Any:
+    """The inverse of jsonable's rule for non-finite floats, over data known to be numbers (a
+    measurement's section read back from JSON): the strings "inf", "-inf", "nan" become floats
+    again, everything else is kept. Not for data that may hold text."""
+    if isinstance(x, dict):
+        return {k: numbers_back(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [numbers_back(v) for v in x]
+    return NON_FINITE.get(x, x) if isinstance(x, str) else x
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.float32 -> "float32": the name every artefact and message uses."""
     return str(dtype).removeprefix("torch.")

@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from analysis.cost_model import FLOAT32_TV_FLOOR, PUBLISHED
 from refdec.errors import LoopcertError
+from refdec.values import numbers_back
 
 # ModelConfig fields the architecture table shows, in order.
 CONFIG_ROWS = (
@@ -65,7 +66,9 @@ class ModelCard:
         missing, unknown = sorted(set(names) - set(got)), sorted(set(got) - set(names))
         if missing or unknown:
             raise LoopcertError(f"not a model card: missing keys {missing}, unknown keys {unknown}")
-        return cls(**got)
+        # the measured sections are numbers: their non-finite values come back as floats
+        measured = ("eval", "long_context", "envelope", "dynamics", "history", "card_seconds")
+        return cls(**{k: numbers_back(v) if k in measured else v for k, v in got.items()})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

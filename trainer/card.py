@@ -27,7 +27,7 @@ from analysis.state_dynamics import init_sensitivity, iteration_gain, step_sizes
 from proofs.stamp import stamp as make_stamp
 from refdec.decode import generate
 from refdec.errors import LoopcertError
-from refdec.files import write_atomic
+from refdec.files import write_atomic, write_json
 from refdec.load import DEFAULT_MODEL_DIR, load_model
 from refdec.tokenizer import byte_decode
 from reports.model_card import ModelCard, render_card
@@ -263,10 +263,7 @@ def main(argv=None) -> int:
     )
     out = Path(args.out) if args.out else model_dir / "MODEL_CARD.md"
     write_atomic(out, lambda f: Path(f).write_text(render_card(card, stamp)))
-    write_atomic(
-        out.with_name("card.json"),
-        lambda f: Path(f).write_text(json.dumps({"stamp": stamp, **card.to_dict()}, indent=1) + "\n"),
-    )
+    write_json(out.with_name("card.json"), {"stamp": stamp, **card.to_dict()})
     print(f"wrote {out}")
     return 0
 

@@ -14,7 +14,6 @@ Exit status: 0 ok, 1 a gate failed, 2 a usage error.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from proofs.speed.report import PLANS
 from proofs.speed.timing import Workload
 from proofs.stamp import stamp
 from refdec.errors import LoopcertError
-from refdec.load import write_atomic
+from refdec.files import write_atomic, write_json
 from refdec.validate import check_int
 from refdec.values import jsonable
 from reports.speedup import render
@@ -95,10 +94,6 @@ def command_line(args) -> str:
     return " ".join(parts)
 
 
-def _json(data: dict) -> str:
-    return json.dumps(jsonable(data), indent=1, allow_nan=False) + "\n"
-
-
 def say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -123,7 +118,7 @@ def run(args) -> int:
         cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
         cur["command"] = command_line(args)
         if args.write_baseline:
-            write_atomic(Path(args.baseline), lambda tmp: Path(tmp).write_text(_json(cur)))
+            write_json(Path(args.baseline), cur)
             say(f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s)")
             return 0
         results = gates.compare(cur, base, args.tolerance)
@@ -132,7 +127,7 @@ def run(args) -> int:
                 say(("  " if r.passed else "  REGRESSION ") + r.details["message"])
         bad = gates.failures(results)
         report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
-        write_atomic(Path(args.out) / "gate.json", lambda tmp: Path(tmp).write_text(_json(report)))
+        write_json(Path(args.out) / "gate.json", report)
         for msg in bad:
             say(f"FAIL {msg}")
         say(f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({time.perf_counter() - t0:.0f} s)")
@@ -144,7 +139,7 @@ def run(args) -> int:
     md = render(res)  # render before writing: a render error leaves both old files
     out = Path(args.out)
     with uninterrupted():  # both files or neither
-        write_atomic(out / "speedup.json", lambda tmp: Path(tmp).write_text(_json(res.to_json())))
+        write_json(out / "speedup.json", res.to_json())
         write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0
@@ -185,7 +180,7 @@ def run_serve_load(args) -> int:
     }
     md = render_load(jsonable(res))
     out = Path(args.out)
-    write_atomic(out / "serve-load.json", lambda tmp: Path(tmp).write_text(_json(res)))
+    write_json(out / "serve-load.json", res)
     write_atomic(out / "serve-load.md", lambda tmp: Path(tmp).write_text(md))
     s = res["summary"]
     say(

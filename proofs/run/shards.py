@@ -15,13 +15,13 @@ the machine: a unit that stopped at its deadline is flagged in its tally either 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from refdec.errors import LoopcertError
+from refdec.files import read_json, write_json
 
 SHARD_FILE = "shard.json"
 FORMAT = 1
@@ -74,22 +74,20 @@ def plan_hash(plan) -> str:
 
 
 def write_shard(out: Path, data: dict) -> Path:
-    from refdec.load import write_atomic
-
+    """OUT/shard.json, through the one artefact writer (refdec.files.write_json); a shard that
+    cannot be written is a LoopcertError naming the file and why (the command exits 2)."""
     path = Path(out) / SHARD_FILE
-    text = json.dumps({"format": FORMAT, **data}, indent=1, allow_nan=False) + "\n"
-    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
-    return path
+    try:
+        return write_json(path, {"format": FORMAT, **data})
+    except (OSError, ValueError) as e:
+        raise LoopcertError(f"cannot write the shard to {path}: {e}") from None
 
 
 def read_shard(folder: Path) -> dict:
     path = Path(folder) / SHARD_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise LoopcertError(f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise LoopcertError(f"{path}: cannot read it ({e})") from None
+    if not path.is_file():
+        raise LoopcertError(f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)")
+    data = read_json(path, "shard file")
     if not isinstance(data, dict) or data.get("format") != FORMAT or "shard" not in data:
         raise LoopcertError(f"{path}: not a loopcert shard file of format {FORMAT}")
     data["_folder"] = str(folder)

@@ -5,6 +5,7 @@ A reduced plan keeps each run to seconds."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -125,3 +126,26 @@ def test_shard_spec():
     s = Shard.parse(" 2/3 ")
     assert (s.index, s.count, str(s)) == (2, 3, "2/3")
     assert [k for k in range(9) if s.takes(k)] == [1, 4, 7]
+
+
+def test_a_shard_with_non_finite_values_is_written_and_read_back(tmp_path):
+    """A mutant row below the plan's power carries detectable_tv = inf: the shard is written with
+    the one artefact rule (strict JSON, "inf" as a string, as certificate.json writes it) and read
+    back; before, json.dumps(allow_nan=False) raised and the shard's work was lost."""
+    from proofs.run.shards import read_shard, write_shard
+
+    data = {"shard": [3, 8], "identity": {}, "units": ["mutant/a"], "results": {"mutant/a": {"tv": math.inf}}}
+    path = write_shard(tmp_path / "s3", data)
+    text = path.read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert read_shard(tmp_path / "s3")["results"] == {"mutant/a": {"tv": "inf"}}
+
+
+def test_a_shard_that_cannot_be_written_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    """Not exit 1 (a FAIL verdict): a usage-class error naming the file, the reason kept."""
+    monkeypatch.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file where the shard folder should go\n")
+    rc = main(["certify", "tiny-ouro", "--jobs", "1", "--shard", "1/40", "--out", str(blocker)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot write the shard to" in err and "taken" in err
