@@ -836,7 +836,10 @@ def describe(name_or_path) -> dict:
         refuse_pickles(folder)
         raw = read_config(folder)
         if isinstance(raw, dict) and raw.get("format") == FORMAT:
-            cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
+            try:
+                cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
+            except LoopcertError as e:  # name the file the bad field is in
+                raise LoopcertError(f"{folder / 'config.json'}: {e}") from None
             source = "loopcert"
             path = folder / SINGLE
             if not path.is_file():

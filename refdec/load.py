@@ -74,7 +74,10 @@ def load_folder(folder: Path, dtype: torch.dtype) -> LoopedLM:
     raw = read_config(folder)
     if raw.get("format") != FORMAT:  # a published layout: Ouro, Huginn, retrofitted
         return checkpoints.load_published(folder, raw, dtype)
-    cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
+    try:
+        cfg = ModelConfig.from_dict({k: v for k, v in raw.items() if k != "format"})
+    except LoopcertError as e:  # name the file the bad field is in
+        raise LoopcertError(f"{folder / 'config.json'}: {e}") from None
     path = folder / "model.safetensors"
     if not path.is_file():
         raise LoopcertError(f"{folder}: no model.safetensors")
@@ -102,7 +105,9 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
     folder = Path(name_or_path)
     if folder.is_dir():
         return load_folder(folder, dtype)
-    raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
+    raise LoopcertError(
+        f"{name!r} is neither a preset ({sorted(PRESETS)}), 'default' (the shipped model) nor a model folder"
+    )
 
 
 # Two fingerprints, for two questions:

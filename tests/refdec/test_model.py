@@ -11,6 +11,7 @@ from tolerances import assert_close
 
 import refdec
 from fastdec.accept import total_variation
+from refdec.checkpoints import describe
 from refdec.config import TINY_PRESETS, ModelConfig, get_preset
 from refdec.errors import LoopcertError
 from refdec.layers import seeded_state
@@ -224,8 +225,22 @@ def test_unknown_config_field_is_named(saved):
     cfg = json.loads((saved / "config.json").read_text())
     cfg["n_dragons"] = 3
     (saved / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(LoopcertError, match="n_dragons"):
+    with pytest.raises(LoopcertError, match="n_dragons") as e:
         refdec.load_model(saved)
+    assert str(saved / "config.json") in str(e.value)  # the file, not only the field
+    with pytest.raises(LoopcertError, match="n_dragons") as e:
+        describe(saved)  # `loopcert inspect` names it too
+    assert str(saved / "config.json") in str(e.value)
+
+
+def test_a_name_that_is_nothing_lists_every_choice(capsys):
+    """`loopcert certify /nonexistent`: the message lists the presets and "default" too."""
+    from loopcert.cli import main
+
+    assert main(["certify", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "'/nonexistent' is neither a preset" in err and "'default' (the shipped model)" in err
+    assert "tiny-raven" in err
 
 
 def test_pickle_file_is_refused(saved):
