@@ -149,3 +149,22 @@ def test_a_shard_that_cannot_be_written_exits_2_naming_it(tmp_path, capsys, monk
     rc = main(["certify", "tiny-ouro", "--jobs", "1", "--shard", "1/40", "--out", str(blocker)])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot write the shard to" in err and "taken" in err
+
+
+@pytest.mark.slow
+def test_all_8_shards_of_the_quick_plan_merge_into_the_unsharded_certificate(tmp_path):
+    """The real quick plan on tiny-raven in 8 shards, mutants below the plan's power included
+    (their rows carry detectable_tv = inf, which once made a shard lose its work): every shard is
+    written, and the merge equals the unsharded certificate apart from timings. Minutes of CPU:
+    nightly (tox -e nightly)."""
+    argv = ["certify", "tiny-raven", "--quick", "--jobs", "1", "--seed", "0"]
+    assert [main([*argv, "--shard", f"{i}/8", "--out", str(tmp_path / f"s{i}")]) for i in range(1, 9)] == [
+        0
+    ] * 8
+    texts = [(tmp_path / f"s{i}" / "shard.json").read_text() for i in range(1, 9)]
+    assert any('"inf"' in t for t in texts)  # the case that used to crash the writer is in the run
+    assert merge(tmp_path, *[f"s{i}" for i in range(1, 9)]) == 0
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "certificate.json").read_text())
+    merged = json.loads((tmp_path / "merged" / "certificate.json").read_text())
+    assert untimed(merged) == untimed(whole) and merged["verdict"] == "PASS"
