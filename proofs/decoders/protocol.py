@@ -9,6 +9,7 @@ fastdec result). A BatchDecoder also has `generate_batch`, many seeds in one cal
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -89,7 +90,7 @@ def batch_call_limit(decoder: BatchDecoder) -> int | None:
 Factory = Callable[[Any], Decoder]  # model -> decoder
 
 
-class SeededDecoder:
+class SeededDecoder(ABC):
     """Base of loopcert's own reference decoders (naive_kv, specref): `generate` validates its
     arguments as refdec.generate does (a LoopcertError names the bad value) and hands `decode`
     the prompt ids, the depth and a fresh torch.Generator(seed), the stream refdec draws from."""
@@ -110,6 +111,7 @@ class SeededDecoder:
         gen = torch.Generator().manual_seed(seed)
         return self.decode(ids, depth, max_new_tokens, sampling, gen, eos_token_id)
 
+    @abstractmethod
     def decode(
         self,
         ids: list[int],
@@ -119,7 +121,8 @@ class SeededDecoder:
         gen: torch.Generator,
         eos_token_id: int | None,
     ) -> list[int]:
-        raise NotImplementedError
+        """Each decoder's own decoding, from validated arguments: the new ids (EOS included when
+        it ends the run). Abstract, so a subclass without it cannot be built."""
 
 
 class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error

@@ -3,6 +3,7 @@ and that the callers (draw, the serve scheduler) follow them."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import fastdec
@@ -98,3 +99,13 @@ def test_the_scheduler_joins_by_protocol():
     batched = Scheduler(Batched(max_batch=3), max_batch=8)
     assert batched.join == "round" and batched.max_batch == 3  # never more than the decoder holds
     assert Scheduler(Batched(), max_batch=8).max_batch == 8
+
+
+def test_a_seeded_decoder_without_its_decode_cannot_be_built():
+    from proofs.decoders.protocol import SeededDecoder
+
+    class NoDecode(SeededDecoder):
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        NoDecode()
