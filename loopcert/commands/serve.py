@@ -3,13 +3,16 @@
     loopcert serve MODEL [--strategy S --draft-loops D1 ...] [--host 127.0.0.1] [--port 8000]
 
 Needs the optional extra: pip install 'loopcert[serve]' (FastAPI + uvicorn). Listens on
-127.0.0.1 unless --host says otherwise; --port 0 picks a free port, printed on startup and
+127.0.0.1 unless --host says otherwise (beyond loopback without --api-key: one warning line on
+stderr); --port 0 picks a free port, printed on startup and
 written to --port-file. Blocks until interrupted.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from pathlib import Path
 
 from loopcert.commands.common import (
@@ -22,6 +25,7 @@ from loopcert.commands.common import (
     encode_text,
     load_from_args,
 )
+from loopcert.serve import MAX_BODY_BYTES, READ_TIMEOUT_S
 from refdec.errors import LoopcertError
 from refdec.load import write_atomic
 from refdec.values import dtype_name
@@ -65,6 +69,25 @@ def add_arguments(p) -> None:
         "the request's; certify must report the server NON-REPRODUCIBLE",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn log level")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("LOOPCERT_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every endpoint but /health (default: env "
+        "LOOPCERT_API_KEY; none: no authentication)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help=f"largest request body; larger is HTTP 413 before it is read (default {MAX_BODY_BYTES})",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=READ_TIMEOUT_S,
+        help="seconds a client may take to send a request's headers, and then its body, before "
+        f"the connection is dropped (default {READ_TIMEOUT_S:g})",
+    )
 
 
 def build_served(args):
@@ -79,6 +102,12 @@ def build_served(args):
         )
     if not 0 <= args.port < 65536:
         raise LoopcertError(f"--port must be in [0, 65535], got {args.port}")
+    if args.max_body_bytes < 1024:
+        raise LoopcertError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+    if not 0 < args.read_timeout <= 3600:  # also refuses nan
+        raise LoopcertError(f"--read-timeout must be in (0, 3600] seconds, got {args.read_timeout}")
+    if args.api_key is not None and (not args.api_key or any(c.isspace() for c in args.api_key)):
+        raise LoopcertError("--api-key (or LOOPCERT_API_KEY) must be a non-empty string without spaces")
     apply_threads(args)
     model = load_from_args(args)
     decoder = decoder_from_args(args, model, max_batch=args.max_batch)
@@ -124,12 +153,24 @@ def build_served(args):
         args.served_model_name or args.model,
         model,
         scheduler,
-        encode=lambda text: encode_text(model, text),
+        encode=lambda text: http_encode(model, text),
         decode=lambda ids: decode_text(model, ids),
         info=info,
         # byte-level text (no tokenizer) is prefix-stable; a tokenizer's decode may clean up spaces
         prefix_stable=getattr(model, "tokenizer", None) is None,
+        model_path=args.model,
     )
+
+
+def http_encode(model, text: str) -> list[int]:
+    """encode_text with a message for HTTP clients (who send ids in the request, not --prompt-ids);
+    the endpoint adds which field takes the ids."""
+    if getattr(model, "tokenizer", None) is None and model.cfg.vocab_size < 256:
+        raise LoopcertError(
+            f"model {model.cfg.name!r} has vocab_size={model.cfg.vocab_size} and no tokenizer, so it "
+            "takes no text"
+        )
+    return encode_text(model, text)
 
 
 def run(args) -> int:
@@ -137,6 +178,8 @@ def run(args) -> int:
         import uvicorn
 
         from loopcert.serve.app import create_app
+        from loopcert.serve.auth import exposure_warning
+        from loopcert.serve.limits import HeaderTimeoutH11
     except ImportError as e:
         raise LoopcertError(
             f"loopcert serve needs the serve extra: pip install 'loopcert[serve]' ({e})"
@@ -150,7 +193,9 @@ def run(args) -> int:
         raise LoopcertError(f"cannot listen on {args.host}:{args.port}: {e}") from None
     port = sock.getsockname()[1]
     served.scheduler.start()
-    config = uvicorn.Config(create_app(served), log_level=args.log_level, timeout_graceful_shutdown=5)
+    app = create_app(served, args.api_key, args.max_body_bytes, args.read_timeout)
+    HeaderTimeoutH11.read_timeout_s = args.read_timeout
+    config = uvicorn.Config(app, http=HeaderTimeoutH11, log_level=args.log_level, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     d = served.info["decoder"]
     print(
@@ -158,6 +203,9 @@ def run(args) -> int:
         f"{served.scheduler.status()['batching']}) on http://{args.host}:{port}/v1",
         flush=True,
     )
+    warning = exposure_warning(args.host, args.api_key)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     if args.port_file:
         write_atomic(Path(args.port_file), lambda tmp: Path(tmp).write_text(f"{port}\n"))
     try:

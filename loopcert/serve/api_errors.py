@@ -31,8 +31,10 @@ def body(message: str, param: str | None, kind: str, code: str | None = None) ->
 
 def _loc(loc) -> str:
     parts = [str(x) for x in loc if x != "body"]
-    # pydantic names the union member it tried ("list[int]", "str"): not a field
-    parts = [p for p in parts if not (p.startswith(("list[", "str", "int", "float", "dict[")))]
+    # pydantic names the union member it tried ("list[int]", "str", a model's class name such as
+    # "SGLangSampling"): not a field (every field name is lower case)
+    tags = ("str", "int", "float", "bool", "none")
+    parts = [p for p in parts if not (p in tags or p.startswith(("list[", "dict[")) or p[:1].isupper())]
     return ".".join(parts) or "body"
 
 
@@ -45,9 +47,13 @@ def validation_message(err: dict) -> tuple[str, str]:
         return param, f"unknown field {param!r}"
     if kind == "missing":
         return param, f"{param} is required"
-    if kind == "model_attributes_type" or kind == "dict_type":
-        return param, f"{param}: the request body must be a JSON object"
-    return param, f"{param}: {err.get('msg')} (got {err.get('input')!r})"
+    if kind == "model_attributes_type" or kind == "dict_type" or kind == "model_type":
+        what = "the request body" if param == "body" else param
+        return param, f"{what} must be a JSON object"
+    if kind == "finite_number":  # JSON NaN / Infinity: Python's json reads them as floats
+        return param, f"{param} must be a finite number, got {err.get('input')!r}"
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    return param, f"{param}: {msg} (got {err.get('input')!r})"
 
 
 def install(app) -> None:
@@ -57,8 +63,9 @@ def install(app) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, e: RequestValidationError):
-        errs = list(e.errors())
-        # a union prompt yields one error per member: report the first field, all messages
+        # a union yields one error per member: report the deepest (a list member's bad item, not
+        # the dict member's "not an object"), the first of equals
+        errs = sorted(e.errors(), key=lambda err: -len(err.get("loc", ())))
         param, message = validation_message(errs[0]) if errs else ("body", "invalid request")
         return JSONResponse(body(message, param, "invalid_request_error"), status_code=400)
 

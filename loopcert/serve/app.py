@@ -1,4 +1,5 @@
-"""The FastAPI application of `loopcert serve`: /v1/completions, /v1/models, /health.
+"""The FastAPI application of `loopcert serve`: /v1/completions, /v1/models, /health, and SGLang's
+/generate and /get_model_info (sglang.py).
 
 Request -> validated CompletionRequest (schema.py) -> one scheduler Job per choice ->
 decoded in a batched round (scheduler.py) -> an OpenAI completion (or its SSE stream), with
@@ -20,62 +21,20 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from loopcert.serve import api_errors
+from loopcert.serve import api_errors, auth, intake, limits, sglang
 from loopcert.serve.api_errors import APIError
-from loopcert.serve.scheduler import Job, Overloaded, Scheduler
+from loopcert.serve.scheduler import Job, Overloaded
 from loopcert.serve.schema import CompletionRequest
-from refdec.errors import LoopcertError
+from loopcert.serve.served import Served
+from loopcert.serve.sglang import GenerateRequest
 from refdec.sampling import SamplingParams
 
 POLL_S = 0.05  # how often a waiting request checks that its client is still there
-STAT_KEYS = (
-    "strategy",
-    "acceptance_rate",
-    "gamma",
-    "tokens",
-    "from_first",
-    "from_second",
-    "from_restart",
-    "proposals",
-    "accepted",
-    "steps",
-    "mean_live_lanes",
-)
-
-
-@dataclass
-class Served:
-    """What the app serves: one model behind one decoder and its scheduler."""
-
-    model_id: str
-    model: object  # refdec.LoopedLM
-    scheduler: Scheduler
-    encode: Callable[[str], list[int]]  # text -> ids (raises LoopcertError when the model has no text)
-    decode: Callable[[list[int]], str | None]  # ids -> text; None: the model has no text form
-    info: dict = field(default_factory=dict)  # /v1/models extension: config, decoder, fingerprint
-    # decode(a prefix of ids) is a prefix of decode(ids) once an unfinished character is held back
-    # (byte-level text): a stream may then send text as it is decoded, not only when a choice ends
-    prefix_stable: bool = False
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.cfg.vocab_size
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.model.cfg.max_seq_len
-
-    @property
-    def eos(self) -> int | None:
-        return getattr(self.model, "eos_token_id", None)
 
 
 class ClientGone(Exception):
@@ -86,30 +45,7 @@ class ClientGone(Exception):
 
 
 def sampling_of(req: CompletionRequest) -> SamplingParams:
-    if req.temperature == 0:
-        return SamplingParams()
-    return SamplingParams(
-        temperature=req.temperature, top_k=req.top_k, top_p=None if req.top_p >= 1.0 else req.top_p
-    )
-
-
-def prompt_ids(served: Served, prompt, index: int, many: bool) -> list[int]:
-    param = f"prompt.{index}" if many else "prompt"
-    if isinstance(prompt, str):
-        try:
-            ids = served.encode(prompt)
-        except LoopcertError as e:
-            raise APIError(400, f"{param}: {e}", param) from None
-    else:
-        ids = list(prompt)
-        bad = next((t for t in ids if not 0 <= t < served.vocab_size), None)
-        if bad is not None:
-            raise APIError(
-                400, f"{param}: token id {bad} is outside the vocabulary [0, {served.vocab_size})", param
-            )
-    if not ids:
-        raise APIError(400, f"{param}: the prompt encodes to no tokens", param)
-    return ids
+    return intake.sampling(req.temperature, req.top_k, req.top_p)
 
 
 def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], list[Job], int]:
@@ -132,24 +68,11 @@ def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], 
             "stop",
         )
     prompts = req.prompts()
-    ids = [prompt_ids(served, p, i, len(prompts) > 1) for i, p in enumerate(prompts)]
-    for i, p in enumerate(ids):
-        if len(p) >= served.max_seq_len:
-            param = f"prompt.{i}" if len(ids) > 1 else "prompt"
-            raise APIError(
-                400,
-                f"{param}: {len(p)} tokens; the context is {served.max_seq_len} tokens",
-                param,
-                code="context_length_exceeded",
-            )
-        if len(p) + req.max_tokens > served.max_seq_len:
-            raise APIError(
-                400,
-                f"max_tokens: a prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
-                f"exceeds the context of {served.max_seq_len} tokens",
-                "max_tokens",
-                code="context_length_exceeded",
-            )
+    intake.check_capacity(served, req.n * len(prompts), f"n={req.n} x {len(prompts)} prompts", "n")
+    params = [f"prompt.{i}" if len(prompts) > 1 else "prompt" for i in range(len(prompts))]
+    ids = [intake.prompt_ids(served, p, param, "prompt") for p, param in zip(prompts, params)]
+    for p, param in zip(ids, params):
+        intake.check_context(served, p, param, req.max_tokens, "max_tokens")
     seed = req.seed if req.seed is not None else secrets.randbits(62)
     sampling = sampling_of(req)
     eos = None if req.ignore_eos else served.eos
@@ -200,13 +123,7 @@ def logprobs_of(served: Served, job: Job, tokens: list[int], k: int) -> dict:
 
 def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> tuple[dict, dict]:
     """(the OpenAI choice, its loopcert extension entry)."""
-    if job.error is not None:
-        raise APIError(
-            500,
-            f"decoding choice {index} failed: {type(job.error).__name__}: {job.error}",
-            None,
-            "server_error",
-        )
+    intake.check_decoded(job, index)
     tokens = list(job.result.tokens)
     finish = "length"
     text_tokens = tokens
@@ -222,19 +139,7 @@ def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> t
         if text is None:
             text = " ".join(map(str, text_tokens))
     lp = logprobs_of(served, job, tokens, req.logprobs) if req.logprobs is not None else None
-    stats = job.result.stats.as_dict()
-    ext = {
-        "index": index,
-        "seed": job.decoded_seed,
-        "requested_seed": job.seed,
-        "tokens": tokens,
-        "stats": {k: stats[k] for k in STAT_KEYS if k in stats},
-        "round": job.round,
-        "batch_size": job.batch_size,
-        "batched": job.batched,
-        "queue_seconds": job.t_start - job.t_submit,
-        "decode_seconds": job.t_end - job.t_start,
-    }
+    ext = intake.extension(job, index, tokens)
     return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}, ext
 
 
@@ -323,9 +228,19 @@ def pieces_of(served: Served, tokens: list[int], final_text: str) -> list[str]:
 # -- the app ------------------------------------------------------------------------------------
 
 
-def create_app(served: Served) -> FastAPI:
+def create_app(
+    served: Served,
+    api_key: str | None = None,
+    max_body_bytes: int = limits.MAX_BODY_BYTES,
+    read_timeout_s: float = limits.READ_TIMEOUT_S,
+) -> FastAPI:
+    """The app; with api_key every route but /health needs it (auth.py). Each body is bounded in
+    size and read time before any route sees it (limits.py)."""
     app = FastAPI(title="loopcert serve", version="1")
     api_errors.install(app)
+    app.add_middleware(limits.BodyLimits, max_body_bytes=max_body_bytes, read_timeout_s=read_timeout_s)
+    if api_key:  # added last: the outermost, so a request without the key is refused unread
+        app.add_middleware(auth.APIKeyMiddleware, key=api_key)
     app.state.served = served
 
     @app.get("/health")
@@ -349,10 +264,7 @@ def create_app(served: Served) -> FastAPI:
         # text as it is decoded: byte-level text, no logprobs (they come with the choice's end)
         incremental = bool(req.stream) and served.prefix_stable and req.logprobs is None
         events = attach(jobs, progress=incremental)
-        try:
-            served.scheduler.submit(jobs)
-        except Overloaded as e:
-            raise APIError(503, str(e), None, "server_error", "overloaded") from None
+        submit(served, jobs)
         head = {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
@@ -379,7 +291,34 @@ def create_app(served: Served) -> FastAPI:
             {**head, "choices": [c for c, _ in pairs], "usage": usage(ids, req.n, exts), "loopcert": ext}
         )
 
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(req: GenerateRequest, request: Request):
+        plan = sglang.plan(served, req)
+        events = attach(plan.jobs)
+        submit(served, plan.jobs)
+        try:
+            await wait_for(request, events)
+        except ClientGone:
+            served.scheduler.cancel(plan.jobs)
+            return Response(status_code=499)
+        finally:
+            served.scheduler.cancel([j for j in plan.jobs if j.t_end is None])
+        outs = [sglang.output(served, plan, i) for i in range(len(plan.jobs))]
+        return JSONResponse(outs if plan.batch else outs[0])
+
+    @app.get("/get_model_info")
+    async def get_model_info():
+        return sglang.model_info(served)
+
     return app
+
+
+def submit(served: Served, jobs: list[Job]) -> None:
+    """Queue a request's jobs; a full queue is a 503 (it can run once others have: retry)."""
+    try:
+        served.scheduler.submit(jobs)
+    except Overloaded as e:
+        raise APIError(503, str(e), None, "server_error", "overloaded") from None
 
 
 async def stream(

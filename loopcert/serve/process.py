@@ -16,11 +16,17 @@ START_TIMEOUT_S = 120
 
 
 class ServerProcess:
-    """`python -m loopcert serve ARGS --host 127.0.0.1 --port 0`; `stop()` (or `with`) ends it."""
+    """`python -m loopcert serve ARGS --host 127.0.0.1 --port 0`; `stop()` (or `with`) ends it.
 
-    def __init__(self, args: list[str], workdir: Path | None = None):
+    With `api_key` the server wants `Authorization: Bearer api_key` (`headers`; the openai client's
+    `api_key`); without, it has no key even if LOOPCERT_API_KEY is set here."""
+
+    def __init__(self, args: list[str], workdir: Path | None = None, api_key: str | None = None):
         import httpx
 
+        self.api_key = api_key
+        if api_key is not None:
+            args = [*args, "--api-key", api_key]
         workdir = Path(workdir or tempfile.mkdtemp(prefix="loopcert-serve-"))
         port_file = workdir / "port"
         self.log = workdir / "server.log"
@@ -29,6 +35,7 @@ class ServerProcess:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         }
+        env.pop("LOOPCERT_API_KEY", None)
         cmd = [
             sys.executable,
             "-m",
@@ -67,6 +74,11 @@ class ServerProcess:
     def _alive(self, deadline: float, args) -> None:
         if self.proc.poll() is not None or time.monotonic() > deadline:
             raise LoopcertError(f"loopcert serve {' '.join(args)} did not start:\n{self.log.read_text()}")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a request needs: the Authorization header when the server has a key."""
+        return {} if self.api_key is None else {"Authorization": f"Bearer {self.api_key}"}
 
     def health(self) -> dict:
         import httpx

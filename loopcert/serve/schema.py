@@ -4,7 +4,9 @@ Requests are validated strictly: an unknown field, a wrong type or an out-of-ran
 HTTP 400 naming the field (loopcert/serve/api_errors.py), never silently ignored or coerced. OpenAI
 fields that would change the sampling law and that fastdec does not implement (penalties,
 logit_bias, best_of > n, echo, suffix) are accepted only at their neutral value, so a client
-can never believe it sampled a law it did not. Extensions (as vLLM spells them): `top_k` and
+can never believe it sampled a law it did not. A float field refuses NaN and infinities by name
+(Python's json, which FastAPI reads bodies with, accepts the `NaN` and `Infinity` literals).
+Extensions (as vLLM spells them): `top_k` and
 `ignore_eos`.
 """
 
@@ -34,8 +36,8 @@ class CompletionRequest(BaseModel):
     # text, token ids, or a batch of either (one choice block per prompt)
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)  # 0: greedy
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)  # 0: greedy
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=1)  # extension; None: every token
     n: int = Field(1, ge=1, le=MAX_N)
     seed: int | None = Field(None, ge=0, le=MAX_SEED)  # None: the server draws one and reports it
@@ -48,8 +50,8 @@ class CompletionRequest(BaseModel):
     # Neutral values only (see the module docstring).
     echo: Literal[False] = False
     suffix: None = None
-    presence_penalty: float = Field(0.0, ge=0.0, le=0.0)
-    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)
+    presence_penalty: float = Field(0.0, ge=0.0, le=0.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0, allow_inf_nan=False)
     best_of: int | None = None
     logit_bias: dict[str, float] | None = None
 
