@@ -28,6 +28,13 @@ itself decoded alone, bit for bit (needle-in-batch).
 Attention reads the main line through strided views (no copy) in eager mode; under CUDA
 graphs, where a view's offset cannot change between replays, it gathers by index tensors.
 
+LoopCoder (docs/design.md sections 2 and 5). Its core level r-1 holds pass r's keys, as for the
+other families; what differs is which keys a query reads, and that is data (`LoopReads`): a lane
+at level 0 (pass 1) reads level 0 causally, a lane at level l >= 1 reads level 0 causally *and*
+level l within the window, and mixes the two by its layer's gate. Those reads are index gathers
+(one per block of rows with one key length, like a fragmented call's), masked to the lane's
+positions, so the cache INVARIANT and fixed-width bit-exactness hold as for any other read.
+
 Shapes: W rows (lanes + padding), H heads, KV key/value heads, S attended positions, D head dim.
 """
 
@@ -41,7 +48,8 @@ from functools import partial
 import torch
 
 from fastdec.cache import KVCache, Timeline
-from refdec.layers import at_least_float32, rope_tables
+from refdec.layers import GateWeights, at_least_float32, loop_gate, mix, rope_tables
+from refdec.model import PassAttendFor
 from refdec.sampling import SamplingParams, filter_probs, transform
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
@@ -203,6 +211,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.T
     return out.reshape(n, h, 1, d)
 
 
+@dataclass(frozen=True)
+class LoopReads:
+    """What a LoopCoder core query reads (docs/design.md section 5): level 0 (pass 1's keys) at
+    positions <= its own, and, past pass 1, its own level at positions pos-window+1..pos; the
+    layer's gate mixes the two. Level-0 rows take the first read alone (plain causal)."""
+
+    window: int
+    gates: tuple[GateWeights, ...]  # one per core layer
+
+
 @dataclass
 class _Call:
     inp: dict[str, torch.Tensor]
@@ -258,9 +276,18 @@ class Engine:
             zeros = torch.zeros(1, capacity + 1, self.cfg.d_model, dtype=self.dtype, device=self.device)
             # (S + 1, d); .to(): refdec's seeded state is built on the host whatever e's device
             self.init_table = self.net.initial_state(zeros, positions)[0].to(self.device)
+        loop = self.cfg.family == "loopcoder"
+        self.loop = LoopReads(self.cfg.loop_window_size, self.net.gates) if loop else None
         self._attenders = {
             tl_name: [partial(self._attend, tl, i) for i in range(tl.layers)]
             for tl_name, tl in zip(PHASES, self.cache.timelines())
+        }
+        if self.loop is not None:  # the core's reads are LoopReads' (Net.recur asks for a PassAttendFor)
+            core = self.cache.core
+            self._attenders["recur"] = [partial(self._attend_loop, core, i) for i in range(core.layers)]
+        self._attend_for = {
+            kind: PassAttendFor(a.__getitem__) if self.loop is not None and kind == "recur" else a.__getitem__
+            for kind, a in self._attenders.items()
         }
         self._call: _Call | None = None
         self._level_of = {
@@ -454,7 +481,7 @@ class Engine:
         rows = None if plan is None else (slice(0, plan.first_side), slice(plan.first_side, plan.n_real))
         at = self.timeline(kind).write_index(inp["row"], inp["level"], inp["write_pos"], side_slot, rows)
         self._call = _Call(inp, hidden, side_slot, plan, at)
-        attend_for = self._attenders[kind].__getitem__
+        attend_for = self._attend_for[kind]
         try:
             if kind == "prelude":
                 e = model.embed(inp["ids"][:, None], cos, sin, attend_for)  # (W, 1, d)
@@ -524,6 +551,48 @@ class Engine:
         if plan.n_real < q.shape[0]:
             pieces.append(q.new_zeros(q.shape[0] - plan.n_real, *q.shape[1:]))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+    def _attend_loop(self, tl: Timeline, layer: int, q, k, v):
+        """LoopCoder's core attention (LoopReads): write this call's rows, then per block of rows
+        with one key length gather level 0 and the rows' own levels, and mix.
+
+        q (W, H, 1, D), k/v (W, KV, 1, D) -> (W, H, 1, D)."""
+        c = self._call
+        inp, plan = c.inp, c.plan
+        tl.write_at(layer, k[:, :, 0], v[:, :, 0], c.at)
+        if plan is None:  # graph-safe: every row reads the capacity
+            blocks = [(0, q.shape[0], self.capacity, True)]
+            n_real = q.shape[0]
+        else:
+            if plan.gathers is not None:
+                blocks = [(a, n, s, a >= plan.first_side) for a, n, s in plan.gathers]
+            else:
+                blocks = [(a, n, s, False) for a, n, _, _, s in plan.runs]
+                blocks += [(a, len(group), s, True) for a, group, s in plan.side_groups]
+            n_real = plan.n_real
+        window = self.loop.window
+        firsts, owns = [], []
+        for a, n, s, side in blocks:
+            rows = slice(a, a + n)
+            row, level, pos, slot = (inp[name][rows] for name in ("row", "level", "pos", "side_slot"))
+            is_side = slot != tl.trash_slot if side else None
+            key_pos = self.key_pos[:s]
+            k1, v1 = tl.gather(layer, row, torch.zeros_like(level), pos, slot, is_side, key_pos)
+            kk, vv = tl.gather(layer, row, level, pos, slot, is_side, key_pos)
+            future = key_pos[None, :] > pos[:, None]  # (n, s)
+            outside = future | (key_pos[None, :] <= pos[:, None] - window)
+            firsts.append(attention(q[rows], k1, v1, future))
+            owns.append(attention(q[rows], kk, vv, outside))
+        if n_real < q.shape[0]:  # padded rows: their output is never used
+            pad = q.new_zeros(q.shape[0] - n_real, *q.shape[1:])
+            firsts.append(pad)
+            owns.append(pad)
+        first = firsts[0] if len(firsts) == 1 else torch.cat(firsts)  # (W, H, 1, D)
+        own = owns[0] if len(owns) == 1 else torch.cat(owns)
+        # the gate and the mixture over all W rows at once: at a fixed width their bits do not
+        # depend on how the call's rows split into blocks (a reduction's kernel depends on its shape)
+        mixed = mix(loop_gate(q, self.loop.gates[layer]), first, own)
+        return torch.where((inp["level"] == 0)[:, None, None, None], first, mixed)
 
     # -- invariant checking -------------------------------------------------------------------
     def poison(self, gen: torch.Generator, scale: float, lanes, lengths: dict[int, int]) -> None:

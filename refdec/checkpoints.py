@@ -1,4 +1,5 @@
-"""Published checkpoints: Ouro, Huginn-0125 and the retrofitted-recurrence Llama / OLMo-2 models.
+"""Published checkpoints: Ouro, Huginn-0125, the retrofitted-recurrence Llama / OLMo-2 models and
+LoopCoder (IQuest-Coder-V1-Loop).
 
 Reads config.json and safetensors (one `model.safetensors`, or shards listed by
 `model.safetensors.index.json`) in the key layouts the upstream code writes, and maps them onto
@@ -7,14 +8,16 @@ writes the same layouts.
 Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.load refuses
 pickles before this module is reached.
 
-Four layouts, told apart by model_type, then (huginn_raven) by the keys of the first block:
+Five layouts, told apart by model_type, then (huginn_raven) by the keys of the first block:
 
-    layout       model_type    block     norms per block              rope         embed scale
-    ouro         ouro          ouro      input_layernorm{,_2},        rotate-half  1
-                                         post_attention_layernorm{,_2}
-    huginn       huginn_raven  sandwich  norm_1..norm_4               interleaved  sqrt(n_embd)
-    retro-llama  huginn_raven  prenorm   norm_1, norm_2               rotate-half  init_values
-    retro-olmo   huginn_raven  postnorm  norm_1, norm_2 + attn.q_norm rotate-half  init_values
+    layout           model_type       block     norms per block              rope         embed scale
+    ouro             ouro             ouro      input_layernorm{,_2},        rotate-half  1
+                                                post_attention_layernorm{,_2}
+    huginn           huginn_raven     sandwich  norm_1..norm_4               interleaved  sqrt(n_embd)
+    retro-llama      huginn_raven     prenorm   norm_1, norm_2               rotate-half  init_values
+    retro-olmo       huginn_raven     postnorm  norm_1, norm_2 + attn.q_norm rotate-half  init_values
+    iquestloopcoder  iquestloopcoder  prenorm   input_layernorm,             rotate-half  1
+                                                post_attention_layernorm (+ gate_projections)
 
 Config fields the architecture needs are read from config.json and never defaulted: upstream
 config classes carry defaults that do not match the checkpoints (docs/checkpoints.md, Ouro).
@@ -34,17 +37,19 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from refdec.config import PRESETS, ModelConfig, RopeScaling
+from refdec import iquest_config
+from refdec.config import ARCHITECTURES, PRESETS, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
 from refdec.validate import check_int, is_int, is_number
 from refdec.values import dtype_name
 
-LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo")
+LOOPCODER = "iquestloopcoder"  # LoopCoder's layout and model_type
+LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo", LOOPCODER)
 LAYOUT_OF_BLOCK = {"ouro": "ouro", "sandwich": "huginn", "prenorm": "retro-llama", "postnorm": "retro-olmo"}
-BLOCK_OF_LAYOUT = {layout: block for block, layout in LAYOUT_OF_BLOCK.items()}
-MODEL_TYPES = ("ouro", "huginn_raven")
+BLOCK_OF_LAYOUT = {layout: block for block, layout in LAYOUT_OF_BLOCK.items()} | {LOOPCODER: "prenorm"}
+MODEL_TYPES = ("ouro", "huginn_raven", LOOPCODER)
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 # Buffers some exports carry; recomputed from the config instead (docs/checkpoints.md).
@@ -57,6 +62,7 @@ OURO_NORMS = (
     "post_attention_layernorm",
     "post_attention_layernorm_2",
 )  # Block.norms[0..3], in the order the block applies them
+LOOPCODER_NORMS = ("input_layernorm", "post_attention_layernorm")  # Block.norms[0, 1]
 RAVEN_STAGES = (
     ("prelude", "transformer.prelude"),
     ("core", "transformer.core_block"),
@@ -173,9 +179,11 @@ def config_from_published(
             "and its own format"
         )
     keys = set(keys)
-    tie_names = ("tie_word_embeddings",) if model_type == "ouro" else ("tie_embeddings",)
+    tie_names = ("tie_embeddings",) if model_type == "huginn_raven" else ("tie_word_embeddings",)
     # Tied when the config says so; a config silent on it is read from the file (no lm_head).
     tie = f.flag(*tie_names) if f.has(tie_names[0]) else "lm_head.weight" not in keys
+    if model_type == LOOPCODER:
+        return loopcoder_config(f, tie, recurrence, where, name), LOOPCODER
     if model_type == "ouro":
         f.require("hidden_act", ("silu",), "Ouro's MLP is SwiGLU")
         f.require("attention_bias", (False,), "Ouro's attention has no biases")
@@ -285,6 +293,35 @@ def config_from_published(
     return cfg, layout
 
 
+def loopcoder_config(
+    f: Fields, tie: bool, recurrence: int | None, where: str, name: str | None
+) -> ModelConfig:
+    """IQuestLoopCoderConfig's fields (docs/checkpoints.md, LoopCoder). head_dim is read, never
+    derived: the published modeling uses config.head_dim (vLLM derives hidden_size // heads)."""
+    f.require("hidden_act", ("silu",), "LoopCoder's MLP is SwiGLU")
+    f.require("attention_bias", (False,), "LoopCoder's attention has no biases")
+    f.require("mlp_bias", (False,), "LoopCoder's MLP has no biases")
+    return build(
+        where,
+        **ARCHITECTURES["loopcoder"],
+        name=name or LOOPCODER,
+        vocab_size=f.int("vocab_size"),
+        d_model=f.int("hidden_size"),
+        n_heads=f.int("num_attention_heads"),
+        n_kv_heads=f.int("num_key_value_heads"),
+        head_dim=f.int("head_dim"),
+        intermediate_size=f.int("intermediate_size"),
+        n_core=f.int("num_hidden_layers"),
+        recurrence=recurrence or f.int("loop_num"),
+        loop_window_size=f.int("loop_window_size"),
+        rope_theta=f.num("rope_theta"),
+        rope_scaling=rope_scaling_from(f),
+        norm_eps=f.num("rms_norm_eps"),
+        max_seq_len=f.int("max_position_embeddings"),
+        tie_embeddings=tie,
+    )
+
+
 def published_config(cfg: ModelConfig, layout: str) -> dict:
     """The config.json fields `config_from_published` reads back to `cfg` (up to the state init)."""
     check_layout(cfg, layout)
@@ -299,6 +336,29 @@ def published_config(cfg: ModelConfig, layout: str) -> dict:
             "original_max_position_embeddings": cfg.rope_scaling.original_max_position_embeddings,
         }
     )
+    if layout == LOOPCODER:
+        return {
+            "architectures": ["IQuestLoopCoderForCausalLM"],
+            "model_type": LOOPCODER,
+            "auto_map": dict(iquest_config.AUTO_MAP),
+            "vocab_size": cfg.vocab_size,
+            "hidden_size": cfg.d_model,
+            "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.n_core,
+            "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads,
+            "head_dim": cfg.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": cfg.max_seq_len,
+            "rms_norm_eps": cfg.norm_eps,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": scaling,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": cfg.tie_embeddings,
+            "loop_num": cfg.recurrence,
+            "loop_window_size": cfg.loop_window_size,
+        }
     if layout == "ouro":
         return {
             "architectures": ["OuroForCausalLM"],
@@ -360,7 +420,11 @@ def check_layout(cfg: ModelConfig, layout: str) -> None:
         raise LoopcertError(f"unknown layout {layout!r}; choose one of {list(LAYOUTS)}")
     block = BLOCK_OF_LAYOUT[layout]
     checks = [("block", cfg.block == block, f"layout {layout!r} holds block={block!r}")]
-    if layout == "ouro":
+    loop = cfg.family == "loopcoder"
+    checks.append(("family", loop == (layout == LOOPCODER), f"only LoopCoder is written as {LOOPCODER!r}"))
+    if layout == LOOPCODER:
+        pass  # ModelConfig already holds LoopCoder to its one layout
+    elif layout == "ouro":
         checks += [
             ("rope", cfg.rope == "half", "Ouro uses rotate-half RoPE"),
             ("embed_scale", cfg.embed_scale == 1.0, "Ouro does not scale embeddings"),
@@ -421,7 +485,21 @@ def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -
         return Entry(pub, internal, (sum(shapes[k][0] for k in internal),) + shapes[internal[0]][1:], "rows")
 
     out: list[Entry] = []
-    if layout == "ouro":
+    if layout == LOOPCODER:
+        out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))
+        for i in range(cfg.n_core):
+            p, q = f"model.layers.{i}", f"core.{i}"
+            for n in ("q", "k", "v", "o"):
+                out.append(copy(f"{p}.self_attn.{n}_proj.weight", f"{q}.attn.{n}_proj.weight"))
+            for n in ("gate", "up", "down"):
+                out.append(copy(f"{p}.mlp.{n}_proj.weight", f"{q}.mlp.{n}_proj.weight"))
+            for j, n in enumerate(LOOPCODER_NORMS):
+                out.append(copy(f"{p}.{n}.weight", f"{q}.norms.{j}.weight"))
+            # one gate per layer, shared by every pass >= 2 (vLLM: make_layers(num_hidden_layers))
+            out.append(copy(f"model.gate_projections.{i}.weight", f"gates.{i}.weight"))
+            out.append(copy(f"model.gate_projections.{i}.bias", f"gates.{i}.bias"))
+        out.append(copy("model.norm.weight", "norm.weight"))
+    elif layout == "ouro":
         out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))
         for i in range(cfg.n_core):
             p, q = f"model.layers.{i}", f"core.{i}"
@@ -782,7 +860,7 @@ def write_published(
     shards with a model.safetensors.index.json. The state init (init_state, state_seed,
     init_scale) and `name` have no published field; loading gives zeros."""
     cfg = model.cfg
-    layout = layout or LAYOUT_OF_BLOCK[cfg.block]
+    layout = layout or default_layout(cfg)
     raw = published_config(cfg, layout)
     folder = Path(folder)
     for name in (SINGLE, INDEX):
@@ -819,8 +897,15 @@ def write_published(
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         write_atomic(folder / INDEX, lambda p: Path(p).write_text(json.dumps(index, indent=2) + "\n"))
+    if layout == LOOPCODER:  # the AutoConfig class config.json's auto_map names (vLLM --trust-remote-code)
+        write_atomic(folder / iquest_config.FILE, lambda p: Path(p).write_text(iquest_config.SOURCE))
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
     return folder
+
+
+def default_layout(cfg: ModelConfig) -> str:
+    """The published layout a model is written in by default: its family's, else its block's."""
+    return LOOPCODER if cfg.family == "loopcoder" else LAYOUT_OF_BLOCK[cfg.block]
 
 
 def describe(name_or_path) -> dict:

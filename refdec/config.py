@@ -1,7 +1,8 @@
-"""Model configuration for both looped families (docs/design.md section 2, docs/checkpoints.md).
+"""Model configuration for the looped families (docs/design.md section 2, docs/checkpoints.md).
 
-One frozen dataclass describes Ouro, Huginn/Raven and the retrofitted-recurrence
-Llama / OLMo-2 models. Decode settings live elsewhere (refdec.sampling, fastdec.Decoder).
+One frozen dataclass describes Ouro, Huginn/Raven, the retrofitted-recurrence
+Llama / OLMo-2 models and LoopCoder (IQuest-Coder-V1-Loop). Decode settings live elsewhere
+(refdec.sampling, fastdec.Decoder).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from refdec.errors import LoopcertError
 from refdec.validate import is_int, is_number
 
-FAMILIES = ("ouro", "raven")
+FAMILIES = ("ouro", "raven", "loopcoder")
 # Block layouts (docs/checkpoints.md):
 #   ouro      x + n2(attn(n1(x)));  h + n4(mlp(n3(h)))          norms before the residual add
 #   sandwich  n2(attn(n1(x)) + x);  n4(mlp(n3(x)) + x)          Huginn: norms after the add
@@ -52,7 +53,7 @@ MAX_SIZES = {
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str  # "ouro" | "raven"
+    family: str  # "ouro" | "raven" | "loopcoder"
     vocab_size: int
     d_model: int
     n_heads: int
@@ -78,6 +79,10 @@ class ModelConfig:
     init_scale: float = 1.0  # seeded state: std sqrt(2/5) * init_scale, clipped at 3 std
     state_seed: int = 0
     early_exit_gate: bool = False  # Ouro's gate: loaded, never used at fixed depth
+    # LoopCoder: pass r >= 2 mixes attention over pass 1's keys (causal) with attention over its
+    # own pass's keys at positions t-W+1..t, W = loop_window_size (docs/design.md section 2);
+    # 0 for the other families
+    loop_window_size: int = 0
     name: str = "custom"
 
     def __post_init__(self):
@@ -106,7 +111,7 @@ class ModelConfig:
             v = getattr(self, name)
             if not is_int(v, 1):
                 bad(name, "must be an integer >= 1")
-        for name in ("n_prelude", "n_coda", "state_seed"):
+        for name in ("n_prelude", "n_coda", "state_seed", "loop_window_size"):
             v = getattr(self, name)
             if not is_int(v, 0):
                 bad(name, "must be an integer >= 0")
@@ -126,6 +131,10 @@ class ModelConfig:
                 bad(name, "must be a finite number > 0")
         if not is_number(self.init_scale, 0):
             bad("init_scale", "must be a finite number >= 0")
+        if self.family == "loopcoder":
+            self._check_loopcoder(bad)
+        elif self.loop_window_size:
+            bad("loop_window_size", "only LoopCoder has a local attention window: must be 0")
         if self.family == "ouro":
             if self.n_prelude or self.n_coda:
                 bad("n_prelude" if self.n_prelude else "n_coda", "Ouro loops the whole stack: must be 0")
@@ -133,7 +142,7 @@ class ModelConfig:
                 bad("block", "the ouro family uses block='ouro'")
             if self.ln_f_before_coda:
                 bad("ln_f_before_coda", "Ouro has no coda")
-        else:
+        elif self.family == "raven":
             if self.block == "ouro":
                 bad("block", "block='ouro' belongs to the ouro family")
             if self.early_exit_gate:
@@ -144,6 +153,28 @@ class ModelConfig:
             bad("qk_norm", "the OLMo-2 post-norm block has q/k norms")
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             bad("rope_scaling", "must be a RopeScaling or None")
+
+    def _check_loopcoder(self, bad) -> None:
+        """LoopCoder is a Llama stack looped whole (docs/checkpoints.md, LoopCoder)."""
+        if self.loop_window_size < 1:
+            bad("loop_window_size", "LoopCoder's local attention window must be an integer >= 1")
+        if self.loop_window_size > self.max_seq_len:
+            bad("loop_window_size", f"must be <= max_seq_len={self.max_seq_len}")
+        fixed = (
+            ("block", "prenorm", "LoopCoder's layers are Llama pre-norm blocks"),
+            ("rope", "half", "LoopCoder uses rotate-half RoPE"),
+            ("n_prelude", 0, "LoopCoder loops the whole stack"),
+            ("n_coda", 0, "LoopCoder loops the whole stack"),
+            ("qk_bias", False, "LoopCoder's attention has no biases"),
+            ("qk_norm", False, "LoopCoder has no q/k norms"),
+            ("ln_f_before_coda", False, "LoopCoder has no coda"),
+            ("early_exit_gate", False, "only Ouro has an early-exit gate"),
+            ("embed_scale", 1.0, "LoopCoder does not scale its embeddings"),
+            ("init_state", "zeros", "LoopCoder's h(0) is the embedding (the field is unused)"),
+        )
+        for name, want, why in fixed:
+            if getattr(self, name) != want:
+                bad(name, f"must be {want!r}: {why}")
 
     @property
     def n_norms_per_block(self) -> int:
@@ -192,6 +223,7 @@ ARCHITECTURES: dict[str, dict] = {
     },
     "llama": {"family": "raven", "block": "prenorm", "rope": "half"},
     "olmo": {"family": "raven", "block": "postnorm", "rope": "half", "qk_norm": True},
+    "loopcoder": {"family": "loopcoder", "block": "prenorm", "rope": "half"},
 }
 # The tiny test models' sizes (vocab 13, width 32: gemma-style); a Raven one adds one prelude
 # and one coda block around its core.
@@ -232,6 +264,25 @@ PRESETS: dict[str, ModelConfig] = {
             rope_scaling=RopeScaling(original_max_position_embeddings=16),
         ),
         _tiny("tiny-raven-olmo", "olmo", init_state="seeded"),
+        # LoopCoder at vLLM's smallest CPU shapes (head_dim >= 64), byte-level vocabulary; a
+        # window of 8 so that test prompts (10-40 tokens) run past it
+        _preset(
+            "tiny-loopcoder",
+            "loopcoder",
+            {
+                "vocab_size": 256,
+                "d_model": 128,
+                "n_heads": 2,
+                "n_kv_heads": 1,
+                "head_dim": 64,
+                "intermediate_size": 256,
+                "n_core": 2,
+                "recurrence": 2,
+                "max_seq_len": TINY_SIZES["max_seq_len"],
+                "loop_window_size": 8,
+                "norm_eps": 1e-5,
+            },
+        ),
         # Published shapes (docs/checkpoints.md), for `inspect` and sizing; weights load from a folder.
         _preset(
             "ouro-1.4b",
@@ -270,7 +321,12 @@ PRESETS: dict[str, ModelConfig] = {
         ),
     )
 }
-TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-"))
+# The tiny presets of the Ouro and Raven families: what the tests sweep and proofs/run/plan.py's FULL plan
+# checks greedily. tiny-loopcoder stands apart: analysis/ and proofs/decoders/naive_kv run one depth's
+# attention per pass, which LoopCoder's Net refuses (refdec.model.PassAttendFor), and a plan that adds it
+# is a plan change, made there.
+TINY_LOOPCODER = "tiny-loopcoder"
+TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-") and n != TINY_LOOPCODER)
 
 
 def get_preset(name: str) -> ModelConfig:

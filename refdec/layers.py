@@ -97,6 +97,47 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
 
 
+# -- LoopCoder's mixed attention (docs/design.md section 2, docs/checkpoints.md LoopCoder) ------
+@dataclass(frozen=True, eq=False)
+class GateWeights:
+    """One layer's LoopCoder gate: head h's gate is sigmoid(q_h . weight[h] + bias[h])."""
+
+    weight: torch.Tensor  # (H, D)
+    bias: torch.Tensor  # (H,)
+
+
+def loop_gate(q: torch.Tensor, g: GateWeights) -> torch.Tensor:
+    """q (B, H, T, D), rotated (the published code gates on q after RoPE) -> (B, H, T, 1) in (0, 1).
+    Each query head has its own gate, whatever key head it shares (GQA)."""
+    logits = (q * g.weight[None, :, None, :]).sum(-1) + g.bias[None, :, None]  # (B, H, T)
+    return torch.sigmoid(logits)[..., None]
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """Causal attention where row i sees rows i-window+1..i only (window keys, itself included).
+    q (B,H,T,D), k/v (B,KV,T,D)."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, H, T, D)
+    v = v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    t = q.shape[2]
+    i = torch.arange(t, device=q.device)
+    hidden = (i[None, :] > i[:, None]) | (i[None, :] <= i[:, None] - window)  # (T, T): future or too old
+    scores = scores.masked_fill(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+
+
+def mix(gate: torch.Tensor, over_first: torch.Tensor, over_own: torch.Tensor) -> torch.Tensor:
+    """LoopCoder's mixture: gate * (attention over pass 1's keys) + (1 - gate) * (over its own)."""
+    return gate * over_first + (1 - gate) * over_own
+
+
+def mixed_attention(q, k, v, k1, v1, gate: GateWeights, window: int) -> torch.Tensor:
+    """Pass r >= 2 of LoopCoder, uncached: q, k, v of this pass (B, H or KV, T, D), k1, v1 pass 1's
+    keys and values of the same layer at the same rows -> (B, H, T, D)."""
+    return mix(loop_gate(q, gate), causal_attention(q, k1, v1), window_attention(q, k, v, window))
+
+
 # -- the tensors of one block: linear weights are (out, in), as nn.Linear stores them ----------
 @dataclass(frozen=True, eq=False)
 class AttentionWeights:
@@ -205,6 +246,18 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, attend: Attend):
         return attention(x, self.weights(), self.cfg, cos, sin, attend)
+
+
+class LoopGate(nn.Module):
+    """LoopCoder's per-layer gate (published as model.gate_projections.N)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(cfg.n_heads, cfg.head_dim))
+        self.bias = nn.Parameter(torch.zeros(cfg.n_heads))
+
+    def weights(self) -> GateWeights:
+        return GateWeights(self.weight, self.bias)
 
 
 class MLP(nn.Module):

@@ -1,12 +1,16 @@
 """LoopedLM: prelude P, a shared block B applied r times, readout C (docs/design.md section 2).
 
     e      = P(tokens)                        embeddings (* embed_scale), then prelude blocks
-    h(0)   = init_state(e, positions)         Ouro: e itself; Raven: zeros or f(seed, position)
-    h(r)   = B(inject(h(r-1), e))             Raven: adapter(cat[h, e]); Ouro: no injection
-    p_r(t) = C(h(r)[<= t])[t]                 Ouro: head(h); Raven: [ln_f], coda, ln_f, head
+    h(0)   = init_state(e, positions)         Ouro, LoopCoder: e itself; Raven: zeros or f(seed, position)
+    h(r)   = B(inject(h(r-1), e))             Raven: adapter(cat[h, e]); Ouro, LoopCoder: no injection
+    p_r(t) = C(h(r)[<= t])[t]                 Ouro: head(h); Raven: [ln_f], coda, ln_f, head;
+                                              LoopCoder: head(ln_f(h))
 
 Depth r means every position ran r recurrences: depth-r rows attend only to depth-r keys of
-earlier rows, and the coda of the depth-r readout sees depth-r states only. Nothing is
+earlier rows, and the coda of the depth-r readout sees depth-r states only. LoopCoder's pass
+r >= 2 is the one exception: each of its layers also attends to pass 1's keys of that layer and
+mixes the two by a per-head gate (refdec.layers.mixed_attention; `LoopPasses` below), so its
+callers hand `recur` a `PassAttendFor` that knows the pass. Nothing is
 cached: `depth_logits` recomputes the whole prefix, so it is the oracle for every cache.
 
 `Net` is P, B and C as functions of the model's tensors (its parameters themselves, shared),
@@ -20,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -31,9 +36,12 @@ from refdec.layers import (
     Attend,
     Block,
     BlockWeights,
+    GateWeights,
+    LoopGate,
     RMSNorm,
     block,
     causal_attention,
+    mixed_attention,
     rms_norm,
     rope_tables,
     seeded_state,
@@ -47,6 +55,42 @@ def _causal(_: int) -> Attend:
     return causal_attention
 
 
+@dataclass(frozen=True)
+class PassAttendFor:
+    """An attend_for that implements LoopCoder's passes (pass 1 causal, pass r >= 2 mixed with
+    pass 1's keys): `Net.recur` takes no other for LoopCoder, so a caller written for the
+    other families (plain causal attention at every depth) fails loudly instead of computing
+    another model."""
+
+    fn: AttendFor
+
+    def __call__(self, layer: int) -> Attend:
+        return self.fn(layer)
+
+
+class LoopPasses:
+    """LoopCoder's attention over whole sequences, no cache (docs/design.md section 2): pass 1
+    is causal and keeps each layer's rotated keys and values; pass r >= 2 attends with
+    refdec.layers.mixed_attention over them and its own. One per forward; `for_pass(r)` in
+    pass order. Passes past cfg.recurrence extend the same rule: each mixes with pass 1."""
+
+    def __init__(self, net: Net):
+        self.net = net
+        self.first: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer -> (k, v) (B, KV, T, D)
+
+    def for_pass(self, r: int) -> PassAttendFor:
+        attend = self._first if r == 1 else self._mixed
+        return PassAttendFor(lambda layer: partial(attend, layer))
+
+    def _first(self, layer: int, q, k, v):
+        self.first[layer] = (k, v)
+        return causal_attention(q, k, v)
+
+    def _mixed(self, layer: int, q, k, v):
+        k1, v1 = self.first[layer]
+        return mixed_attention(q, k, v, k1, v1, self.net.gates[layer], self.net.cfg.loop_window_size)
+
+
 @dataclass(frozen=True, eq=False)
 class Net:
     """The looped LM as a function of its tensors. cos, sin: RoPE tables of the rows' positions."""
@@ -57,8 +101,9 @@ class Net:
     adapter: torch.Tensor | None  # (d, 2d): Raven's injection, adapter(cat[h, e])
     core: tuple[BlockWeights, ...]
     coda: tuple[BlockWeights, ...]
-    norm: torch.Tensor  # (d,): Ouro's per-loop final norm; Raven's ln_f
+    norm: torch.Tensor  # (d,): Ouro's per-loop final norm; Raven's and LoopCoder's ln_f
     head: torch.Tensor  # (V, d): lm_head, or the tied embedding
+    gates: tuple[GateWeights, ...] = ()  # LoopCoder: one per core layer, shared by passes >= 2
 
     def embed(self, ids: torch.Tensor, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
         """ids (B, T) -> e (B, T, d): scaled embeddings through the prelude."""
@@ -70,7 +115,7 @@ class Net:
     def initial_state(self, e: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """h(0) for rows at absolute `positions` (T,); e (B, T, d)."""
         cfg = self.cfg
-        if cfg.family == "ouro":
+        if cfg.family in ("ouro", "loopcoder"):
             return e
         if cfg.init_state == "zeros":
             return torch.zeros_like(e)
@@ -78,8 +123,14 @@ class Net:
         return s.to(e.dtype).unsqueeze(0).expand_as(e).contiguous()
 
     def recur(self, h, e, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
-        """One recurrence: h(r-1) (B, T, d) -> h(r)."""
+        """One recurrence: h(r-1) (B, T, d) -> h(r). LoopCoder: pass r's output is pass r+1's
+        input as is (no norm between passes; ln_f once, in the readout)."""
         cfg = self.cfg
+        if cfg.family == "loopcoder" and not isinstance(attend_for, PassAttendFor):
+            raise LoopcertError(
+                "LoopCoder's passes >= 2 attend to pass 1's keys: Net.recur needs a PassAttendFor "
+                f"(refdec.model.LoopPasses), got {attend_for!r:.80}"
+            )
         x = F.linear(torch.cat([h, e], dim=-1), self.adapter) if self.adapter is not None else h
         for i, w in enumerate(self.core):
             x = block(x, w, cfg, cos, sin, attend_for(i))
@@ -113,6 +164,8 @@ class LoopedLM(nn.Module):
         self.norm = RMSNorm(d, cfg.norm_eps)  # Ouro: per-loop final norm; Raven: ln_f
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
         self.early_exit_gate = nn.Linear(d, 1) if cfg.early_exit_gate else None
+        loop = cfg.family == "loopcoder"
+        self.gates = nn.ModuleList(LoopGate(cfg) for _ in range(cfg.n_core)) if loop else None
 
     def net(self) -> Net:
         """The maths over this module's own parameter tensors (shared, so an in-place update is
@@ -128,6 +181,7 @@ class LoopedLM(nn.Module):
             blocks(self.coda),
             self.norm.weight,
             head.weight,
+            () if self.gates is None else tuple(g.weights() for g in self.gates),
         )
 
     # -- the oracle ----------------------------------------------------------------------
@@ -155,7 +209,8 @@ class LoopedLM(nn.Module):
     def depth_logits(self, ids, depths: Sequence[int]) -> torch.Tensor:
         """ids (T,) -> logits (len(depths), T, V) at each requested depth (any order, repeats ok).
 
-        Depths beyond cfg.recurrence simply loop more, like Huginn's num_steps.
+        Depths beyond cfg.recurrence simply loop more, like Huginn's num_steps (LoopCoder: each
+        further pass mixes with pass 1, as pass 2 does).
         """
         depths = [check_depth(r) for r in depths]
         ids = self.check_ids(ids).to(self.embed_tokens.weight.device)
@@ -166,8 +221,9 @@ class LoopedLM(nn.Module):
         h = net.initial_state(e, positions)
         wanted = set(depths)
         out: dict[int, torch.Tensor] = {}
+        passes = LoopPasses(net) if self.cfg.family == "loopcoder" else None
         for r in range(1, max(depths, default=0) + 1):
-            h = net.recur(h, e, cos, sin)
+            h = net.recur(h, e, cos, sin) if passes is None else net.recur(h, e, cos, sin, passes.for_pass(r))
             if r in wanted:
                 out[r] = net.readout(h, cos, sin)[0]
         if not depths:

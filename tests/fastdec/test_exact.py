@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fastdec import Decoder
 from refdec import LoopedLM, SamplingParams, generate
-from refdec.config import TINY_PRESETS, get_preset
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
 
 _models: dict = {}
 
@@ -139,7 +139,7 @@ def test_second_proposals_are_exercised():
     assert s.from_second > 0 and s.rejections > 0
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("name", TINY_PRESETS + (TINY_LOOPCODER,))
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.7, top_k=5, top_p=0.9)])
 def test_autoregressive_sampling_equals_refdec(name, params):
     model = model_for(name, get_preset(name).recurrence, 0)
@@ -149,7 +149,7 @@ def test_autoregressive_sampling_equals_refdec(name, params):
         assert Decoder(model).generate(prompt, 10, params, seed=seed).tokens == want
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("name", TINY_PRESETS + (TINY_LOOPCODER,))
 def test_adaptive_verify_is_not_lossless(name):
     """The lossy strategy must be detectably lossy somewhere (certification relies on it)."""
     diffs = 0

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from loopcert.cli import main as cli_main
 from refdec import load_model, save_model
 from refdec.checkpoints import describe, load_checkpoint, write_published
-from refdec.config import PRESETS, TINY_PRESETS, ModelConfig, RopeScaling
+from refdec.config import PRESETS, TINY_LOOPCODER, TINY_PRESETS, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.layers import apply_rope, rope_inv_freq, rope_tables
 from refdec.load import exact_fingerprint, model_fingerprint
@@ -539,7 +539,7 @@ def _state_equal(a, b):
 
 
 @pytest.mark.parametrize("shard_size", [None, 4000], ids=["single", "sharded"])
-@pytest.mark.parametrize("preset", TINY_PRESETS)
+@pytest.mark.parametrize("preset", TINY_PRESETS + (TINY_LOOPCODER,))
 def test_write_published_round_trip_is_bitwise(tmp_path, preset, shard_size):
     model = load_model(preset, seed=5)
     folder = write_published(model, tmp_path / preset, shard_size=shard_size)

@@ -5,8 +5,8 @@ import torch
 
 import refdec
 from fastdec import Decoder
-from refdec.checkpoints import LAYOUT_OF_BLOCK, write_published
-from refdec.config import TINY_PRESETS
+from refdec.checkpoints import default_layout, write_published
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS
 from refdec.sampling import SamplingParams
 
 SETTINGS = [
@@ -17,20 +17,21 @@ SETTINGS = [
 ]
 
 
-@pytest.fixture(scope="module", params=TINY_PRESETS)
+@pytest.fixture(scope="module", params=TINY_PRESETS + (TINY_LOOPCODER,))
 def published(request, tmp_path_factory):
     """A tiny model written in its published layout and read back (float64)."""
     model = refdec.load_model(request.param, seed=2)
     folder = tmp_path_factory.mktemp(request.param)
-    write_published(model, folder, LAYOUT_OF_BLOCK[model.cfg.block])
+    write_published(model, folder, default_layout(model.cfg))
     return refdec.load_model(folder, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(map(str, s.values())))
 def test_fastdec_equals_refdec_on_a_published_checkpoint(published, settings):
     prompt = [3, 1, 4, 1, 5]
-    want = refdec.generate(published, prompt, 10)
-    got = Decoder(published, dtype=torch.float64, **settings).generate(prompt, 10)
+    depth = max(published.cfg.recurrence, 4)  # LoopCoder's R = 2 holds no d2: its extension to 4 passes
+    want = refdec.generate(published, prompt, 10, depth=depth)
+    got = Decoder(published, dtype=torch.float64, depth=depth, **settings).generate(prompt, 10)
     assert got.tokens == want
 
 

@@ -12,12 +12,13 @@ from tolerances import assert_close
 import refdec
 from fastdec.accept import total_variation
 from refdec.checkpoints import describe
-from refdec.config import TINY_PRESETS, ModelConfig, get_preset
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS, ModelConfig, get_preset
 from refdec.errors import LoopcertError
 from refdec.layers import seeded_state
 from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams, transform
 
+ALL_TINY = TINY_PRESETS + (TINY_LOOPCODER,)  # every family's tiny models
 F64 = torch.float64
 
 
@@ -26,7 +27,7 @@ def tiny(name, seed=0, **changes):
     return LoopedLM(cfg).init_weights(seed).to(F64).eval()
 
 
-@pytest.fixture(scope="module", params=TINY_PRESETS)
+@pytest.fixture(scope="module", params=ALL_TINY)
 def model(request):
     return tiny(request.param)
 
@@ -34,7 +35,7 @@ def model(request):
 # -- depth semantics --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("name", ALL_TINY)
 @pytest.mark.parametrize("r", [1, 2, 5])
 def test_depth_r_equals_the_same_weights_configured_with_R_equal_r(name, r):
     deep = tiny(name, recurrence=9)
@@ -73,7 +74,7 @@ def test_readout_at_depth_r_sees_only_depth_r_states():
 # -- causality -----------------------------------------------------------------------------
 
 
-@given(st.sampled_from(TINY_PRESETS), st.integers(2, 10), st.data())
+@given(st.sampled_from(ALL_TINY), st.integers(2, 10), st.data())
 def test_changing_token_j_never_changes_earlier_positions(name, t, data):
     m = tiny(name)
     v = m.cfg.vocab_size
@@ -130,7 +131,7 @@ def argmax_chain(m, prompt, n, depth):
     return ids[len(prompt) :]
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("name", ALL_TINY)
 def test_greedy_generate_equals_an_argmax_chain(name):
     m = tiny(name)
     prompt = [1, 2, 3]
@@ -173,7 +174,7 @@ def test_zero_new_tokens():
 # -- io -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS)
+@pytest.mark.parametrize("name", ALL_TINY)
 def test_save_load_round_trip_is_bitwise(name, tmp_path):
     m = refdec.load_model(name, seed=5)
     refdec.save_model(m, tmp_path / name)
@@ -289,7 +290,7 @@ def test_ouro_with_a_coda_is_refused():
 
 
 def test_config_dict_round_trip():
-    for name in TINY_PRESETS:
+    for name in ALL_TINY:
         cfg = get_preset(name)
         assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
