@@ -4,6 +4,7 @@ every command does when it is interrupted."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 import torch
@@ -178,6 +179,114 @@ def decoder_from_args(args, model, max_batch: int = 1):
         cuda_graphs=False if args.no_cuda_graphs else None,
         max_batch=max(max_batch, 1),
     )
+
+
+# -- an HTTP decoder (--decoder http://...: proofs/decoders/http_decoder.py) ------------------------
+API_KEY_ENV = "LOOPCERT_API_KEY"
+
+
+def add_http_arguments(p) -> None:
+    from proofs.decoders.http_client import TIMEOUT_S
+    from proofs.decoders.server_info import SERVERS
+
+    p.add_argument(
+        "--server",
+        default="auto",
+        choices=SERVERS,
+        help="what serves --decoder http://...: auto (ask it), loopcert (serve), vllm, sglang, openai",
+    )
+    p.add_argument(
+        "--http-timeout",
+        type=float,
+        default=TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"seconds one HTTP request may take (default {TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV} if set)",
+    )
+    p.add_argument(
+        "--decoder-dtype",
+        default=None,
+        choices=("float32", "float64", "bfloat16", "float16"),
+        help="the dtype the server computes in, the greedy check's tie tolerance "
+        "(default: float32 for vLLM, SGLang and OpenAI-compatible servers)",
+    )
+    p.add_argument(
+        "--served-model",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="what the vLLM / SGLang server calls the certified model, when it is not MODEL "
+        "(another machine's path, a --served-model-name)",
+    )
+
+
+def http_options_from_args(args):
+    """The HTTP flags as proofs.decoders.http_decoder.HTTPOptions; LoopcertError for any of them
+    given without an http:// --decoder, or with a bad value (named)."""
+    from proofs.decoders.http_client import TIMEOUT_S, Transport
+    from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
+
+    if not is_http_spec(args.decoder):
+        given = [
+            flag
+            for flag, value, default in (
+                ("--server", args.server, "auto"),
+                ("--http-timeout", args.http_timeout, TIMEOUT_S),
+                ("--api-key", args.api_key, None),
+                ("--decoder-dtype", args.decoder_dtype, None),
+                ("--served-model", args.served_model, None),
+            )
+            if value != default
+        ]
+        if given:
+            raise LoopcertError(f"{', '.join(given)}: only with --decoder http://HOST:PORT/v1")
+        return None
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    return HTTPOptions(
+        server=args.server,
+        transport=Transport(timeout_s=args.http_timeout, api_key=key),
+        compute_dtype=args.decoder_dtype,
+        served_model=args.served_model,
+        model=args.model,
+    )
+
+
+def configure_http(args) -> None:
+    """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others)."""
+    from proofs.decoders.http_decoder import configure
+
+    options = http_options_from_args(args)
+    if options is not None:
+        configure(args.decoder, options)
+
+
+def http_command_parts(args) -> list[str]:
+    """The HTTP flags of the effective command: the server certify found (the kind --server
+    auto detected), the timeout and what was given; never the API key."""
+    from proofs.decoders.http_decoder import built, is_http_spec
+
+    if not is_http_spec(args.decoder):
+        return []
+    dec = built(args.decoder)
+    parts = [f"--server {dec.server.kind if dec is not None else args.server}"]
+    parts.append(f"--http-timeout {args.http_timeout:g}")
+    if args.decoder_dtype is not None:
+        parts.append(f"--decoder-dtype {args.decoder_dtype}")
+    if args.served_model is not None:
+        parts.append(f"--served-model {args.served_model}")
+    return parts
+
+
+def http_decoder_stamp(args, decoder: str) -> str:
+    """The stamp's decoder: the spec, and for an HTTP decoder the server and dialect it spoke."""
+    from proofs.decoders.http_decoder import built, is_http_spec
+
+    dec = built(args.decoder) if is_http_spec(args.decoder) else None
+    return decoder if dec is None else f"{decoder} ({dec.description})"
 
 
 # -- threads ----------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ debuggable. A decoder that ignores it (a server that reseeds every request, say)
 sample the right law, so the distribution checks pass; this check is where it fails, and
 certify then calls the candidate NON-REPRODUCIBLE rather than wrong in law. Requests are
 sent one after another, so a batching server decodes each alone and a legitimate batch
-effect (float32 rows at different widths) is not mistaken for ignoring the seed.
+effect (float32 rows at different widths) is not mistaken for ignoring the seed. A decoder may
+declare `seed_hint`, the server flag that makes its seeds reproducible (the HTTP decoder of an
+SGLang server: --enable-deterministic-inference); a failure names it in the check's power line.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ def check_reproducible(
 
     Negative control in the details: two different seeds must give different outputs for at
     least one pair, else this model and prompt cannot show a decoder ignoring its seed."""
-    rows, differ, distinct = [], [], 0
+    rows, differ, distinct, hints = [], [], 0, []
     for c in candidates:
         dec = c.build(model)
+        hint = getattr(dec, "seed_hint", None)  # optional: the server flag that pins seeds
         equal, outs = 0, []
         for s in seeds:
             a = run_generate(dec, prompt, n_tokens, SAMPLING, s)
@@ -48,6 +51,8 @@ def check_reproducible(
             else:
                 differ.append(SeedDifference(c.label, s, tuple(a), tuple(b)))
         distinct = max(distinct, len(set(outs)))
+        if hint and equal < len(seeds):
+            hints.append(f"{c.label}: {hint}")
         rows.append(ReproducedRun(c.label, len(seeds), equal))
         if progress:
             progress(f"  {name} {c.label}: {equal}/{len(seeds)} seeds reproduced")
@@ -72,6 +77,7 @@ def check_reproducible(
         0,
         not differ and sensitive,
         details,
-        f"{len(seeds)} seeds x 2 runs per setting at T={SAMPLING.temperature:g}",
+        f"{len(seeds)} seeds x 2 runs per setting at T={SAMPLING.temperature:g}"
+        + "".join(f"; {h}" for h in hints),
         error=error,
     )

@@ -1,220 +1,198 @@
-"""A decoder behind an OpenAI-compatible completions API, certified like any other.
+"""A decoder behind an HTTP API (loopcert serve, vLLM, SGLang, any OpenAI-compatible server),
+certified like any other (docs/decoders.md "Certify a vLLM or SGLang server").
 
-`loopcert certify MODEL --decoder http://HOST:PORT/v1` builds an HTTPDecoder: every
-generate() is one POST /v1/completions with the prompt as token ids, `n` 1 and the call's
-seed. `generate_batch` sends each run of consecutive seeds of one prompt as requests of up to
-`choices` samples each, through the API's `n` with the per-choice seed rule (below), and
-keeps up to `concurrency` requests in flight at once (the server batches them): per-request
-costs (HTTP, JSON, validation) are paid once per `choices` samples. The new token ids are
-read from the response's `loopcert` extension (`loopcert.choices[i].tokens`): text does not
-map back to ids in general.
+`loopcert certify MODEL --decoder http://HOST:PORT/v1` builds an HTTPDecoder. It finds out
+what serves the URL (proofs/decoders/server_info.py: `--server auto`, or the kind named),
+checks that it serves MODEL, and speaks that server's dialect (proofs/decoders/dialects.py:
+every sampling field explicit, every answer validated) over one HTTPClient
+(proofs/decoders/http_client.py: timeouts, bounded retries, a progress line).
 
-Seeds. Choice k of a request with one prompt, `seed` s and `n` m decodes with seed s + k
-(k = 0 .. m-1): the samples for seeds s .. s+m-1 are one request. This is `loopcert serve`'s
-rule (choice i = p * n + k of a request decodes with seed + i, loopcert/serve/app.py); each
-choice's extension entry states the seed it was asked for (`requested_seed`), and the decoder
-refuses a response whose choices were not decoded for s + k.
+`generate_batch` covers its samples with requests of up to `choices` samples each, up to the
+transport's concurrency in flight (the server batches them): runs of consecutive seeds of one
+prompt as one request with `n` choices (openai, vllm: choice j decodes with seed + j), or
+`choices` items of SGLang's /generate, each with its own sampling_seed.
 
-Mapping of refdec.SamplingParams onto the API (the server maps it back the same way,
-loopcert/serve/app.py):
+Seeds. loopcert serve states the seed each choice decoded for, and every answer is checked.
+vLLM (and a plain OpenAI-compatible server) does not, so the first sampled request with n > 1
+is cross-checked: choices 1 and m-1 of (seed s, n m) must equal choice 0 of (seed s+1, n 1)
+and (seed s+m-1, n 1). When they do not, the decoder says so on stderr and sends one sample
+per request from then on: every sample is still drawn from its law, and a server that ignores
+seeds altogether is then what the reproducibility check reports (NON-REPRODUCIBLE).
 
-    SamplingParams           request field
-    temperature = 0          temperature 0           (greedy: argmax, lowest id on ties)
-    temperature = t > 0      temperature t           (the API allows 0..2)
-    top_k = None / k         top_k absent / k        (an extension; vLLM spells it the same)
-    top_p = None / p         top_p 1.0 / p
-    (no EOS in the protocol) ignore_eos true         (certify compares fixed-length outputs)
-    seed (one sample)        seed, n 1
-    seeds s .. s+m-1         seed s, n m             (choice k decodes with seed s + k)
-
-The server must serve the model being certified: the factory compares the fingerprint the
-server reports in /v1/models (`model_fingerprint`: the float32 weights and the config) with
-the model certify gives it, and refuses any other model, naming both.
+Compute dtype. vLLM and SGLang compute in the dtype they were started with (`--dtype`); the
+decoder declares float32 for them (or --decoder-dtype), so the greedy check treats a tie
+within float32 noise as it treats any float32 decoder (proofs.checks.greedy.compute_dtype).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from dataclasses import dataclass, field
 
+from proofs.decoders.dialects import VLLM, Ask, Dialect, OpenAI, SGLang
+from proofs.decoders.http_client import HTTPClient, Transport, stderr_line
+from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
+from proofs.progress import Progress
 from refdec.errors import LoopcertError
-from refdec.load import model_fingerprint
 from refdec.sampling import SamplingParams
 
-TIMEOUT_S = 600.0
-CONCURRENCY = 16  # requests in flight
-CHOICES = 16  # samples per request (the API's n) in generate_batch
+CHOICES = 16  # samples per request in generate_batch
+ENGINE_DTYPE = "float32"  # what vLLM / SGLang servers are declared to compute in by default
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
-def request_body(
-    model_id: str, prompt: Sequence[int], max_new_tokens: int, sampling: SamplingParams, seed: int, n: int = 1
-) -> dict:
-    """One request for the samples of seeds seed .. seed + n - 1 (choice k: seed + k)."""
-    body = {
-        "model": model_id,
-        "prompt": [int(t) for t in prompt],
-        "max_tokens": int(max_new_tokens),
-        "n": int(n),
-        "seed": int(seed),
-        "ignore_eos": True,
-        "temperature": float(sampling.temperature),
-    }
-    if not sampling.greedy:
-        if sampling.top_k is not None:
-            body["top_k"] = int(sampling.top_k)
-        if sampling.top_p is not None:
-            body["top_p"] = float(sampling.top_p)
-    return body
+@dataclass(frozen=True)
+class HTTPOptions:
+    """certify's HTTP flags: --server, --http-timeout, --api-key, --decoder-dtype, --served-model."""
+
+    server: str = "auto"
+    transport: Transport = field(default_factory=Transport)
+    compute_dtype: str | None = (
+        None  # None: float32 for vLLM / SGLang / OpenAI, undeclared for loopcert serve
+    )
+    served_model: str | None = None  # what the server calls the certified model, when not MODEL
+    model: str | None = None  # certify's MODEL as given (a folder or a name)
+    choices: int = CHOICES
+
+    def __post_init__(self):
+        if self.server not in SERVERS:
+            raise LoopcertError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
+        if self.compute_dtype is not None and self.compute_dtype not in DTYPES:
+            raise LoopcertError(
+                f"--decoder-dtype must be one of {', '.join(DTYPES)}, got {self.compute_dtype!r}"
+            )
+        if not isinstance(self.choices, int) or self.choices < 1:
+            raise LoopcertError(f"HTTP choices per request must be an int >= 1, got {self.choices!r}")
 
 
-def _httpx():
-    try:
-        import httpx
-    except ImportError:
-        raise LoopcertError("--decoder http://...: needs httpx: pip install 'loopcert[serve]'") from None
-    return httpx
+def dialect_for(info: ServerInfo) -> Dialect:
+    if info.kind == "vllm":
+        return VLLM(token_ids=info.token_ids)
+    if info.kind == "sglang":
+        return SGLang()
+    return OpenAI(loopcert=info.kind == "loopcert")
 
 
 class HTTPDecoder:
-    """generate() / generate_batch() over POST {base_url}/completions."""
+    """generate() / generate_batch() over the server at `url`, in its dialect."""
 
     def __init__(
         self,
-        base_url: str,
-        concurrency: int = CONCURRENCY,
-        timeout: float = TIMEOUT_S,
-        choices: int = CHOICES,
+        url: str,
+        options: HTTPOptions = HTTPOptions(),
+        say: Progress = stderr_line,
+        http: HTTPClient | None = None,
     ):
-        self.base_url = base_url.rstrip("/")
-        self.concurrency, self.choices, self.timeout = concurrency, choices, timeout
-        self._connect()
-        info = self._get("/models")
-        data = info.get("data") or []
-        if len(data) != 1:
-            raise LoopcertError(f"{self.base_url}/models lists {len(data)} models; certify needs exactly one")
-        self.model_id = data[0].get("id")
-        self.info = data[0].get("loopcert") or {}
-        self.fingerprint = self.info.get("fingerprint")
-        self.label = f"{self.base_url} ({self.model_id})"
-
-    def _connect(self) -> None:
-        """A connection pool and request threads of this process's own: a forked certify worker
-        (--jobs, proofs/run/jobs.py) inherits neither a usable socket nor live threads."""
-        httpx = _httpx()
-        self._pid = os.getpid()
-        self._client = httpx.Client(
-            timeout=self.timeout,
-            limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
-        )
-        self._threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="loopcert-http")
+        """http: the transport to use (tests hand one over a mock); default one of its own."""
+        self.url = url.rstrip("/")
+        root = self.url.removesuffix("/v1")
+        self.v1 = self.url[len(root) :]  # "/v1", or "" when the URL is the OpenAI base itself
+        self.options, self.say = options, say
+        self.http = http if http is not None else HTTPClient(root, options.transport, say)
+        self.server = detect(self.http, self.url, self.v1, options.server)
+        self.dialect = dialect_for(self.server)
+        self.label = self.server.label
+        if options.compute_dtype is not None:
+            self.compute_dtype = options.compute_dtype
+        elif self.server.kind != "loopcert":
+            self.compute_dtype = ENGINE_DTYPE
+        self.seed_hint = self.dialect.seed_hint
+        self.vocab: int | None = None  # set by check_model
+        self.choices = options.choices
+        self._seed_lock = threading.Lock()
+        self._choice_seeds: bool | None = None  # the cross-check's verdict, once made
 
     @property
-    def client(self):
-        if self._pid != os.getpid():
-            self._connect()
-        return self._client
-
-    @client.setter
-    def client(self, client) -> None:  # tests hand it a mock transport
-        self._client = client
-
-    @property
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._pid != os.getpid():
-            self._connect()
-        return self._threads
-
-    def _get(self, path: str) -> dict:
-        httpx = _httpx()
-        try:
-            r = self.client.get(self.base_url + path)
-        except httpx.HTTPError as e:
-            raise LoopcertError(
-                f"--decoder {self.base_url}: cannot reach {path} ({type(e).__name__}: {e})"
-            ) from None
-        if r.status_code != 200:
-            raise LoopcertError(
-                f"--decoder {self.base_url}: GET {path} answered HTTP {r.status_code}: {r.text[:300]}"
-            )
-        return r.json()
+    def description(self) -> str:
+        """What the certificate's stamp says was certified: server, dialect, seed rule."""
+        if isinstance(self.dialect, SGLang):
+            seeds = "one item per sample, sampling_seed each"
+        elif not self.dialect.unverified_choice_seeds:
+            seeds = "choice k: seed + k, stated in each answer"
+        elif self._choice_seeds is False:
+            seeds = "n 1 per sample (choice k of a request did not decode with seed + k)"
+        else:
+            seeds = "choice k: seed + k" + (", cross-checked" if self._choice_seeds else "")
+        ids = "" if self.server.token_ids else ", ids through logprobs"
+        return f"{self.label}, {self.dialect.name} dialect{ids}, seeds: {seeds}"
 
     def check_model(self, model) -> None:
-        if self.fingerprint is None:
-            raise LoopcertError(
-                f"{self.base_url} does not report a model fingerprint (/v1/models "
-                "loopcert.fingerprint): cannot tell which model it serves"
-            )
-        mine = model_fingerprint(model)
-        if mine != self.fingerprint:
-            raise LoopcertError(
-                f"{self.base_url} serves {self.model_id!r} (fingerprint "
-                f"{self.fingerprint[:12]}), not {model.cfg.name!r} (fingerprint {mine[:12]})"
-            )
+        check_identity(self.server, model, self.options.model, self.options.served_model)
+        self.vocab = model.cfg.vocab_size
 
+    # -- decoding --------------------------------------------------------------------------------
     def generate(
         self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0
     ) -> list[int]:
-        return self._request(prompt, max_new_tokens, sampling, seed, 1)[0]
-
-    def _request(
-        self, prompt, max_new_tokens: int, sampling: SamplingParams, seed: int, n: int
-    ) -> list[list[int]]:
-        """The new tokens of seeds seed .. seed + n - 1: one request with `n` choices."""
-        r = self.client.post(
-            self.base_url + "/completions",
-            json=request_body(self.model_id, prompt, max_new_tokens, sampling, seed, n),
-        )
-        what = f"POST /completions (seed {seed}" + (f", n {n})" if n > 1 else ")")
-        if r.status_code != 200:
-            raise LoopcertError(f"{what} answered HTTP {r.status_code}: {r.text[:300]}")
-        choices = (r.json().get("loopcert") or {}).get("choices")
-        if not choices:
-            raise LoopcertError(
-                "the response has no loopcert.choices[].tokens extension: certify needs the new token ids"
-            )
-        if len(choices) != n:
-            raise LoopcertError(f"{what} answered {len(choices)} choices")
-        for k, c in enumerate(choices):
-            asked = c.get("requested_seed", seed + k)
-            if asked != seed + k:
-                raise LoopcertError(
-                    f"{what}: choice {k} was decoded for seed {asked}, not {seed + k} "
-                    "(the per-choice seed rule is seed + k)"
-                )
-        return [[int(t) for t in c["tokens"]] for c in choices]
+        ask = Ask((tuple(int(t) for t in prompt),), (int(seed),), int(max_new_tokens), sampling)
+        return self._post(ask)[0]
 
     def generate_batch(
         self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds, eos_token_id=None
     ) -> list[list[int]]:
-        """Runs of consecutive seeds of one prompt as requests of up to `choices` samples, up to
-        `concurrency` requests in flight; results in input order."""
+        """Requests of up to `choices` samples, in flight together; results in input order."""
         if eos_token_id is not None:
             raise LoopcertError("HTTPDecoder.generate_batch: EOS is not part of the certify protocol")
-        prompts, seeds = [list(p) for p in prompts], list(seeds)
+        prompts = [tuple(int(t) for t in p) for p in prompts]
+        seeds = [int(s) for s in seeds]
         if len(prompts) != len(seeds):
             raise LoopcertError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        groups: list[tuple[int, int]] = []  # (first index, samples)
-        for i in range(len(seeds)):
-            if groups:
-                start, m = groups[-1]
-                if m < self.choices and prompts[i] == prompts[start] and seeds[i] == seeds[start] + m:
-                    groups[-1] = (start, m + 1)
-                    continue
-            groups.append((i, 1))
-        futures = [
-            self._pool.submit(self._request, prompts[i], max_new_tokens, sampling, seeds[i], m)
-            for i, m in groups
-        ]
+        most = 1 if self._choice_seeds is False else self.choices
+        asks = self.dialect.requests(prompts, seeds, int(max_new_tokens), sampling, most)
+        self.http.begin(len(seeds))
+        futures = [self.http.pool.submit(self._request, ask) for ask in asks]
         return [tokens for f in futures for tokens in f.result()]
 
+    def _request(self, ask: Ask) -> list[list[int]]:
+        """One request's tokens; the first sampled request of several choices is cross-checked
+        when the dialect cannot state each choice's seed (module docstring)."""
+        if not self.dialect.unverified_choice_seeds or ask.n < 2 or ask.sampling.greedy:
+            if self._choice_seeds is False and ask.n > 1:
+                return [self._post(ask.one(j))[0] for j in range(ask.n)]
+            return self._post(ask)
+        with self._seed_lock:
+            if self._choice_seeds is None:
+                got = self._post(ask)
+                self._choice_seeds = all(got[j] == self._post(ask.one(j))[0] for j in sorted({1, ask.n - 1}))
+                if not self._choice_seeds:
+                    self.say(
+                        f"{self.label}: choice j of a request (seed {ask.seeds[0]}, n {ask.n}) did not "
+                        f"decode with seed {ask.seeds[0]} + j as vLLM's parallel sampling does: sending "
+                        "one sample per request from now on"
+                    )
+                return got
+        if self._choice_seeds is False:
+            return [self._post(ask.one(j))[0] for j in range(ask.n)]
+        return self._post(ask)
+
+    def _post(self, ask: Ask) -> list[list[int]]:
+        d = self.dialect
+        path = d.path if d.at_root else self.v1 + d.path
+        answer = self.http.post(path, d.body(self.server.model_id, ask), ask.what("POST " + path), ask.n)
+        return d.tokens(answer, ask, self.label, self.vocab)
+
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self.client.close()
+        self.http.close()
 
 
 def is_http_spec(spec: str | None) -> bool:
     return isinstance(spec, str) and spec.startswith(("http://", "https://"))
+
+
+# certify() takes the decoder as its --decoder spec, a string that travels to shards and forked
+# workers; the HTTP flags the CLI parsed ride beside it in this process (a fork inherits them).
+_OPTIONS: dict[str, HTTPOptions] = {}
+_BUILT: dict[str, HTTPDecoder] = {}
+
+
+def configure(spec: str, options: HTTPOptions) -> None:
+    """The options every decoder built for `spec` in this process uses (certify's HTTP flags)."""
+    _OPTIONS[spec] = options
+
+
+def built(spec: str) -> HTTPDecoder | None:
+    """The decoder this process built for `spec`, if any (the CLI stamps its description)."""
+    return _BUILT.get(spec)
 
 
 def http_factory(spec: str, connect: bool = True):
@@ -222,12 +200,21 @@ def http_factory(spec: str, connect: bool = True):
 
     connect=True reaches the server now (an unreachable one is a usage error before any check);
     False waits for the first build (`loopcert merge` assembles shards without a server)."""
-    decs: list[HTTPDecoder] = [HTTPDecoder(spec)] if connect else []
+
+    def decoder() -> HTTPDecoder:
+        if spec not in _BUILT:
+            _BUILT[spec] = HTTPDecoder(spec, _OPTIONS.get(spec, HTTPOptions()))
+        return _BUILT[spec]
+
+    if connect:
+        old = _BUILT.pop(spec, None)  # a new run reaches the server afresh
+        if old is not None:
+            old.close()
+        decoder()
 
     def factory(model):
-        if not decs:
-            decs.append(HTTPDecoder(spec))
-        decs[0].check_model(model)
-        return decs[0]
+        dec = decoder()
+        dec.check_model(model)
+        return dec
 
     return factory

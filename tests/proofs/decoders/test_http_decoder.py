@@ -20,7 +20,7 @@ import proofs.run.plan as plan_mod  # noqa: E402
 import refdec  # noqa: E402
 from loopcert.cli import main  # noqa: E402
 from proofs.certificate import Certificate, read_certificate  # noqa: E402
-from proofs.decoders.http_decoder import HTTPDecoder, request_body  # noqa: E402
+from proofs.decoders.http_decoder import HTTPDecoder  # noqa: E402
 from refdec.errors import LoopcertError  # noqa: E402
 from refdec.load import model_fingerprint  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
@@ -60,6 +60,8 @@ def test_lossless_server_is_certified(good_server, tmp_path, http_plan):
     greedy = cert.check("greedy_float64")
     assert any("tiny-raven" in s for s in greedy.details.not_applicable)  # serves only its own model
     assert "## Reproducibility: pass" in (tmp_path / "certificate.md").read_text()
+    assert f"(loopcert serve at {server.url}, openai dialect" in cert.stamp.decoder
+    assert "--server loopcert" in cert.stamp.command
 
 
 def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan):
@@ -102,8 +104,8 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
             dec.generate([1, 2, 3], 5, sp, seed=s) for s in (9, 4, 9)
         ]
         # runs of consecutive seeds of one prompt go as requests of `choices` samples (API's n)
-        sent, request = [], dec._request
-        dec._request = lambda p, m, s, seed, n: sent.append((p[0], seed, n)) or request(p, m, s, seed, n)
+        sent, post = [], dec._post
+        dec._post = lambda ask: sent.append((ask.prompts[0][0], ask.seeds[0], ask.n)) or post(ask)
         prompts = [[1, 2, 3]] * 40 + [[2]] * 2
         seeds = list(range(20, 60)) + [60, 61]
         got = dec.generate_batch(prompts, 4, sp, seeds)
@@ -113,18 +115,6 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
         dec.close()
     fingerprints = {model_fingerprint(refdec.load_model(name)) for name in ("tiny-ouro", "tiny-raven")}
     assert len(fingerprints) == 2
-    body = request_body("m", [1, 2], 3, SamplingParams(temperature=0.5, top_p=0.9), 7)
-    assert body == {
-        "model": "m",
-        "prompt": [1, 2],
-        "max_tokens": 3,
-        "n": 1,
-        "seed": 7,
-        "ignore_eos": True,
-        "temperature": 0.5,
-        "top_p": 0.9,
-    }
-    assert request_body("m", [1], 1, SamplingParams(), 0)["temperature"] == 0.0
 
 
 def test_unreachable_server_is_a_usage_error(tmp_path, capsys):
@@ -149,13 +139,24 @@ def test_http_decoder_refuses_choices_decoded_for_other_seeds(good_server):
             {"tokens": [0] * body["max_tokens"], "requested_seed": body["seed"] + 2 * k}
             for k in range(body["n"])
         ]
-        return httpx.Response(200, json={"loopcert": {"choices": choices}})
+        plain = [{"index": k, "finish_reason": "length"} for k in range(body["n"])]
+        return httpx.Response(200, json={"choices": plain, "loopcert": {"choices": choices}})
 
     try:
-        dec.client = httpx.Client(transport=httpx.MockTransport(handler))
+        dec.http.client = httpx.Client(transport=httpx.MockTransport(handler))
         sp = SamplingParams(temperature=1.0)
         assert dec.generate_batch([[1]], 2, sp, [5]) == [[0, 0]]  # one choice: seed + 0
         with pytest.raises(LoopcertError, match="choice 1 was decoded for seed 7, not 6"):
             dec.generate_batch([[1]] * 3, 2, sp, [5, 6, 7])
     finally:
         dec.close()
+
+
+def test_loopcert_serve_is_certified_through_its_sglang_endpoint(good_server, tmp_path, http_plan):
+    """--server sglang speaks SGLang's native /generate (one item per sample, sampling_seed each)
+    to loopcert serve's implementation of it (loopcert/serve/sglang.py)."""
+    argv = ["certify", "tiny-ouro", "--decoder", good_server.url, "--server", "sglang"]
+    rc = main([*argv, "--out", str(tmp_path), "--seed", "1"])
+    cert = read_certificate(tmp_path / "certificate.json")
+    assert rc == 0 and cert.verdict == "PASS", cert.failed
+    assert "sglang dialect" in cert.stamp.decoder and "--server sglang" in cert.stamp.command
