@@ -12,7 +12,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from loopcert.commands.common import uninterrupted
+from loopcert.commands.common import (
+    add_http_arguments,
+    configure_http,
+    http_command_parts,
+    http_decoder_stamp,
+    uninterrupted,
+)
 from proofs.certificate import Certificate
 from proofs.run.certify import certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
@@ -37,8 +43,10 @@ def add_arguments(p) -> None:
         "--decoder",
         default=None,
         metavar="MODULE:FACTORY",
-        help="certify factory(model) instead of fastdec's strategy grid",
+        help="certify factory(model) instead of fastdec's strategy grid; or a server: "
+        "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible; docs/decoders.md)",
     )
+    add_http_arguments(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
     mode = p.add_mutually_exclusive_group()
@@ -92,6 +100,33 @@ def add_arguments(p) -> None:
         help="run only the I-th of N parts of the plan's work units; write OUT/shard.json for "
         "`loopcert merge`",
     )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: --jobs N forked workers on this machine (default); ray: one Ray task per work "
+        "unit (1 GPU on --device cuda, else 1 CPU), --jobs N at once (default: one per CPU/GPU of "
+        "the cluster); needs pip install 'loopcert[ray]'",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="join the Ray cluster at ADDRESS (HOST:PORT, auto); default: start a local one",
+    )
+    plan = p.add_mutually_exclusive_group()
+    plan.add_argument(
+        "--plan-out",
+        default=None,
+        metavar="FILE",
+        help="certify nothing: plan the run (cases, N per case, bins) and write FILE for --plan",
+    )
+    plan.add_argument(
+        "--plan",
+        default=None,
+        metavar="FILE",
+        help="run the plan of --plan-out FILE instead of planning here (give it to every shard)",
+    )
 
 
 def minutes(seconds: float) -> str:
@@ -103,6 +138,7 @@ def command_line(args, model: str) -> str:
     parts = ["loopcert certify", model]
     if args.decoder:
         parts.append(f"--decoder {args.decoder}")
+        parts += http_command_parts(args)
     parts += [f"--device {args.device}", f"--dtype {args.dtype}", f"--{args.mode}", f"--seed {args.seed}"]
     if args.time_budget is not None:
         parts.append(f"--time-budget {args.time_budget:g}")
@@ -121,24 +157,41 @@ def write_reports(cert: Certificate, out: Path) -> tuple[Path, Path]:
 
 def run(args) -> int:
     progress = timed_progress()
-    jobs = default_jobs(args.device) if args.jobs is None else args.jobs
+    jobs = args.jobs
+    if jobs is None and args.executor == "local":
+        jobs = default_jobs(args.device)  # Ray's default: one per CPU (GPU) of the cluster
+    configure_http(args)
     # the run both certify() and predict() take: what, with what, where, which plan and seed
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
     if args.predict is not None:
-        got = predict(*what, slice_seconds=args.predict, jobs=jobs)
+        got = predict(*what, slice_seconds=args.predict, jobs=jobs or default_jobs(), executor=args.executor)
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
         print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
         for c in got["checks"]:
             print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']})")
         print(
             f"predicted: {minutes(got['serial_seconds'])} in one process, "
-            f"{minutes(got['wall_seconds'])} with --jobs {got['jobs']} "
+            f"{minutes(got['wall_seconds'])} with {got['workers_label']} "
             f"(sampling {minutes(got['predicted_seconds'])} of it; sampling budget "
             f"{minutes(got['sampling_budget_s'])} per worker)"
         )
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
-    cert = certify(*what, time_budget=args.time_budget, shard=shard, jobs=jobs)
+    if args.plan_out is not None:
+        got = certify(*what, time_budget=args.time_budget, plan_out=args.plan_out)
+        print(
+            f"wrote {got['path']}: the plan of {got['units']} work units; give it to every part with --plan"
+        )
+        return 0
+    cert = certify(
+        *what,
+        time_budget=args.time_budget,
+        shard=shard,
+        jobs=jobs,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        plan_file=args.plan,
+    )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
         path = write_shard(args.out, cert)
@@ -147,7 +200,9 @@ def run(args) -> int:
             f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)"
         )
         return 0
-    cert = cert.with_stamp(command=command_line(args, cert.stamp.model))
+    cert = cert.with_stamp(
+        command=command_line(args, cert.stamp.model), decoder=http_decoder_stamp(args, cert.stamp.decoder)
+    )
     return publish(cert, args.out, f" in {cert.stamp.seconds:.0f}s")
 
 
@@ -163,9 +218,12 @@ def publish(cert: Certificate, out, how: str) -> int:
     -> the exit status: 0 pass, 1 a check failed."""
     with uninterrupted():
         md_path, json_path = write_reports(cert, out)
+    na = [c.name for c in cert.checks if c.passed and c.not_applicable]
+    judged = len(cert.checks) - len(na)  # a check that does not apply is not counted as passed
     print(
-        f"{cert.verdict}: {len(cert.checks) - len(cert.failed)}/{len(cert.checks)} checks "
-        f"passed{how}" + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
+        f"{cert.verdict}: {judged - len(cert.failed)}/{judged} checks passed{how}"
+        + (f", {len(na)} not applicable ({', '.join(na)})" if na else "")
+        + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
     )
     for name, why in cert.skipped.items():
         print(f"skipped: {name}: {why}")

@@ -42,6 +42,7 @@ def run(args) -> int:
         progress,
         time_budget=ident["time_budget"],
         results=results,
+        planned=shards[0].get("sampling"),  # the shards' plan: the laws their tallies were binned by
     )
     cert = cert.with_stamp(
         command=shards[0].get("command"),

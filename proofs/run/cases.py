@@ -9,6 +9,7 @@ cases together. SamplingSetup is what a run keeps of that, per sampled model.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from proofs.checks.distribution import Case, CaseLaw, alpha_per_test, case_law, 
 from proofs.prompts import model_prompts
 from proofs.run.plan import CaseSpec, CertifyPlan, case_options
 from proofs.stats.exact_laws import Oracle
+from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 from refdec.sampling import SamplingParams
 
@@ -102,3 +104,62 @@ def choose_case(
         rule = "no option has power: the first"
     passed = "; ".join(f"{t[0].case.name}: {t[2]}" for t in tried if t[0] is not law)
     return replace(law, chosen=rule + (f"; passed over {passed}" if passed else ""))
+
+
+# -- one plan for every machine (docs/design.md section 8): the choices above as data ----------
+
+
+def support_digest(law: CaseLaw) -> str:
+    """A digest of what the views count by: each view's name, position, prefix and bins (token ->
+    bin, sequence -> bin), not the bins' probabilities. Two machines whose float64 laws differ
+    in the last bits bin the same samples alike exactly when this agrees."""
+    h = hashlib.sha256()
+    for v in law.views:
+        h.update(repr((v.name, v.position, v.prefix, v.labels, v.rest)).encode())
+        if v.token_bins is not None:
+            h.update(v.token_bins.astype("<i8").tobytes())
+        if v.seq_bins is not None:
+            h.update(repr(sorted(v.seq_bins.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int]) -> dict:
+    """The planning choices of one sampled model as plain data: the prompt, and per plan entry the
+    case chosen (with why), its N and the digest of its views' bins (planned_cases reads it)."""
+    return {
+        "prompt": list(laws[0].case.prompt) if laws else [],
+        "cases": [
+            {
+                "name": law.case.name,
+                "temperature": law.case.sampling.temperature,
+                "top_k": law.case.sampling.top_k,
+                "top_p": law.case.sampling.top_p,
+                "tokens": law.case.n,
+                "samples": n,
+                "chosen": law.chosen,
+                "bins": support_digest(law),
+            }
+            for law, n in zip(laws, samples, strict=True)
+        ],
+    }
+
+
+def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
+    """(law, N) of every plan entry as `record` (setup_record, made where the run was planned)
+    says: its cases and N as chosen there, never rechosen here; the laws computed here must bin
+    as there, else a LoopcertError names the case (this machine cannot run that plan)."""
+    laws, samples = [], []
+    for c in record["cases"]:
+        sp = SamplingParams(temperature=c["temperature"], top_k=c["top_k"], top_p=c["top_p"])
+        law = replace(
+            case_law(oracle, Case(c["name"], sp, tuple(record["prompt"]), c["tokens"])), chosen=c["chosen"]
+        )
+        if support_digest(law) != c["bins"]:
+            raise LoopcertError(
+                f"case {c['name']} on {name}: this machine's exact law bins its samples otherwise than "
+                f"the plan's (bins {support_digest(law)} against {c['bins']}): its float64 maths "
+                "differ beyond the last bits; run this part on a machine like the planner's"
+            )
+        laws.append(law)
+        samples.append(int(c["samples"]))
+    return tuple(laws), tuple(samples)

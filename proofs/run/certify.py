@@ -19,8 +19,9 @@ from proofs.certificate import Certificate, Stamp
 from proofs.decoders.candidates import default_depths, user_candidate
 from proofs.progress import Progress
 from proofs.result import CheckResult
-from proofs.run.jobs import check_jobs, run_units
+from proofs.run.jobs import Executor, LocalExecutor, check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
+from proofs.run.planfile import check_plan, read_plan, write_plan
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import pool_sampling
 from proofs.run.shards import Shard, plan_hash
@@ -47,7 +48,12 @@ def certify(
     time_budget: float | None = None,
     shard: Shard | None = None,
     results: dict | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    plan_file: str | None = None,
+    plan_out: str | None = None,
+    planned: dict | None = None,
 ) -> Certificate | dict:
     """Run every check of `mode` on the candidate; returns the certificate (proofs/certificate.py).
 
@@ -55,7 +61,13 @@ def certify(
     shard's units and returns their raw results with the run's identity (proofs/run/shards.py);
     with `results` (merged shards) it runs nothing and assembles the certificate from them,
     through the same code as a single run. `jobs` > 1 runs the units (of the shard, if any) in
-    that many forked worker processes (proofs/run/jobs.py): the same results, apart from timings.
+    that many forked worker processes (proofs/run/jobs.py); `executor` "ray" runs them as Ray tasks,
+    `jobs` at once (None: one per CPU, or GPU, of the cluster), on the cluster at `ray_address` or
+    a local one (proofs/run/ray_executor.py): the same results, apart from timings.
+
+    One plan for every machine (proofs/run/planfile.py): with `plan_out` it plans, writes the plan
+    file there and returns {"path", "units"}; with `plan_file` it takes the cases and N from that
+    file instead of choosing them; `planned` is the same choices as data (merged shards').
 
     Usage errors (bad mode, dtype, seed, device, --decoder spec, model) raise LoopcertError
     before any check runs."""
@@ -71,12 +83,15 @@ def certify(
         )
     if time_budget is not None:
         check_number("--time-budget (seconds)", time_budget, 0, low_open=True)
-    check_jobs(jobs, device)
+    runner = pick_executor(executor, jobs, device, ray_address)
     check_device(device)
+    given = read_plan(plan_file) if plan_file is not None else None
+    if given is not None:
+        planned = given["sampling"]
     model_name = model_name or default_model_name()
     user = user_candidate(decoder, connect=results is None) if decoder else None
     t_start = time.perf_counter()
-    run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
+    run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget, planned=planned)
     dname = dtype_name(dtype)
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(
@@ -87,20 +102,30 @@ def certify(
 
     units, assemble = plan_units(run, dname)
     ident = identity(run, decoder, time_budget)
+    if given is not None:
+        check_plan(given, ident, [u for u, _ in units])
+        say(f"the plan of {given['_path']}: its cases and N, not chosen here")
+    if plan_out is not None:
+        path = write_plan(plan_out, ident, [u for u, _ in units], run.sampling_record())
+        return {"path": str(path), "units": len(units)}
     if results is None:
         todo = [(uid, fn) for k, (uid, fn) in enumerate(units) if shard is None or shard.takes(k)]
-        pool = pool_sampling(run, [uid for uid, _ in todo], workers=jobs)
-        if jobs > 1:
-            say(f"running {len(todo)} work units in {jobs} worker processes")
-            results = run_units(dispatch_order(run, todo), jobs, pool)
-            results = {uid: results[uid] for uid, _ in todo}  # plan order
+        ids = [uid for uid, _ in todo]
+        if runner is not None:
+            say(runner.describe(len(todo)))
+            results = runner.run_all(
+                run, dispatch_order(run, todo), lambda w: pool_sampling(run, ids, workers=w)
+            )
+            results = {uid: results[uid] for uid in ids}  # plan order
         else:
+            pool_sampling(run, ids)
             results = {uid: fn() for uid, fn in todo}
         if shard is not None:
             return {
                 "shard": [shard.index, shard.count],
                 "identity": ident,
                 "units": [u for u, _ in units],
+                "sampling": run.sampling_record(),  # the plan merge assembles by
                 "results": results,
                 "seconds": time.perf_counter() - t_start,
             }
@@ -129,6 +154,29 @@ def certify(
     )
 
 
+EXECUTORS = ("local", "ray")
+
+
+def pick_executor(name: str, jobs: int | None, device: str, ray_address: str | None) -> Executor | None:
+    """The executor of --executor NAME with --jobs (None: run the units in this process, one by
+    one); a LoopcertError naming a bad value."""
+    if name not in EXECUTORS:
+        raise LoopcertError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
+    if name == "local":
+        if ray_address is not None:
+            raise LoopcertError(f"--ray-address {ray_address} needs --executor ray")
+        jobs = check_jobs(1 if jobs is None else jobs, device)
+        return LocalExecutor(jobs) if jobs > 1 else None
+    if jobs is not None:
+        check_jobs(jobs, device, "ray")
+    from proofs.run.ray_executor import RayExecutor, check_address, import_ray
+
+    import_ray()  # a missing extra, or an address nothing answers at, is a usage error before the first check
+    if ray_address is not None:
+        check_address(ray_address)
+    return RayExecutor(jobs, device, ray_address)
+
+
 def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) -> dict:
     """What every shard of one run must share (proofs/run/shards.py IDENTITY)."""
     return {
@@ -142,6 +190,7 @@ def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) ->
         "device": run.device,
         "dtype": dtype_name(run.dtype),
         "time_budget": time_budget,
+        "sampling_plan": plan_hash(run.sampling_record()),  # cases, N and bins: as planned where it ran
     }
 
 

@@ -15,14 +15,23 @@ leaves unused goes back to the pool when it returns): proofs/run/budget.py, rese
 
 Fork, not spawn: the workers inherit the loaded models and laws (no second setup) and whatever
 the caller configured in-process. CUDA cannot be forked, hence --jobs 1 on a GPU (split a GPU
-run across machines with --shard instead).
+run with --executor ray, proofs/run/ray_executor.py, or across machines with --shard instead).
+
+No worker outlives its parent, however the parent ends: the run's `finally` ends them when it
+can, and when it cannot (SIGKILL) each worker sees its parent go: on Linux the kernel sends it
+SIGKILL (prctl PR_SET_PDEATHSIG), elsewhere a watcher thread sees the parent pid change (the
+orphan is reparented) and exits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from typing import Protocol
@@ -34,6 +43,8 @@ from refdec.errors import LoopcertError
 MAX_DEFAULT_JOBS = 8  # the default never starts more workers than this, whatever the core count
 
 _WORK: dict[str, Callable[..., dict]] = {}  # unit id -> run it; set in the parent before the fork
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+ORPHAN_POLL_S = 0.5  # the portable watcher checks the parent pid this often
 
 
 def default_jobs(device: str = "cpu") -> int:
@@ -47,13 +58,15 @@ def default_jobs(device: str = "cpu") -> int:
     return max(1, min(cores, MAX_DEFAULT_JOBS))
 
 
-def check_jobs(jobs: int, device: str) -> int:
+def check_jobs(jobs: int, device: str, executor: str = "local") -> int:
+    """`jobs` when it is a valid worker count for this executor (local workers fork: CPU only;
+    Ray's take one GPU each); else a LoopcertError naming it."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise LoopcertError(f"--jobs must be an integer >= 1, got {jobs!r}")
-    if jobs > 1 and device != "cpu":
+    if jobs > 1 and device != "cpu" and executor == "local":
         raise LoopcertError(
             f"--jobs {jobs} needs --device cpu (CUDA cannot be forked), got {device!r}: "
-            "split a GPU run across machines with --shard i/n"
+            "split a GPU run with --executor ray or across machines with --shard i/n"
         )
     return jobs
 
@@ -71,9 +84,58 @@ class Budget(Protocol):
         """The unit came back having sampled for `used` seconds."""
 
 
-def _serve(conn, threads: int) -> None:
+class Executor(Protocol):
+    """How certify runs a list of work units (proofs/run/certify.py picks one): in forked local
+    workers (LocalExecutor) or as Ray tasks (proofs/run/ray_executor.py RayExecutor). Either
+    way a unit's raw result depends on the plan, the seed and the unit id alone."""
+
+    def describe(self, n_units: int) -> str:
+        """The progress line that says how the units run."""
+
+    def run_all(
+        self, run, units: Sequence[tuple[str, Callable[..., dict]]], budget_for: Callable[[int], Budget]
+    ) -> dict[str, dict]:
+        """{unit id: raw result} of `units` (in dispatch order) of `run` (a CertifyRun);
+        budget_for(workers) is the sampling pool of that many units running at once, called
+        once the executor knows how many that is."""
+
+
+class LocalExecutor:
+    """`--jobs N`: N forked workers on this machine (run_units)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def describe(self, n_units: int) -> str:
+        return f"running {n_units} work units in {self.workers} worker processes"
+
+    def run_all(self, run, units, budget_for: Callable[[int], Budget]) -> dict[str, dict]:
+        return run_units(units, self.workers, budget_for(self.workers))
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when `parent` ends, however it ends (also SIGKILL, which leaves the
+    parent no `finally`): the kernel's parent-death signal on Linux, plus a watcher thread that
+    sees the parent pid change (the portable path; it also covers a parent that died before
+    the prctl call)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl in this libc: the watcher alone
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def _serve(conn, threads: int, parent: int) -> None:
     """A worker: run the units the parent sends ((uid, share); None: stop), answer each with
     (uid, result, None) or (uid, None, why)."""
+    die_with_parent(parent)
     # the parent handles Ctrl-C and SIGTERM and ends the workers with SIGTERM: they die quietly,
     # not through the CLI's handler the fork copied (a traceback each)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -108,7 +170,9 @@ def run_units(units: Sequence[tuple[str, Callable[..., dict]]], jobs: int, budge
     try:
         for _ in range(jobs):
             parent_end, child_end = ctx.Pipe()
-            p = ctx.Process(target=_serve, args=(child_end, torch.get_num_threads()), daemon=True)
+            p = ctx.Process(
+                target=_serve, args=(child_end, torch.get_num_threads(), os.getpid()), daemon=True
+            )
             p.start()
             child_end.close()
             workers.append((p, parent_end))
@@ -137,7 +201,7 @@ def run_units(units: Sequence[tuple[str, Callable[..., dict]]], jobs: int, budge
                 if error is not None:
                     raise RuntimeError(f"work unit {uid} failed in its worker: {error}")
                 results[uid] = result
-                budget.settle(uid, float(result.get("seconds", 0.0)))
+                budget.settle(uid, float(result.get("seconds") or 0.0))
                 if pending:
                     dispatch(conn)
     finally:  # also on Ctrl-C, SIGTERM or an error: no worker outlives the run

@@ -12,6 +12,7 @@ mutants' run, the traces).
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from proofs.progress import Progress
 from proofs.run.certify import default_model_name
 from proofs.run.jobs import check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
+from proofs.run.remote import RunSpec
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
@@ -89,15 +91,18 @@ def predict(
     progress: Progress | None = None,
     slice_seconds: float = PREDICT_SECONDS,
     jobs: int = 1,
+    executor: str = "local",
 ) -> dict:
     """The prediction of the module docstring, as data. Setup (models, exact laws) is as measured;
     the wall time with `jobs` workers hands the units out in certify --jobs' order
-    (dispatch_order, makespan), each worker at the rate measured here alone."""
+    (dispatch_order, makespan), each worker at the rate measured here alone. With `executor`
+    "ray" the `jobs` workers also each unpack the run once (proofs/run/remote.py RunSpec), timed
+    here as one pickle round trip of it; Ray's own start (a local cluster's) is not counted."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
     check_number("--predict (seconds)", slice_seconds, 0, 1e6, low_open=True)
-    check_jobs(jobs, device)
+    check_jobs(jobs, device, executor)
     plan, dtype = PLANS[mode], parse_dtype(dtype)
     model_name = model_name or default_model_name()
     t0 = time.perf_counter()
@@ -117,12 +122,18 @@ def predict(
     per_mutant = mutant_s / max(1, len(run.mutant_library()))
     ordered = [unit_seconds.get(uid, per_mutant) for uid, _ in dispatch_order(run, units)]  # as certify
     serial = setup + sum(ordered)
-    wall = setup + makespan(ordered, jobs)
+    ship = 0.0
+    if executor == "ray":
+        t = time.perf_counter()
+        pickle.loads(pickle.dumps(RunSpec.of(run, units)))
+        ship = time.perf_counter() - t
+    wall = setup + ship + makespan(ordered, jobs)
+    label = f"--executor ray and {jobs} workers" if executor == "ray" else f"--jobs {jobs}"
     no_power = sorted({r["case"] for r in rows if r["no_power"]})
     say(
         f"{plan.mode} plan: {sum(r['planned'] for r in rows)} samples in {len(rows)} (setting, case) pairs, "
         f"{sampling_s / 60:.1f} min of sampling (budget {plan.sampling_budget_s / 60:.1f} min per worker); "
-        f"whole plan {serial / 60:.1f} min in one process, {wall / 60:.1f} min with --jobs {jobs}"
+        f"whole plan {serial / 60:.1f} min in one process, {wall / 60:.1f} min with {label}"
         + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
     )
     return {
@@ -136,6 +147,9 @@ def predict(
         "predicted_seconds": sampling_s,
         "serial_seconds": serial,
         "jobs": jobs,
+        "executor": executor,
+        "workers_label": label,
+        "ship_seconds": ship,
         "wall_seconds": wall,
         "sampling_budget_s": plan.sampling_budget_s,
     }

@@ -45,11 +45,11 @@ from proofs.progress import Progress
 from proofs.prompts import model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
-from proofs.run.cases import SamplingSetup, chosen_cases
+from proofs.run.cases import SamplingSetup, chosen_cases, planned_cases, setup_record
 from proofs.run.plan import CertifyPlan
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
-from refdec.config import TINY_PRESETS
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS
 from refdec.model import LoopedLM
 
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
@@ -93,6 +93,7 @@ class CertifyRun:
         *,
         models: RunModels | None = None,
         sampling_setups: Mapping[str, SamplingSetup] | None = None,
+        planned: Mapping[str, dict] | None = None,
     ):
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
@@ -102,6 +103,9 @@ class CertifyRun:
         self.R = self.model64.cfg.recurrence
         self.candidates = self.grid(self.R)
         self.sampling_setups: dict[str, SamplingSetup] = dict(sampling_setups or {})  # model name -> setup
+        # model name -> the planning choices made elsewhere (proofs/run/cases.py setup_record: a
+        # --plan file, merged shards); their sampling setups follow them, never rechoose
+        self.planned: dict[str, dict] = dict(planned or {})
         # check label -> its decoder, or why the factory declined the model (a shard builds only
         # the decoders of the units it samples)
         self.sampling_decoders: dict[str, Decoder | NotApplicable] = {}
@@ -125,6 +129,7 @@ class CertifyRun:
             self.sampling_budget_s,
             models=self.models,
             sampling_setups=self.sampling_setups,
+            planned=self.planned,
         )
 
     def grid(self, R: int) -> list[Candidate]:
@@ -195,9 +200,10 @@ class CertifyRun:
                 f"the certified model, at its own vocabulary (V={self.oracle.V})",
             )
         ]
-        if self.plan.sampling_presets and self.model_name not in TINY_PRESETS:
+        tinies = TINY_PRESETS + (TINY_LOOPCODER,)  # every family's: LoopCoder's stands apart there
+        if self.plan.sampling_presets and self.model_name not in tinies:
             family = self.model64.cfg.family
-            tiny = next(t for t in TINY_PRESETS if refdec.get_preset(t).family == family)
+            tiny = next(t for t in tinies if refdec.get_preset(t).family == family)
             out.append(
                 (
                     tiny,
@@ -211,10 +217,18 @@ class CertifyRun:
         """The cases, their laws and N, and the model to sample, of model `name`: built once."""
         if name not in self.sampling_setups:
             o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
-            laws, samples = chosen_cases(o, name, self.plan)
+            if name in self.planned:
+                laws, samples = planned_cases(o, name, self.planned[name])
+            else:
+                laws, samples = chosen_cases(o, name, self.plan)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
             self.sampling_setups[name] = SamplingSetup(laws, samples, load(name, run_dtype, self.device))
         return self.sampling_setups[name]
+
+    def sampling_record(self) -> dict[str, dict]:
+        """{model: its planning choices (setup_record)} of every model this run samples."""
+        setups = {name: self.sampling_setup(name) for name, _, _ in self.sampling_plan()}
+        return {name: setup_record(s.laws, s.samples) for name, s in setups.items()}
 
     def sampling_decoder(self, label: str, candidate: Candidate, model: str) -> Decoder | NotApplicable:
         """The decoder of sampling check `label` (candidate on model), built once per process; a
@@ -285,10 +299,26 @@ class CertifyRun:
         return laws, depth_pairs(self.R, self.plan.mode == "full")
 
     def theorem1_traces(self) -> CheckResult:
+        if na := self.traces_not_applicable():
+            return CheckResult("theorem1_traces", float("nan"), 2.0, True, kind="theorem1", not_applicable=na)
         return check_theorem1_traces(*self.traces, self.model_name)
 
     def theorem2_traces(self) -> CheckResult:
+        if na := self.traces_not_applicable():
+            return CheckResult(
+                "theorem2_traces", float("nan"), 1.0, True, kind="theorem2_traces", not_applicable=na
+            )
         return check_theorem2_traces(*self.traces, self.model_name)
+
+    def traces_not_applicable(self) -> str | None:
+        """Both trace checks read depth pairs d1 < d2 < R: Theorem 1's triples (p_R, p_d1, p_d2) and
+        Theorem 2's second proposal; R <= 2 (LoopCoder's published loop_num = 2) has none."""
+        if depth_pairs(self.R, self.plan.mode == "full"):
+            return None
+        return (
+            f"R={self.R} leaves no depth pair d1 < d2 < R "
+            "(Theorem 1's p_d1 and p_d2; Theorem 2's second proposal)"
+        )
 
     # -- 6. speed --------------------------------------------------------------------------------
     def speed(self) -> CheckResult:

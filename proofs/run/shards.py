@@ -6,7 +6,8 @@ one per sampling case of each setting on each model, one per mutant, one per oth
 raw results (sample tallies, check results) with the run's identity to DIR_i/shard.json. `merge`
 reads n such files, refuses any whose identity differs (commit, plan, model and its
 fingerprint, seed, decoder, device, dtype, time budget) naming the shard and the field,
-names missing or repeated shards and missing units, and hands the union of the raw results to
+names missing or repeated shards and missing units (with `--plan FILE` every shard samples the
+cases and N planned once: proofs/run/planfile.py), and hands the union of the raw results to
 the same code that assembles an unsharded certificate: Holm across all cases of a check, one
 verdict. Only timings differ from a single run (and what a time budget cut, which depends on
 the machine: a unit that stopped at its deadline is flagged in its tally either way).
@@ -36,6 +37,7 @@ IDENTITY = (
     "device",
     "dtype",
     "time_budget",
+    "sampling_plan",  # the cases, N and bins it sampled (give every shard --plan FILE: one plan)
 )
 
 

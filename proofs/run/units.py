@@ -10,6 +10,7 @@ into the certificate's checks, in certificate order.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -38,8 +39,24 @@ def guarded(
         result = CheckResult.errored(name, kind, e)
     seconds += time.perf_counter() - t0
     result = result.timed(seconds)
-    progress(f"[{name}] {'pass' if result.passed else 'FAIL'} ({seconds:.1f}s)")
+    outcome = "FAIL" if not result.passed else "not applicable" if result.not_applicable else "pass"
+    progress(f"[{name}] {outcome} ({seconds:.1f}s)")
     return result
+
+
+def failed_unit(uid: str, why: str) -> dict:
+    """The raw result of a unit that never returned one (its worker died, or its task raised, past
+    the executor's retries): the unit's check assembles it as a failure naming the unit and why,
+    never as a pass. Every kind of unit reads "unit_error" (sampling_result, CertifyRun.mutation,
+    the whole checks' assembly below)."""
+    return {"unit": uid, "id": uid.split("/", 1)[-1], "unit_error": f"work unit {uid} failed: {why}"}
+
+
+def whole_result(name: str, kind: str, raw: dict) -> CheckResult:
+    """A whole check's result from its unit's raw result (a failed_unit's: the check failed)."""
+    if "unit_error" in raw:
+        return CheckResult(name, math.nan, math.nan, False, kind=kind, error=raw["unit_error"])
+    return CheckResult.from_dict(raw)
 
 
 def unit_seconds(raws: list[dict]) -> float:
@@ -55,7 +72,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     def whole(name: str, kind: str, fn: Callable[[], CheckResult]) -> None:
         uid = f"check/{name}"
         units.append((uid, lambda share=None: guarded(name, kind, fn, run.say).to_dict()))
-        assemble.append(lambda res: CheckResult.from_dict(res[uid]))
+        assemble.append(lambda res: whole_result(name, kind, res[uid]))
 
     whole("greedy_float64", "greedy", run.greedy_float64)
     if run.model_dt is not None:

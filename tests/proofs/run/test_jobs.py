@@ -10,7 +10,6 @@ import os
 import pytest
 from plans import SHARD_PLAN, SMALL_PLAN, untimed
 
-import proofs.run.certify as certify_mod
 import proofs.run.jobs as jobs_mod
 import proofs.run.plan as plan_mod
 from loopcert.cli import main
@@ -28,7 +27,7 @@ def runs(tmp_path_factory):
     mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
     root = tmp_path_factory.mktemp("jobs")
     log = root / "pids"  # each unit appends the pid of the process that ran it
-    real = certify_mod.run_units  # patched where certify calls it
+    real = jobs_mod.run_units  # patched where LocalExecutor calls it
 
     def logged(units, *a):
         def wrap(fn):
@@ -41,7 +40,7 @@ def runs(tmp_path_factory):
 
         return real([(uid, wrap(fn)) for uid, fn in units], *a)
 
-    mp.setattr(certify_mod, "run_units", logged)
+    mp.setattr(jobs_mod, "run_units", logged)
     try:
         rcs = {
             name: main(["certify", "tiny-ouro", "--seed", seed, "--jobs", j, "--out", str(root / name)])
