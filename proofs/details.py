@@ -462,6 +462,22 @@ class SpeedDetails(Details):
     baseline: str
 
 
+# -- the bench regression gates (proofs/speed/gates.py) ---------------------------------------------
+# Not a certificate kind (not in KINDS): the gate's results go to gate.json, never to a certificate.
+
+
+@dataclass(frozen=True)
+class GateDetails(Details):
+    kind: ClassVar[str] = "bench_gate"
+    figure: str  # "<mode> / <setting> / <figure>", or "comparable"
+    what: str  # "exact" (any change fails), "speed" (a drop beyond the tolerance fails), "comparable"
+    baseline: object  # the baseline's value (exact: a count, a hash, calls per width; speed: a ratio)
+    measured: object  # this run's value (None: not measured)
+    tolerance: float | None  # speed: the relative drop allowed; None: exact, any change fails
+    message: str  # names the figure, the baseline, the measured value and the tolerance
+    rounds: tuple[float, ...] = ()  # speed: this run's per-round ratios (their median is `measured`)
+
+
 KINDS: dict[str, type[Details]] = {
     d.kind: d
     for d in (

@@ -1,8 +1,9 @@
 """`loopcert bench`: the speedup report, and the regression gates.
 
     loopcert bench [MODEL] [--quick] [--device D] [--out DIR]   writes DIR/speedup.md + speedup.json
-    loopcert bench [MODEL] --write-baseline [--baseline F]        writes the gate baseline F
-    loopcert bench [MODEL] --gate [--baseline F]                  exit 1 if a gated figure regressed
+    loopcert bench [MODEL] --quick --write-baseline [--baseline F]  writes the gate baseline F (the gate
+                                                                  plan, commit, machine, protocol)
+    loopcert bench [MODEL] --quick --gate [--baseline F]          exit 1 if a gated figure moved
                                                                   (every figure: DIR/gate.json)
     loopcert bench [MODEL] --serve-load [--clients 32 --seconds 30]  load test of `loopcert serve MODEL`
                                                                   on 127.0.0.1: DIR/serve-load.md + .json
@@ -67,7 +68,8 @@ def add_arguments(p) -> None:
         "--tolerance",
         type=float,
         default=None,
-        help=f"speedup tolerance of the gate (default: the baseline's, {gates.SPEEDUP_TOL})",
+        help=f"speed tolerance of every gate figure (default: the baseline's, {gates.SPEEDUP_TOL} for "
+        f"the strategies, {gates.NAIVE_TOL} over naive-kv)",
     )
 
 
@@ -113,25 +115,7 @@ def run(args) -> int:
     naive = NaiveKVDecoder(model)
     t0 = time.perf_counter()
     if args.gate or args.write_baseline:
-        # the gate measures with the baseline's plan; --tokens / --repeats shape a new baseline
-        plan = Workload(**base["plan"]) if base else dataclasses.replace(Workload(), **overrides)
-        cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
-        cur["command"] = command_line(args)
-        if args.write_baseline:
-            write_json(Path(args.baseline), cur)
-            say(f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s)")
-            return 0
-        results = gates.compare(cur, base, args.tolerance)
-        for r in results:
-            if r.details.get("kind") == "speed":
-                say(("  " if r.passed else "  REGRESSION ") + r.details["message"])
-        bad = gates.failures(results)
-        report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
-        write_json(Path(args.out) / "gate.json", report)
-        for msg in bad:
-            say(f"FAIL {msg}")
-        say(f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({time.perf_counter() - t0:.0f} s)")
-        return 1 if bad else 0
+        return run_gate(args, model, prompts, naive, base, overrides, t0)
     plan = with_overrides(PLANS["quick" if args.quick else "full"], **overrides)
     res = bench(model, args.model, plan, prompts, args.device, naive=naive, progress=say)
     res.stamp["command"] = command_line(args)
@@ -143,6 +127,49 @@ def run(args) -> int:
         write_atomic(out / "speedup.md", lambda tmp: Path(tmp).write_text(md))
     say(f"wrote {out / 'speedup.md'} and speedup.json ({time.perf_counter() - t0:.0f} s)")
     return 0
+
+
+def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
+    """--write-baseline: measure the gate plan (gates.GATE_PLAN, shaped by --tokens / --repeats) and
+    write it; --gate: measure with the baseline's plan, compare, write DIR/gate.json, exit 1 on a
+    failed figure."""
+    plan = Workload(**base["plan"]) if base else dataclasses.replace(gates.GATE_PLAN, **overrides)
+    cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
+    cur["command"] = command_line(args)
+    if args.write_baseline:
+        write_json(Path(args.baseline), cur)
+        m = cur["machine"]
+        say(
+            f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s): protocol {cur['protocol']}, "
+            f"commit {cur['commit']}, {m['device_name']} ({m['cpu_capability']}, {m['cores']} cores), "
+            f"torch {m['torch']}"
+        )
+        return 0
+    tol = base.get("speedup_tolerance", gates.SPEEDUP_TOL) if args.tolerance is None else args.tolerance
+    naive_tol = base.get("naive_tolerance", gates.NAIVE_TOL) if args.tolerance is None else args.tolerance
+    m = base.get("machine", {})
+    say(
+        f"gate against {args.baseline} (protocol {base['protocol']}, commit {base.get('commit')}, "
+        f"{m.get('device_name')} {m.get('cpu_capability')}): exact figures ({base['exact_dtype']} pass: "
+        f"tokens hash and every count; any change fails) and speed ratios of this run (each strategy over "
+        f"autoregressive: fails below baseline x (1 - {tol:g}); autoregressive over naive-kv: below "
+        f"baseline x (1 - {naive_tol:g}))"
+    )
+    results = gates.compare(cur, base, args.tolerance)
+    for r in results:
+        if r.details.what == "speed":
+            say(("  " if r.passed else "  FAIL ") + r.details.message)
+    bad = gates.failures(results)
+    report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
+    write_json(Path(args.out) / "gate.json", report)
+    for msg in bad:
+        say(f"FAIL {msg}")
+    exact = [r for r in results if r.details.what == "exact"]
+    say(
+        f"gate: {len(results) - len(bad)}/{len(results)} figures pass ({sum(r.passed for r in exact)}/"
+        f"{len(exact)} exact) ({time.perf_counter() - t0:.0f} s)"
+    )
+    return 1 if bad else 0
 
 
 def run_serve_load(args) -> int:

@@ -11,7 +11,9 @@ figure: `loopcert bench`'s report, the regression gates and certify's speed chec
     targets.py             the speed targets, judged
     report.py              the report as typed data (SpeedReport), the bench plans
     bench.py               `loopcert bench`: measures a SpeedReport (reports/speedup.py renders it)
-    gates.py               regression gates against benchmarks/baseline.json
+    gates.py               regression gates against benchmarks/baseline.json (bench protocol, tolerances)
+    false_alarm.py         how often the gates fail an unchanged tree: `python -m proofs.speed.false_alarm`
+    slowdown.py            a decoder made slower on purpose: the speed gates' negative control (test-only)
     check.py               certify's speed check
 
 Every module measures or judges and returns data; reports/ only renders.
