@@ -16,14 +16,16 @@ The computation is refdec's own (refdec.model.Net: embed / initial_state / recur
 block maths of the uncached oracle `depth_logits`), batched over sequences: sequences of unequal
 length are right-padded, which under causal attention changes nothing at the real positions
 (and the seeded initial state is a function of the absolute position only). Attention is
-torch's fused causal SDPA, the same maths as refdec.layers.causal_attention; the tests check
-the laws against `depth_logits`.
+torch's fused causal SDPA, the same maths as refdec.layers.causal_attention; LoopCoder's passes
+are refdec's own `LoopPasses` (pass 1 causal, pass r >= 2 mixing pass 1's keys with its own in
+the window, docs/design.md section 2), whose reads are causal too, so padding is harmless there
+as well. The tests check the laws against `depth_logits`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 from fastdec.accept import total_variations
 from refdec.errors import LoopcertError
 from refdec.layers import rope_tables
+from refdec.model import LoopPasses, Net
 
 LN2 = math.log(2.0)
 NEVER = 0  # exit histogram key: KL never fell below the threshold within the depths run
@@ -45,6 +48,15 @@ def fused_causal_attention(q, k, v):
 def fused_attention_for(_layer: int):
     """refdec.model.Net's attention hook for whole sequences: every layer, no cache."""
     return fused_causal_attention
+
+
+def pass_attention(net: Net) -> Callable[[int], Callable]:
+    """r -> the attend_for of pass r over whole sequences, for one forward (docs/design.md section 2):
+    the fused causal attention at every depth, or LoopCoder's passes (a fresh LoopPasses, which
+    keeps pass 1's keys for the passes after it)."""
+    if net.cfg.family != "loopcoder":
+        return lambda r: fused_attention_for
+    return LoopPasses(net).for_pass
 
 
 @dataclass(frozen=True)
@@ -177,11 +189,12 @@ def depth_profile(
         cos, sin = rope_tables(model.cfg, positions)
         e = net.embed(ids, cos, sin, fused_attention_for)  # (B, T, d)
         h = net.initial_state(e, positions)
+        attend_for = pass_attention(net)
         lps: dict[int, torch.Tensor] = {}  # r -> (n, V) float64 log-probs at the scored positions
         prev = None
         first = torch.full((int(mask.sum()),), NEVER, dtype=torch.long)
         for r in range(1, r_max + 1):
-            h = net.recur(h, e, cos, sin, fused_attention_for)
+            h = net.recur(h, e, cos, sin, attend_for(r))
             if r in run or exit_kl is not None:
                 logits = net.readout(h, cos, sin, fused_attention_for)[mask]  # (n, V) at the scored positions
                 lp = F.log_softmax(logits.double().cpu(), -1)

@@ -971,6 +971,7 @@ def describe(name_or_path) -> dict:
         "ln_f_before_coda": cfg.ln_f_before_coda,
         "early_exit_gate": cfg.early_exit_gate,
         "init_state": cfg.init_state,
+        "loop_window_size": cfg.loop_window_size,  # LoopCoder's local window (0: not LoopCoder)
         "parameters": sum(p.numel() for p in meta_model(cfg).parameters()),
         "stored_dtypes": stored_dtypes,
         "files": files,

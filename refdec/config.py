@@ -322,9 +322,8 @@ PRESETS: dict[str, ModelConfig] = {
     )
 }
 # The tiny presets of the Ouro and Raven families: what the tests sweep and proofs/run/plan.py's FULL plan
-# checks greedily. tiny-loopcoder stands apart: analysis/ and proofs/decoders/naive_kv run one depth's
-# attention per pass, which LoopCoder's Net refuses (refdec.model.PassAttendFor), and a plan that adds it
-# is a plan change, made there.
+# checks greedily. tiny-loopcoder stands apart so that adding the family left the plans as they were;
+# a plan that sweeps it names it (proofs/run/plan.py, proofs/run/run.py).
 TINY_LOOPCODER = "tiny-loopcoder"
 TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-") and n != TINY_LOOPCODER)
 

@@ -20,14 +20,22 @@ def triples_of(d: Theorem1Details) -> tuple[str, int]:
     return f"{d.source} triples", d.cases
 
 
+def outcome(c: CheckResult) -> str:
+    """A theorem check's result without its figures, as the summary gives it (reports.render.status):
+    a failure is always FAIL; "not applicable" and "skipped" only when nothing failed, with the reason."""
+    if c.passed and c.not_applicable:
+        return f"not applicable: {c.not_applicable}"
+    if c.passed and c.skipped:
+        return f"skipped: {c.skipped}"
+    return verdict(c.passed)
+
+
 def theorem1_section(checks: list[CheckResult]) -> str:
     rows = []
     for c in checks:
         d = c.details
-        if c.skipped:
-            rows.append([c.name, DASH, DASH, DASH, DASH, f"skipped: {c.skipped}"])
-        elif not isinstance(d, Theorem1Details):
-            rows.append([c.name, DASH, DASH, DASH, DASH, verdict(c.passed)])
+        if c.skipped or c.not_applicable or not isinstance(d, Theorem1Details):
+            rows.append([c.name, DASH, DASH, DASH, DASH, outcome(c)])
         else:
             source, n = triples_of(d)
             rows.append([source, n, c.measured, d.max_ratio_ungated, d.max_lemma_ratio, verdict(c.passed)])
@@ -100,10 +108,10 @@ def theorem2_section(traces: CheckResult | None, published: CheckResult | None) 
         if isinstance(traces.details, Theorem2TracesDetails):
             out += traces_lines(traces, traces.details)
         else:
-            out.append(f"{traces.name}: {verdict(traces.passed)}" + error_lines(traces))
+            out.append(f"{traces.name}: {outcome(traces)}" + error_lines(traces))
     if published is not None:
         if isinstance(published.details, Theorem2PublishedDetails):
             out.append(published_table(published, published.details))
         else:
-            out.append(f"{published.name}: {verdict(published.passed)}" + error_lines(published))
+            out.append(f"{published.name}: {outcome(published)}" + error_lines(published))
     return "\n\n".join(out)

@@ -80,6 +80,12 @@ def result(details, name: str, measured: float = 0.0, bound: float = 0.0, passed
     return CheckResult(name, measured, bound, passed, details, **fields)
 
 
+def not_applicable(kind: str, name: str, why: str, bound: float = math.nan) -> CheckResult:
+    """A check that does not apply to the model, as proofs/run/run.py returns one (the trace checks
+    on R = 2): nothing measured, passed, the reason."""
+    return CheckResult(name, math.nan, bound, True, kind=kind, not_applicable=why)
+
+
 def certificate(*checks: CheckResult, **stamp_changes) -> Certificate:
     failed = tuple(c.name for c in checks if not c.passed)
     skipped = {c.name: c.skipped for c in checks if c.skipped}

@@ -11,6 +11,11 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="preset name or model folder (config.json + *.safetensors)")
 
 
+def loop_window(model: str, info: dict) -> int:
+    """LoopCoder's local attention window W (docs/design.md section 2), as describe reads it."""
+    return info["loop_window_size"]
+
+
 def run(args) -> int:
     info = describe(args.model)
     scaling = info["rope_scaling"]
@@ -44,12 +49,16 @@ def run(args) -> int:
             f"{info['early_exit_gate']}"
             + (" (loaded, ignored at fixed depth)" if info["early_exit_gate"] else ""),
         ),
-        ("initial state", info["init_state"]),
+        # Ouro's and LoopCoder's h(0) is the embedding: their init_state field is unused
+        ("initial state", info["init_state"] if info["family"] == "raven" else "the embeddings"),
         ("parameters", f"{info['parameters']:,}"),
         ("stored dtypes", ", ".join(f"{k} x{v}" for k, v in sorted(info["stored_dtypes"].items())) or "-"),
         ("safetensors files", info["files"]),
         ("tokenizer.json", info["tokenizer"] if info["tokenizer"] is not None else "-"),
     ]
+    if info["family"] == "loopcoder":
+        w = loop_window(args.model, info)
+        rows.insert(4, ("loop window", f"{w} (pass >= 2: own keys at t-{w - 1}..t, pass 1's at <= t)"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

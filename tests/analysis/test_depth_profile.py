@@ -6,13 +6,17 @@ import math
 import pytest
 import torch
 
+from analysis import depth_profile as dp
 from analysis.depth_profile import NEVER, depth_profile, window_profile
-from refdec.config import get_preset
+from refdec.config import TINY_LOOPCODER, get_preset
 from refdec.errors import LoopcertError
-from refdec.model import LoopedLM
+from refdec.layers import causal_attention
+from refdec.model import LoopedLM, PassAttendFor
 
 
-@pytest.fixture(scope="module", params=["tiny-raven", "tiny-raven-llama", "tiny-raven-olmo", "tiny-ouro"])
+@pytest.fixture(
+    scope="module", params=["tiny-raven", "tiny-raven-llama", "tiny-raven-olmo", "tiny-ouro", TINY_LOOPCODER]
+)
 def model(request):
     return LoopedLM(get_preset(request.param)).init_weights(3).double().eval()
 
@@ -43,7 +47,7 @@ def test_profile_equals_the_oracle_sequence_by_sequence(model):
     V = model.cfg.vocab_size
     seqs, labels = seqs_and_labels(V, [7, 12, 3, 12, 9])
     starts = [0, 4, 1, 11, 2]
-    depths = [1, 2, R - 1, R + 2]
+    depths = sorted({1, 2, R - 1, R + 2})  # R = 2 (LoopCoder) repeats a depth
     prof = depth_profile(
         model, seqs, depths, labels=labels, starts=starts, buckets=[(0, 4), (4, 100)], batch=3
     )
@@ -66,7 +70,7 @@ def test_profile_equals_the_oracle_sequence_by_sequence(model):
     for r in depths:
         assert one.tv[r] == pytest.approx(prof.tv[r], abs=1e-12)
         assert one.bpb[r] == pytest.approx(prof.bpb[r], abs=1e-12)
-    assert prof.tv.get(R) is None and prof.ref_depth == R
+    assert (prof.tv.get(R) is None) == (R not in depths) and prof.ref_depth == R
 
 
 def test_padding_would_be_caught():
@@ -98,6 +102,35 @@ def test_exit_histogram_and_laws(model):
     assert prof.exit_hist == want
     assert sum(prof.exit_hist.values()) == prof.n_positions
     assert prof.bpb is None
+
+
+def loopcoder_laws_error(m, seqs, depths):
+    """Largest |law - depth_logits' law| over the profile's laws of `seqs` at `depths`, per depth."""
+    _, laws = depth_profile(m, seqs, depths, keep_laws=True, batch=2)
+    want = torch.cat([torch.softmax(m.depth_logits(s, depths).double(), -1) for s in seqs], 1)
+    return [float((laws[i] - want[i]).abs().max()) for i in range(len(depths))]
+
+
+def test_loopcoder_laws_are_the_oracles_past_the_window():
+    """LoopCoder's pass r >= 2 mixes pass 1's keys (all earlier rows) with its own (the last W):
+    on sequences longer than W = 8, padded in batches, the laws are depth_logits' at every depth,
+    R = 2 and past it."""
+    m = LoopedLM(get_preset(TINY_LOOPCODER)).init_weights(3).double().eval()
+    W = m.cfg.loop_window_size
+    seqs, _ = seqs_and_labels(m.cfg.vocab_size, [3 * W, W + 3, 5])
+    worst = loopcoder_laws_error(m, seqs, [1, 2, 3])
+    assert max(worst) <= 1e-10, worst
+
+
+def test_loopcoder_with_plain_causal_passes_would_be_caught(monkeypatch):
+    """Control: running every pass as plain causal attention (another model: what the profile did
+    before it knew LoopCoder) leaves pass 1 right and every later pass's laws measurably wrong."""
+    m = LoopedLM(get_preset(TINY_LOOPCODER)).init_weights(3).double().eval()
+    seqs, _ = seqs_and_labels(m.cfg.vocab_size, [20, 13])
+    plain = PassAttendFor(lambda layer: causal_attention)
+    monkeypatch.setattr(dp, "pass_attention", lambda net: lambda r: plain)
+    first, second, third = loopcoder_laws_error(m, seqs, [1, 2, 3])
+    assert first <= 1e-10 and second > 1e-3 and third > 1e-3, (first, second, third)
 
 
 def test_window_profile_and_bad_input():
