@@ -54,7 +54,7 @@ class Stamp(Record):
     R: int
     vocab_size: int
     settings: tuple[str, ...]  # the candidate settings certified
-    default_depths: tuple[int, int]  # fastdec's (d1, d2) for this R
+    default_depths: tuple[int, int | None]  # fastdec's (d1, d2) for this R; d2 None: none between d1, R
     alpha: float
     target_tv: float
     power: float

@@ -57,6 +57,13 @@ def greedy_section(c: CheckResult) -> str:
                 ],
             )
         )
+        # a real bug not judged by logits (the decoder raised, or returned the wrong length): the
+        # reviewer reads what went wrong here, not only in certificate.json
+        why = [v for v in d.divergences if v.why]
+        if why:
+            out.append(
+                "\n".join(f"- {v.model} / {v.setting}, prompt {fmt(v.prompt)}: `{v.why}`" for v in why)
+            )
     if d.not_applicable:
         out.append("Not applicable (declined by the factory): " + "; ".join(d.not_applicable))
     return "\n\n".join(out)
@@ -104,6 +111,9 @@ def reproducibility_section(c: CheckResult) -> str:
                 ["setting", "seed", "first run", "second run"],
             )
         )
+        # the power line carries the flag that pins a server's seeds (a decoder's seed_hint)
+        if c.power:
+            out.append(f"Checked: {c.power}.")
     if c.error is not None:
         out.append(f"No power: {c.error}")
     return "\n\n".join(out)

@@ -142,10 +142,13 @@ def render_certificate(cert: Certificate) -> str:
     def of(kind: str) -> list[CheckResult]:
         return [c for c in checks if c.kind == kind]
 
-    n_ok = sum(c.passed for c in checks)
+    na = sum(bool(c.passed and c.not_applicable) for c in checks)  # not counted as passed
+    n_ok = sum(c.passed for c in checks) - na
     head = (
         f"# loopcert certificate: {cert.verdict}\n\n"
-        f"**{cert.verdict}**: {n_ok}/{len(checks)} checks passed for {s.decoder} on "
+        f"**{cert.verdict}**: {n_ok}/{len(checks) - na} checks passed"
+        + (f" ({na} not applicable)" if na else "")
+        + f" for {s.decoder} on "
         f"{s.model} ({s.mode} plan, {s.device}, {s.dtype}, seed {s.seed})"
         + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
         + "".join(f"; skipped: {name} ({why})" for name, why in cert.skipped.items())

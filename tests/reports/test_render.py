@@ -4,7 +4,7 @@ failures and gaps included."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import certificates as make
@@ -207,6 +207,71 @@ def test_summary_never_hides_a_failure_behind_skipped_runs():
     assert "- sampling[tiny-raven: mine]: not applicable: serves only /models/mine" in md
 
 
+def test_a_real_bug_that_is_an_exception_shows_its_text_in_the_markdown():
+    """The exception behind a greedy "real bug" was only in certificate.json; certificate.md
+    names it beside the divergence (a reviewer reads the markdown)."""
+    bug = make.divergence(
+        candidate=None,
+        top2_margin=None,
+        candidate_gap=None,
+        classified="real bug",
+        why="RuntimeError: boom 42",
+    )
+    tie = make.divergence(prompt=(1, 2))
+    c = result(
+        make.greedy(divergences=(bug, tie), real_bugs=1, numerical_ties=1), "greedy_float64", 1, 0, False
+    )
+    md = render_certificate(certificate(c))
+    assert "- tiny-raven / pipelined d1=1 d2=2, prompt (0, 5): `RuntimeError: boom 42`" in md
+    assert "prompt (1, 2):" not in md  # a tie has no why: no line
+
+
+def test_a_seed_that_does_not_pin_the_output_shows_the_flag_that_fixes_it():
+    """A server that ignores seeds: the reproducibility section prints the check's power line, which
+    carries the decoder's seed_hint (SGLang: --enable-deterministic-inference)."""
+    d = make.reproducibility(differences=(make.seed_difference(),))
+    hint = "3 seeds x 2 runs at T=1; http (sglang): start SGLang with --enable-deterministic-inference"
+    c = result(d, "reproducibility", 1, 0, False, power=hint)
+    assert f"Checked: {hint}." in render_certificate(certificate(c))
+    ok = result(make.reproducibility(), "reproducibility", 0, 0, True, power=hint)
+    assert "Checked:" not in render_certificate(certificate(ok))  # nothing to fix: no line
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one markdown table row, unpadded."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+NO_PAIR = "R=2 leaves no depth pair d1 < d2 < R (Theorem 1's p_d1 and p_d2; Theorem 2's second proposal)"
+
+
+def test_theorem_checks_that_do_not_apply_say_so_with_the_reason():
+    """LoopCoder's R = 2 trace checks (proofs/run/run.py): their Theorem 1 row and Theorem 2 line
+    say "not applicable" and why, as the summary does, never "pass"; the checks that ran beside
+    them keep their figures."""
+    t1 = make.not_applicable("theorem1", "theorem1_traces", NO_PAIR, 2.0)
+    t2 = make.not_applicable("theorem2_traces", "theorem2_traces", NO_PAIR, 1.0)
+    ran = result(make.theorem1(), "theorem1_random", 1.99, 2.0)
+    pub = result(make.theorem2_published(), "theorem2_published", 0.005, 0.01)
+    md = render_certificate(certificate(ran, t1, t2, pub))
+    theorem1 = md.split("## Theorem 1")[1].split("## Theorem 2")[0]
+    theorem2 = md.split("## Theorem 2")[1].split("\n## ")[0]
+    rows = {r[0]: r[1:] for r in (cells(line) for line in theorem1.splitlines() if line.startswith("| "))}
+    assert rows["theorem1_traces"][-1] == f"not applicable: {NO_PAIR}", rows
+    assert rows["random + adversarial families (V=8, seed 0)"][-1] == "pass"  # ran beside it: figures
+    assert f"theorem2_traces: not applicable: {NO_PAIR}" in theorem2
+    assert "theorem2_traces: pass" not in md
+    assert ["result", "pass"] in [cells(line) for line in theorem2.splitlines()]  # the published one ran
+    assert status(t1) == ("not applicable", f"not applicable: {NO_PAIR}")
+
+
+def test_a_failed_theorem_check_is_never_shown_as_not_applicable():
+    # control: the reason does not hide a failure (as in the summary)
+    bad = replace(make.not_applicable("theorem2_traces", "theorem2_traces", NO_PAIR), passed=False)
+    md = render_certificate(certificate(bad))
+    assert "theorem2_traces: **FAIL**" in md and "theorem2_traces: not applicable" not in md
+
+
 def test_no_power_is_a_visible_failure():
     md = render_certificate(certificate(*checks(False)))
     assert "**FAIL** (no power)" in md and "no power: reached TV 0.2" in md and "needs N = 3800" in md
@@ -236,3 +301,11 @@ def test_mutants_are_named_by_id_and_controls_marked():
     mutants = md[md.index("## Mutation power") : md.index("## False-alarm rate")]
     assert "| always-accept " in mutants and "| control-gate-inverted " in mutants
     assert "1 wrong decoders and 1 lossless controls" in mutants
+
+
+def test_a_check_that_does_not_apply_is_not_counted_as_passed_in_the_verdict_line():
+    ok = result(make.greedy(), "greedy_float64")
+    na = make.not_applicable("theorem1", "theorem1_traces", "R=2 leaves no depth pair d1 < d2 < R")
+    md = render_certificate(certificate(ok, na))
+    assert "**PASS**: 1/1 checks passed (1 not applicable) for" in md
+    assert "**PASS**: 1/1 checks passed for" in render_certificate(certificate(ok))

@@ -1,0 +1,1 @@
+"""Serving engines that loopcert starts itself to certify them (vLLM)."""
