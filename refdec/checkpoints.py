@@ -485,16 +485,21 @@ def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -
         return Entry(pub, internal, (sum(shapes[k][0] for k in internal),) + shapes[internal[0]][1:], "rows")
 
     out: list[Entry] = []
+
+    def llama_layer(i: int, norms: tuple[str, ...]) -> None:
+        """model.layers.i (HF Llama names) -> core.i: attention, MLP and the block's norms."""
+        p, q = f"model.layers.{i}", f"core.{i}"
+        for n in ("q", "k", "v", "o"):
+            out.append(copy(f"{p}.self_attn.{n}_proj.weight", f"{q}.attn.{n}_proj.weight"))
+        for n in ("gate", "up", "down"):
+            out.append(copy(f"{p}.mlp.{n}_proj.weight", f"{q}.mlp.{n}_proj.weight"))
+        for j, n in enumerate(norms):
+            out.append(copy(f"{p}.{n}.weight", f"{q}.norms.{j}.weight"))
+
     if layout == LOOPCODER:
         out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))
         for i in range(cfg.n_core):
-            p, q = f"model.layers.{i}", f"core.{i}"
-            for n in ("q", "k", "v", "o"):
-                out.append(copy(f"{p}.self_attn.{n}_proj.weight", f"{q}.attn.{n}_proj.weight"))
-            for n in ("gate", "up", "down"):
-                out.append(copy(f"{p}.mlp.{n}_proj.weight", f"{q}.mlp.{n}_proj.weight"))
-            for j, n in enumerate(LOOPCODER_NORMS):
-                out.append(copy(f"{p}.{n}.weight", f"{q}.norms.{j}.weight"))
+            llama_layer(i, LOOPCODER_NORMS)
             # one gate per layer, shared by every pass >= 2 (vLLM: make_layers(num_hidden_layers))
             out.append(copy(f"model.gate_projections.{i}.weight", f"gates.{i}.weight"))
             out.append(copy(f"model.gate_projections.{i}.bias", f"gates.{i}.bias"))
@@ -502,13 +507,7 @@ def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -
     elif layout == "ouro":
         out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))
         for i in range(cfg.n_core):
-            p, q = f"model.layers.{i}", f"core.{i}"
-            for n in ("q", "k", "v", "o"):
-                out.append(copy(f"{p}.self_attn.{n}_proj.weight", f"{q}.attn.{n}_proj.weight"))
-            for n in ("gate", "up", "down"):
-                out.append(copy(f"{p}.mlp.{n}_proj.weight", f"{q}.mlp.{n}_proj.weight"))
-            for j, n in enumerate(OURO_NORMS):
-                out.append(copy(f"{p}.{n}.weight", f"{q}.norms.{j}.weight"))
+            llama_layer(i, OURO_NORMS)
         out.append(copy("model.norm.weight", "norm.weight"))
         if cfg.early_exit_gate:  # loaded, never used at fixed depth
             out.append(copy("model.early_exit_gate.weight", "early_exit_gate.weight"))
