@@ -82,7 +82,7 @@ class HTTPClient:
         self.transport, self.say = transport, say
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._flight: dict[int, float] = {}  # request id -> its start (perf_counter)
+        self._flight: dict[int, float] = {}  # request id -> its start (time.monotonic)
         self._samples = [0, 0]  # (done, asked) of the current batch
         self._pid = None
         self._client_override = None
@@ -129,9 +129,11 @@ class HTTPClient:
             self._samples = [0, samples]
 
     def _tick(self) -> None:
-        last = time.perf_counter()
+        # time.monotonic, never perf_counter: this thread lives as long as the client, and the
+        # speed protocol's tests replace perf_counter with a counting clock (every read counts)
+        last = time.monotonic()
         while not self._stop.wait(min(1.0, self.transport.progress_every_s)):
-            now = time.perf_counter()
+            now = time.monotonic()
             with self._lock:
                 starts = list(self._flight.values())
                 done, asked = self._samples
@@ -161,7 +163,7 @@ class HTTPClient:
         url = self.base_url + path
         rid = next(self._ids)
         with self._lock:
-            self._flight[rid] = time.perf_counter()
+            self._flight[rid] = time.monotonic()
         try:
             last, unreachable = None, False
             for attempt in range(t.retries + 1):

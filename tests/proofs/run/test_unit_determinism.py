@@ -51,7 +51,35 @@ def test_theorem1_search_does_not_depend_on_what_its_worker_imported(tmp_path):
     assert a["passed"] and plain(a) == plain(b)
 
 
-def test_with_hypothesis_constant_pool_left_on_it_does(tmp_path, monkeypatch):
-    monkeypatch.setattr(theorem1, "_without_local_constants", contextlib.nullcontext)
-    a, b = twice(tmp_path)
-    assert plain(a) != plain(b)
+def test_with_a_pool_of_constants_the_search_draws_otherwise(monkeypatch):
+    """Negative control: a pool of constants changes the search's result, so emptying it is what
+    makes the result independent of the imports. The pool (the constants of loopcert's own modules,
+    what an editable install puts in it) is installed here, not left to what this process happens
+    to have loaded, which depends on the install and on the tests that ran before."""
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import constants_from_module
+
+    import fastdec.engine
+    import proofs.checks.greedy
+    import proofs.run.plan
+    import refdec.config
+
+    pool = providers.Constants()
+    for module in (proofs.run.plan, proofs.checks.greedy, refdec.config, fastdec.engine, theorem1):
+        pool |= constants_from_module(module, limit=False)
+
+    @contextlib.contextmanager
+    def with_pool():
+        real = providers._get_local_constants
+        providers.CONSTANTS_CACHE.cache.clear()
+        providers._get_local_constants = lambda: pool
+        try:
+            yield
+        finally:
+            providers._get_local_constants = real
+            providers.CONSTANTS_CACHE.cache.clear()
+
+    examples = 200  # the quick plan's; at 60 the draws of constants happen not to move the maximum
+    empty = theorem1.check_theorem1_search(examples, SEED).measured
+    monkeypatch.setattr(theorem1, "_without_local_constants", with_pool)
+    assert theorem1.check_theorem1_search(examples, SEED).measured != empty
