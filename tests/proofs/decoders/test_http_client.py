@@ -78,7 +78,9 @@ def test_a_server_that_closes_the_connection_is_retried_then_named():
         assert msg.startswith(
             f"{url}: cannot reach the server: POST /v1/completions (seed 0, n 4) failed 3 times"
         )
-        assert "last error: RemoteProtocolError" in msg
+        # a close before the answer reads as either, depending on whether the request was sent
+        # before the close arrived (RemoteProtocolError) or after (ReadError: connection reset)
+        assert "last error: RemoteProtocolError" in msg or "last error: ReadError" in msg
         assert len(accepted) == 3
     finally:
         c.close()
