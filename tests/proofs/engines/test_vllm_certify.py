@@ -33,7 +33,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from proofs.engines.vllm_server import (
@@ -114,6 +113,8 @@ def test_vllm_as_it_starts_dies_on_a_chunked_seeded_prefill(checkpoint):
     test fails because certify passed, vLLM fixed the crash: make this test expect PASS."""
     with serve(checkpoint, "defaults", chunked_prefill=True) as server:
         status, cert = certify(checkpoint, server, "defaults")
+        import httpx  # the serve extra: installed by tox -e vllm, not by every environment
+
         alive = server.alive() and httpx.get(server.root + "/health", timeout=30).status_code == 200
         log = server.log.read_text(errors="replace")
     assert status == 1 and cert["verdict"] == "FAIL", verdicts(cert)
@@ -134,6 +135,8 @@ def test_vllm_with_ngram_speculation_is_greedy_exact_then_dies_on_top_k(checkpoi
     the engine dies on the first top-k sampling batch (NGRAM_TOP_K_CRASH), so the certificate FAILS.
     When this test fails because certify passed, vLLM fixed it: make this test expect PASS."""
     with serve(checkpoint, "ngram", *ngram_args()) as server:
+        import httpx
+
         measure_speed(server, checkpoint, "vLLM ngram")  # greedy: before the crash
         metrics = httpx.get(server.root + "/metrics", timeout=30).text
         status, cert = certify(checkpoint, server, "ngram")
