@@ -136,6 +136,19 @@ def rope_scaling_from(f: Fields) -> RopeScaling | None:
     )
 
 
+def llama_sizes(f: Fields) -> dict:
+    """The sizes every HF Llama-style config.json names alike (Ouro, LoopCoder)."""
+    return {
+        "vocab_size": f.int("vocab_size"),
+        "d_model": f.int("hidden_size"),
+        "n_heads": f.int("num_attention_heads"),
+        "n_kv_heads": f.int("num_key_value_heads"),
+        "head_dim": f.int("head_dim"),
+        "intermediate_size": f.int("intermediate_size"),
+        "n_core": f.int("num_hidden_layers"),
+    }
+
+
 def check_recurrence(recurrence) -> int | None:
     return None if recurrence is None else check_int("recurrence", recurrence, 1)
 
@@ -195,13 +208,7 @@ def config_from_published(
             block="ouro",
             rope="half",
             name=name or "ouro",
-            vocab_size=f.int("vocab_size"),
-            d_model=f.int("hidden_size"),
-            n_heads=f.int("num_attention_heads"),
-            n_kv_heads=f.int("num_key_value_heads"),
-            head_dim=f.int("head_dim"),
-            intermediate_size=f.int("intermediate_size"),
-            n_core=f.int("num_hidden_layers"),
+            **llama_sizes(f),
             recurrence=recurrence or f.int("total_ut_steps"),
             rope_theta=f.num("rope_theta"),
             rope_scaling=rope_scaling_from(f),
@@ -305,13 +312,7 @@ def loopcoder_config(
         where,
         **ARCHITECTURES["loopcoder"],
         name=name or LOOPCODER,
-        vocab_size=f.int("vocab_size"),
-        d_model=f.int("hidden_size"),
-        n_heads=f.int("num_attention_heads"),
-        n_kv_heads=f.int("num_key_value_heads"),
-        head_dim=f.int("head_dim"),
-        intermediate_size=f.int("intermediate_size"),
-        n_core=f.int("num_hidden_layers"),
+        **llama_sizes(f),
         recurrence=recurrence or f.int("loop_num"),
         loop_window_size=f.int("loop_window_size"),
         rope_theta=f.num("rope_theta"),
