@@ -134,13 +134,15 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
     write it; --gate: measure with the baseline's plan, compare, write DIR/gate.json, exit 1 on a
     failed figure."""
     plan = Workload(**base["plan"]) if base else dataclasses.replace(gates.GATE_PLAN, **overrides)
-    cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
+    how = gates.measure_baseline if args.write_baseline else gates.measure
+    cur = how(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
     cur["command"] = command_line(args)
     if args.write_baseline:
         write_json(Path(args.baseline), cur)
         m = cur["machine"]
         say(
-            f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s): protocol {cur['protocol']}, "
+            f"wrote {args.baseline} ({time.perf_counter() - t0:.0f} s; speed figures the mean of "
+            f"{cur['baseline_runs']} runs): protocol {cur['protocol']}, "
             f"commit {cur['commit']}, {m['device_name']} ({m['cpu_capability']}, {m['cores']} cores), "
             f"torch {m['torch']}"
         )

@@ -8,10 +8,11 @@ file, optionally with a busy-loop process holding another core (`--busy`: the re
 and reports per speed figure the spread of its ratio over the runs and the failure count with a
 Clopper-Pearson 95% interval. Ten runs cannot show a rate below 1 in 50 by counting, so each
 figure's run-to-run spread is also fitted: log(ratio) ~ Normal(mu, s^2) across runs, and a gate
-run compares one draw against the baseline's, itself one draw, so
+run compares one draw against the baseline's, the mean of the log of b runs (the baseline file's
+`baseline_runs`: gates.measure_baseline), so with c = sqrt(1 + 1/b)
 
-    P(false failure of a figure) = Phi(log(1 - tol) / (s sqrt 2))
-    P(a figure made 1 + x dearer fails) = Phi((log(1 - tol) + log(1 + x)) / (s sqrt 2))
+    P(false failure of a figure) = Phi(log(1 - tol) / (s c))
+    P(a figure made 1 + x dearer fails) = Phi((log(1 - tol) + log(1 + x)) / (s c))
 
 and a whole gate run fails falsely with 1 - prod(1 - p_figure). `suggest_tolerance` is the
 smallest tolerance at which that whole-run rate is below 1 in 50. `--slow LABEL=F` makes one
@@ -51,31 +52,36 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return lo, hi
 
 
-def false_rate(s: float, tol: float) -> float:
-    """P(one figure fails with nothing changed), log-ratio spread s per run (module docstring)."""
+def false_rate(s: float, tol: float, baseline_runs: int = gates.BASELINE_RUNS) -> float:
+    """P(one figure fails with nothing changed), log-ratio spread s per run, against a baseline
+    averaged over `baseline_runs` runs (module docstring)."""
     if s == 0:  # no spread: a figure never falls below itself
         return 0.0
-    return float(stats.norm.cdf(math.log(1 - tol) / (s * math.sqrt(2))))
+    return float(stats.norm.cdf(math.log(1 - tol) / (s * math.sqrt(1 + 1 / baseline_runs))))
 
 
-def detect_rate(s: float, tol: float, slowdown: float = SLOWDOWN) -> float:
+def detect_rate(
+    s: float, tol: float, slowdown: float = SLOWDOWN, baseline_runs: int = gates.BASELINE_RUNS
+) -> float:
     """P(one figure fails when its setting costs 1 + slowdown as much per step)."""
     moved = math.log(1 - tol) + math.log(1 + slowdown)  # > 0: the slowed ratio's median is below the bound
     if s == 0:
         return 1.0 if moved > 0 else 0.0
-    return float(stats.norm.cdf(moved / (s * math.sqrt(2))))
+    return float(stats.norm.cdf(moved / (s * math.sqrt(1 + 1 / baseline_runs))))
 
 
-def run_rate(spreads: Sequence[float], tol: float) -> float:
+def run_rate(spreads: Sequence[float], tol: float, baseline_runs: int = gates.BASELINE_RUNS) -> float:
     """P(a whole gate run fails falsely): any of its speed figures."""
-    return 1 - math.prod(1 - false_rate(s, tol) for s in spreads)
+    return 1 - math.prod(1 - false_rate(s, tol, baseline_runs) for s in spreads)
 
 
-def suggest_tolerance(spreads: Sequence[float], target: float = TARGET_RATE) -> float:
+def suggest_tolerance(
+    spreads: Sequence[float], target: float = TARGET_RATE, baseline_runs: int = gates.BASELINE_RUNS
+) -> float:
     """The smallest tolerance (to 0.005) with run_rate below target."""
     for i in range(1, 200):
         tol = i * 0.005
-        if run_rate(spreads, tol) < target:
+        if run_rate(spreads, tol, baseline_runs) < target:
             return tol
     return 0.995
 
@@ -105,6 +111,7 @@ class FalseAlarmRun:
     busy: bool
     slowed: str | None  # "LABEL=F" or None (an unchanged tree)
     tolerance: float | None  # --tolerance (every figure), or None: the baseline's per figure
+    baseline_runs: int  # the runs the baseline's speed figures average
     run_failures: int  # whole gate runs that failed
     run_interval: tuple[float, float]
     exact_failures: int  # runs in which an exact figure failed (must be 0 on an unchanged tree)
@@ -119,8 +126,12 @@ class FalseAlarmRun:
     seconds: float
 
 
-def summarise(measured: Sequence[dict], results: Sequence[list], tol: float | None, **kw) -> FalseAlarmRun:
-    """The spread and failure counts of gate runs (`measured[i]` compared into `results[i]`)."""
+def summarise(
+    measured: Sequence[dict], results: Sequence[list], tol: float | None, baseline_runs: int, **kw
+) -> FalseAlarmRun:
+    """The spread and failure counts of gate runs (`measured[i]` compared into `results[i]`)
+    against a baseline averaged over `baseline_runs` runs."""
+    b = baseline_runs
     n = len(measured)
     names = [r.name for r in results[0] if r.details.what == "speed"]
     figures = []
@@ -140,8 +151,8 @@ def summarise(measured: Sequence[dict], results: Sequence[list], tol: float | No
                 k,
                 clopper_pearson(k, n),
                 t,
-                false_rate(s, t),
-                detect_rate(s, t),
+                false_rate(s, t, b),
+                detect_rate(s, t, baseline_runs=b),
             )
         )
     uppers = [f.log_sd_upper for f in figures]
@@ -149,7 +160,7 @@ def summarise(measured: Sequence[dict], results: Sequence[list], tol: float | No
     others = 1 - math.prod(1 - f.implied_false_rate for f in figures if not f.figure.endswith("/ speedup"))
     k_run = sum(any(not r.passed for r in res) for res in results)
     k_exact = sum(any(not r.passed and r.details.what != "speed" for r in res) for res in results)
-    sug = suggest_tolerance(strategies, 1 - (1 - TARGET_RATE) / (1 - others))
+    sug = suggest_tolerance(strategies, 1 - (1 - TARGET_RATE) / (1 - others), b)
     return FalseAlarmRun(
         runs=n,
         tolerance=tol,
@@ -157,10 +168,12 @@ def summarise(measured: Sequence[dict], results: Sequence[list], tol: float | No
         run_interval=clopper_pearson(k_run, n),
         exact_failures=k_exact,
         implied_run_rate=1 - math.prod(1 - f.implied_false_rate for f in figures),
-        implied_run_rate_upper=1 - math.prod(1 - false_rate(u, f.tolerance) for f, u in zip(figures, uppers)),
+        implied_run_rate_upper=1
+        - math.prod(1 - false_rate(u, f.tolerance, b) for f, u in zip(figures, uppers)),
         suggested_tolerance=sug,
-        suggested_run_rate=1 - (1 - run_rate(strategies, sug)) * (1 - others),
-        suggested_detect_rate=min(detect_rate(s, sug) for s in strategies),
+        suggested_run_rate=1 - (1 - run_rate(strategies, sug, b)) * (1 - others),
+        suggested_detect_rate=min(detect_rate(s, sug, baseline_runs=b) for s in strategies),
+        baseline_runs=b,
         figures=tuple(figures),
         load_average=tuple(tuple(m["load_average"]["start"] or ()) for m in measured),
         **kw,
@@ -257,7 +270,15 @@ def _main(args) -> int:
             print(f"run {i + 1}/{args.runs}: {len(bad)} failed figures {bad}", flush=True)
             if i:  # the runs so far, written after each one: a cut-short measurement keeps them
                 took = time.perf_counter() - t0
-                out = summarise(measured, results, tol, busy=args.busy, slowed=args.slow, seconds=took)
+                out = summarise(
+                    measured,
+                    results,
+                    tol,
+                    base.get("baseline_runs", 1),
+                    busy=args.busy,
+                    slowed=args.slow,
+                    seconds=took,
+                )
                 write_json(Path(args.out), {"command": " ".join(sys.argv), **asdict(out)})
     finally:
         if busy is not None:

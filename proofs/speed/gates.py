@@ -12,12 +12,15 @@ greedy and sampling with fixed seeds, and compares two kinds of figure with the 
   greedy argmax or an acceptance draw only at a margin of ~1e-15, so the figures are the same on
   every x86 CPU. Any change fails: it is a change in what the decoder does.
 - speed: each setting's speedup over the autoregressive baseline of the same run (model dtype,
-  interleaved rounds: proofs.speed.timing.time_runs), and the baseline's over
+  interleaved rounds: proofs.speed.timing.time_runs; the 20%-trimmed geometric mean of the
+  rounds' ratios, proofs.speed.timing.trimmed_ratio), and the baseline's over
   proofs.decoders.naive_kv (below 1: R + 1 planned engine calls per token against a plain loop's
   one forward; the gate claims only that this cost did not grow). Ratios, never absolute times.
-  A regression is measured < baseline * (1 - tolerance), the tolerance SPEEDUP_TOL for the
-  strategies' speedups and NAIVE_TOL for the whole-call figure over naive_kv, unless the baseline
-  file says otherwise. Process CPU time on a CPU, wall time on CUDA. Faster passes.
+  The baseline file's speed figures are the geometric mean of BASELINE_RUNS such runs
+  (measure_baseline), so that its own noise adds little to the comparison's. A regression is
+  measured < baseline * (1 - tolerance), the tolerance SPEEDUP_TOL for the strategies' speedups
+  and NAIVE_TOL for the whole-call figure over naive_kv, unless the baseline file says
+  otherwise. Process CPU time on a CPU, wall time on CUDA. Faster passes.
 
 A baseline measured by another PROTOCOL is refused by read_baseline; one written for other
 weights, plan, prompts, settings or clock fails the "comparable" figure. Checks return
@@ -29,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,19 +45,23 @@ from proofs.details import GateDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.speed.settings import BASELINE, NAIVE, gate_settings
-from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, ratio, time_runs
+from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, time_runs, trimmed_ratio
 from proofs.stamp import device_name, stamp
 from refdec.errors import LoopcertError
 from refdec.load import exact_fingerprint
+from refdec.validate import check_int
 from refdec.values import dtype_name, jsonable
 
 FORMAT = 2  # the baseline file's layout
 # What the gate measures and how (plan, passes, clocks): a baseline of another protocol is refused.
 # 2: exact figures from a float64 pass; the CI-sized GATE_PLAN; machine and protocol recorded.
-PROTOCOL = 2
+# 3: 15 timed rounds (5 before), the trimmed geometric mean of their ratios (the median before),
+#    the baseline the mean of BASELINE_RUNS runs (one before).
+PROTOCOL = 3
 REWRITE = "loopcert bench --quick --write-baseline"
 # The CI plan (docs/speed.md "Regression gates"): every gate setting, both modes.
-GATE_PLAN = Workload(prompts=2, prompt_len=48, tokens=32, repeats=5)
+GATE_PLAN = Workload(prompts=2, prompt_len=48, tokens=32, repeats=15)
+BASELINE_RUNS = 3  # gate runs a baseline's speed figures average (measure_baseline)
 # Set from the measured run-to-run spread of the gate's ratios (docs/measurements.md "Gate false
 # alarms"): below 0.2, so that a setting made 25% dearer (its ratio x 0.8) can fail at all; wide
 # enough for 1 in 50 false failures of a whole run at the spread of a moderately loaded host, not at
@@ -133,11 +142,11 @@ def measure(
                 "deterministic": rec["deterministic"],
             }
             if st.label != BASELINE:
-                per[st.label]["speedup"] = ratio(base[clock], rec[clock])
+                per[st.label]["speedup"] = trimmed_ratio(base[clock], rec[clock])
                 per[st.label]["rounds"] = [b / x for b, x in zip(base[clock], rec[clock])]
         if NAIVE in t:  # whole-call times: naive_kv has no decode-only clock
             key = f"{clock}_total"
-            per[BASELINE]["speedup_over_naive"] = ratio(t[NAIVE][key], base[key])
+            per[BASELINE]["speedup_over_naive"] = trimmed_ratio(t[NAIVE][key], base[key])
             per[BASELINE]["rounds_over_naive"] = [n / b for n, b in zip(t[NAIVE][key], base[key])]
         figures[mode] = per
     load["end"] = loadavg()
@@ -168,6 +177,40 @@ def measure(
             "figures": figures,
         }
     )
+
+
+def measure_baseline(*args, runs: int | None = None, progress: Progress | None = None, **kw) -> dict:
+    """A baseline: `runs` (default BASELINE_RUNS) gate measurements (measure's arguments) combined.
+    Every exact figure must agree between the runs (else a LoopcertError naming it: the decoder is
+    not deterministic, and no baseline is written); each speed figure is the geometric mean of
+    the runs' (their values kept under "runs")."""
+    runs = BASELINE_RUNS if runs is None else runs
+    check_int("runs", runs, 1)
+    got = []
+    for i in range(runs):
+        if progress:
+            progress(f"baseline run {i + 1}/{runs}")
+        got.append(measure(*args, progress=progress, **kw))
+    out = got[0]
+    out["baseline_runs"] = runs
+    out["load_average"] = {"start": got[0]["load_average"]["start"], "end": got[-1]["load_average"]["end"]}
+    for mode, per in out["figures"].items():
+        for label, fig in per.items():
+            for other in got[1:]:
+                theirs = other["figures"][mode][label]
+                for k, want in fig["exact"].items():
+                    if theirs["exact"][k] != want:
+                        raise LoopcertError(
+                            f"{mode} / {label} / {k}: the baseline's runs disagree ({want} then "
+                            f"{theirs['exact'][k]}): the decoder is not deterministic; no baseline written"
+                        )
+                fig["deterministic"] = fig["deterministic"] and theirs["deterministic"]
+            for k in SPEED:
+                if k in fig:
+                    vals = [g["figures"][mode][label][k] for g in got]
+                    fig[k] = math.exp(statistics.fmean(math.log(v) for v in vals))
+                    fig[f"{k}_runs"] = vals
+    return out
 
 
 def _result(figure: str, what: str, passed: bool, baseline, measured, message: str, **kw) -> CheckResult:

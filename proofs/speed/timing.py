@@ -14,6 +14,7 @@ when other jobs share the host). `default_clock` says which one the figures use.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import statistics
 import time
@@ -202,3 +203,20 @@ def ratio(base: Sequence[float], other: Sequence[float]) -> float:
     """Median over rounds of base/other (paired by round: load drift cancels)."""
     rs = [b / o for b, o in zip(base, other) if o > 0]
     return statistics.median(rs) if rs else float("nan")
+
+
+TRIM = 0.2  # trimmed_ratio drops this fraction of the rounds at each end
+
+
+def trimmed_ratio(base: Sequence[float], other: Sequence[float], trim: float = TRIM) -> float:
+    """The geometric mean of base/other over rounds (paired by round), the lowest and highest
+    floor(trim x rounds) dropped. The regression gates' estimator: on the 2-core dev machine it
+    spread 0.015-0.021 in log over 15 rounds where the median of 15 spread 0.015-0.023 and the
+    median of 5 0.030-0.040 (bootstrap of 20 rounds, docs/measurements.md "Gate false alarms"),
+    and a burst of load in one round is dropped, as by a median."""
+    logs = sorted(math.log(b / o) for b, o in zip(base, other) if o > 0 and b > 0)
+    if not logs:
+        return float("nan")
+    cut = int(trim * len(logs))
+    kept = logs[cut : len(logs) - cut]
+    return math.exp(statistics.fmean(kept))

@@ -193,11 +193,12 @@ def test_a_baseline_of_other_weights_or_another_protocol_is_refused(baseline, tm
     path.write_text(json.dumps(baseline))
     assert gates.read_baseline(path) == baseline
     assert baseline["protocol"] == gates.PROTOCOL and baseline["machine"]["cores"] == os.cpu_count()
+    P = gates.PROTOCOL
     for old in ({k: v for k, v in baseline.items() if k != "protocol"}, {**baseline, "protocol": 99}):
         path.write_text(json.dumps(old))
         was = old.get("protocol", 1)
         with pytest.raises(
-            LoopcertError, match=rf"protocol {was}, this gate measures with protocol 2.*write-baseline"
+            LoopcertError, match=rf"protocol {was}, this gate measures with protocol {P}.*write-baseline"
         ):
             gates.read_baseline(path)
     with pytest.raises(LoopcertError, match="write-baseline"):
@@ -214,7 +215,9 @@ def test_cli_writes_a_baseline_and_gates_against_it(tmp_path, capsys):
     assert data["model"] == "tiny-raven" and data["settings"][0] == "autoregressive"
     assert (data["plan"]["tokens"], data["plan"]["repeats"]) == (8, 2)  # --gate reuses the baseline's plan
     assert data["protocol"] == gates.PROTOCOL and data["commit"] and data["machine"]["cpu_capability"]
-    assert "protocol 2, commit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"protocol {gates.PROTOCOL}, commit" in out and f"the mean of {gates.BASELINE_RUNS} runs" in out
+    assert data["baseline_runs"] == gates.BASELINE_RUNS
     data["figures"]["greedy"]["pipelined d1=2"]["exact"]["accepted"] += 1  # pretend it used to accept more
     base.write_text(json.dumps(data))
     assert main(["bench", *common, "--quick", "--gate", "--tolerance", "0.9"]) == 1
@@ -224,7 +227,7 @@ def test_cli_writes_a_baseline_and_gates_against_it(tmp_path, capsys):
     assert json.loads((tmp_path / "out" / "gate.json").read_text())["failures"]
     base.write_text(json.dumps({**data, "protocol": 1}))
     assert main(["bench", *common, "--gate"]) == 2  # refused, naming both protocols
-    assert "protocol 1, this gate measures with protocol 2" in capsys.readouterr().err
+    assert f"protocol 1, this gate measures with protocol {gates.PROTOCOL}" in capsys.readouterr().err
     assert main(["bench", *common, "--threads", "0"]) == 2  # a usage error
 
 
@@ -234,9 +237,15 @@ def test_false_alarm_maths():
     lo, hi = false_alarm.clopper_pearson(3, 10)
     assert (lo, hi) == (pytest.approx(0.0667, abs=1e-4), pytest.approx(0.6525, abs=1e-4))
     s = 0.05
-    assert false_alarm.false_rate(s, 0.1) == pytest.approx(0.5 * math.erfc(-math.log(0.9) / (s * 2)))
+    # against a one-run baseline the difference of two draws spreads s sqrt 2 (Phi(x) = erfc(-x/sqrt 2)/2)
+    assert false_alarm.false_rate(s, 0.1, 1) == pytest.approx(0.5 * math.erfc(-math.log(0.9) / (s * 2)))
     moved = math.log(0.9) + math.log(1.25)  # a 25% dearer step moves log(ratio) by log 1.25
-    assert false_alarm.detect_rate(s, 0.1) == pytest.approx(0.5 * math.erfc(-moved / (s * 2)))
+    got = false_alarm.detect_rate(s, 0.1, baseline_runs=1)
+    assert got == pytest.approx(0.5 * math.erfc(-moved / (s * 2)))
+    # against the mean of 3 runs: s sqrt(1 + 1/3)
+    c = s * math.sqrt(4 / 3) * math.sqrt(2)
+    assert false_alarm.false_rate(s, 0.1, 3) == pytest.approx(0.5 * math.erfc(-math.log(0.9) / c))
+    assert false_alarm.detect_rate(s, 0.1, baseline_runs=3) == pytest.approx(0.5 * math.erfc(-moved / c))
     # the 5% quantile of chi-square with 9 degrees of freedom is 3.3251
     assert false_alarm.sd_upper(1.0, 10) == pytest.approx(math.sqrt(9 / 3.3251), abs=1e-3)
     tol = false_alarm.suggest_tolerance([s, s])
@@ -250,7 +259,7 @@ def test_false_alarm_summary_counts_failures_per_figure(baseline):
         cur["figures"]["greedy"][SLOWED]["speedup"] *= scale
         runs.append(cur)
     results = [gates.compare(cur, baseline, 0.2) for cur in runs]
-    out = false_alarm.summarise(runs, results, 0.2, busy=False, slowed=None, seconds=1.0)
+    out = false_alarm.summarise(runs, results, 0.2, 1, busy=False, slowed=None, seconds=1.0)
     fig = {f.figure: f for f in out.figures}
     hit = fig[f"greedy / {SLOWED} / speedup"]
     assert hit.failures == 1 and hit.interval == false_alarm.clopper_pearson(1, 3)
@@ -258,3 +267,35 @@ def test_false_alarm_summary_counts_failures_per_figure(baseline):
     assert all(f.failures == 0 and f.log_sd == 0 for name, f in fig.items() if name != hit.figure)
     assert (out.run_failures, out.exact_failures, out.runs) == (1, 0, 3)
     assert f"greedy / {SLOWED} / speedup" in false_alarm.render(out)
+
+
+def test_trimmed_ratio_drops_the_extreme_rounds():
+    from proofs.speed.timing import trimmed_ratio
+
+    # 10 rounds: ratios 2 (x8), one burst of load (0.5) and one lucky round (9): both dropped at 20%
+    base = [2.0] * 8 + [1.0, 9.0]
+    assert trimmed_ratio(base, [1.0] * 8 + [2.0, 1.0]) == pytest.approx(2.0)
+    assert trimmed_ratio([1.0, 4.0], [1.0, 1.0]) == pytest.approx(2.0)  # 2 rounds: nothing dropped, geometric
+    assert trimmed_ratio([1.0, 4.0], [1.0, 1.0], trim=0) == pytest.approx(2.0)
+    assert math.isnan(trimmed_ratio([], []))
+
+
+def test_a_baseline_is_the_geometric_mean_of_its_runs_and_refuses_runs_that_disagree(baseline, monkeypatch):
+    runs = []
+    for scale in (1.0, 2.0, 4.0):
+        cur = json.loads(json.dumps(baseline))
+        cur["figures"]["greedy"][SLOWED]["speedup"] *= scale
+        runs.append(cur)
+    said = []
+    monkeypatch.setattr(gates, "measure", lambda *a, **kw: runs.pop(0))
+    got = gates.measure_baseline(progress=said.append)
+    fig = got["figures"]["greedy"][SLOWED]
+    was = baseline["figures"]["greedy"][SLOWED]["speedup"]
+    assert fig["speedup"] == pytest.approx(2 * was)  # (1 x 2 x 4) ** (1/3)
+    assert fig["speedup_runs"] == pytest.approx([was, 2 * was, 4 * was])
+    assert got["baseline_runs"] == gates.BASELINE_RUNS == 3 and said[0] == "baseline run 1/3"
+    # negative control: a run whose exact figures differ is refused, naming the figure
+    runs[:] = [json.loads(json.dumps(baseline)) for _ in range(2)]
+    runs[1]["figures"]["sampling"][SLOWED]["exact"]["accepted"] += 1
+    with pytest.raises(LoopcertError, match=f"sampling / {SLOWED} / accepted: the baseline's runs disagree"):
+        gates.measure_baseline(runs=2)
