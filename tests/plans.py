@@ -41,6 +41,17 @@ SHARD_PLAN = replace(
     ),
     mutant_ids=("always-accept", "greedy-near-miss"),
 )
+# certify --decoder http://...: each run in seconds (tests/proofs/decoders/test_http_decoder.py);
+# HTTP_SERVE: the `loopcert serve` arguments of the server it certifies.
+HTTP_PLAN = replace(
+    SMALL_PLAN,
+    greedy_prompts=2,
+    greedy_tokens=8,
+    sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
+    tv=0.2,
+    mutant_ids=("always-accept",),
+)
+HTTP_SERVE = ("tiny-ouro", "--draft-depth", "1")
 TIMING_KEYS = {"seconds", "sampling_seconds", "samples_per_s", "date", "merged_from", "call_seconds"}
 
 

@@ -190,6 +190,12 @@ def configure(spec: str, options: HTTPOptions) -> None:
     _OPTIONS[spec] = options
 
 
+def options(spec: str) -> HTTPOptions | None:
+    """The options configured for `spec` in this process (None: none were): what a RunSpec ships
+    to workers in other process trees (proofs/run/remote.py), which the fork does not reach."""
+    return _OPTIONS.get(spec)
+
+
 def built(spec: str) -> HTTPDecoder | None:
     """The decoder this process built for `spec`, if any (the CLI stamps its description)."""
     return _BUILT.get(spec)

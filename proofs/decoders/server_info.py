@@ -6,10 +6,12 @@ and reads what that kind reports:
     kind      told by                                       model identity
     loopcert  /v1/models card with a `loopcert` extension   its fingerprint (weights and config)
     vllm      /v1/models owned_by "vllm", or GET /version   /v1/models root and id, max_model_len
-    sglang    GET /get_model_info                           its model_path
+    sglang    GET /get_model_info                           its model_path (and loopcert serve's
+                                                            `loopcert` extension: its fingerprint)
     openai    anything else answering /v1/models            /v1/models id (and root)
 
-vLLM and SGLang report no fingerprint, so `check_identity` holds them to the name: the model
+vLLM and SGLang report no fingerprint, so `check_identity` holds them to the name (and to the
+fingerprint too where a /get_model_info reports one, as loopcert serve's does): the model
 they report must be the folder being certified (paths compared resolved, when certify's MODEL
 is a folder), else the exact name; `--served-model` names what the server calls the certified
 model when the two differ (another machine's path, a --served-model-name). Sizes the server
@@ -47,7 +49,7 @@ class ServerInfo:
     model_paths: tuple[str, ...] = ()  # what it says it loaded: vLLM root/id, SGLang model_path
     max_model_len: int | None = None
     vocab_size: int | None = None
-    fingerprint: str | None = None  # loopcert serve only
+    fingerprint: str | None = None  # loopcert serve only (its /v1/models card or /get_model_info)
 
     @property
     def label(self) -> str:
@@ -144,7 +146,15 @@ def _sglang(http: HTTPClient, url: str) -> ServerInfo:
         raise LoopcertError(
             f"SGLang at {url}: /get_model_info has no model_path: cannot tell which model it serves"
         )
-    return ServerInfo(url=url, kind="sglang", model_id=None, model_paths=(str(path),))
+    ext = info.get("loopcert")  # loopcert serve's /get_model_info: its model identity
+    fp = ext.get("fingerprint") if isinstance(ext, dict) else None
+    return ServerInfo(
+        url=url,
+        kind="sglang",
+        model_id=None,
+        model_paths=(str(path),),
+        fingerprint=fp if isinstance(fp, str) else None,
+    )
 
 
 def _int(v) -> int | None:
@@ -177,6 +187,13 @@ def check_identity(info: ServerInfo, model, certified: str | None, served_model:
                 else " (when the server names this model otherwise, say so with --served-model NAME_OR_PATH)"
             )
             raise LoopcertError(f"{info.label} serves {theirs}, not {want!r}: certify checks {ours!r}{hint}")
+        mine = model_fingerprint(model) if info.fingerprint is not None else None
+        if mine is not None and mine != info.fingerprint:  # a server that also reports one (loopcert
+            # serve's /get_model_info): the same name with other weights is another model
+            raise LoopcertError(
+                f"{info.label} serves {info.model_paths[0]!r} with fingerprint "
+                f"{info.fingerprint[:12]}, not {cfg.name!r}'s weights (fingerprint {mine[:12]})"
+            )
     if info.vocab_size is not None and info.vocab_size != cfg.vocab_size:
         raise LoopcertError(
             f"{info.label} reports a vocabulary of {info.vocab_size} tokens; {ours!r} has {cfg.vocab_size}"

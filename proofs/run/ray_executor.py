@@ -22,6 +22,7 @@ Ray is imported here only, and only when a run asks for it: loopcert runs withou
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -88,6 +89,59 @@ def _task(spec_box: list, key: str, uid: str, share: float | None, fault: Fault 
     return _RUNS.run(key, lambda: ray.get(spec_box[0]), uid, share)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def reason(e: BaseException) -> str:
+    """What went wrong in a failed task, in one line: the task's own exception (a RayTaskError's
+    `cause`) as "Type: message", else the last line of Ray's text without its colour codes (Ray's
+    first line only names the worker: "ray::_task() (pid=..., ip=...)")."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
+    lines = [line.strip() for line in ANSI.sub("", str(e)).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+class DeferredSignals:
+    """While Ray waits for results, SIGINT / SIGTERM are only noted; `check()` (called between
+    ray.wait calls, at most POLL_S apart) then restores the handlers the process had and raises
+    the signal again, so that handler (certify's Interrupted; KeyboardInterrupt by default) runs
+    in Python code, not inside Ray's C++ wait, which turns an exception raised there into a
+    SystemError. Main thread only (Python's rule for signal handlers); elsewhere it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.got: int | None = None
+        self.saved: dict = {}
+
+    def __enter__(self) -> DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.saved[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum, _frame) -> None:
+        self.got = self.got or signum
+
+    def check(self) -> None:
+        if self.got is not None:
+            got, self.got = self.got, None
+            self._restore()
+            signal.raise_signal(got)
+
+    def _restore(self) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self.saved.clear()
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+        if exc[0] is None and self.got is not None:  # noted after the last check
+            signal.raise_signal(self.got)
+
+
 def waiting_line(
     in_flight: int, done: int, total: int, resource: str, cluster: Mapping[str, float]
 ) -> str | None:
@@ -135,9 +189,21 @@ class RayExecutor:
 
     def connect(self, ray) -> bool:
         """Join the cluster (or start a local one); True when this call did, so must shut it down.
-        A process already connected (ray.is_initialized) keeps its connection."""
+        A process already connected (ray.is_initialized) keeps its connection. The process's
+        SIGINT / SIGTERM handlers are the same after as before: ray.init installs its own (its
+        core worker's failure-signal handler: a SIGTERM then ends the process with status 1,
+        bypassing certify's interrupt handling and this executor's cleanup)."""
         if ray.is_initialized():
             return False
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._connect(ray)
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(sig, handler)
+
+    def _connect(self, ray) -> bool:
         quiet = {"log_to_driver": False, "include_dashboard": False}
         if self.address is None:
             cpus = self.workers if self.device == "cpu" and self.workers else None  # None: the machine's
@@ -168,52 +234,53 @@ class RayExecutor:
         ray = import_ray()
         started = self.connect(ray)
         flying: dict = {}  # ObjectRef -> unit id
+        signals = DeferredSignals()  # handled between waits, in Python code
         try:
-            cluster = ray.cluster_resources()
-            workers = self.workers or max(1, int(cluster.get(self.resource, 0)))
-            budget = budget_for(workers)
-            spec_ref = ray.put(RunSpec.of(run, units))  # once: every task takes the ref
-            need = {"num_cpus": 1} if self.device == "cpu" else {"num_cpus": 0, "num_gpus": 1}
-            task = ray.remote(_task).options(**need, max_retries=RETRIES, retry_exceptions=True)
-            key = uuid.uuid4().hex
-            pending = [uid for uid, _ in units]
-            results: dict[str, dict] = {}
-            told = -WAITING_EVERY_S
+            with signals:
+                cluster = ray.cluster_resources()
+                workers = self.workers or max(1, int(cluster.get(self.resource, 0)))
+                budget = budget_for(workers)
+                spec_ref = ray.put(RunSpec.of(run, units))  # once: every task takes the ref
+                need = {"num_cpus": 1} if self.device == "cpu" else {"num_cpus": 0, "num_gpus": 1}
+                task = ray.remote(_task).options(**need, max_retries=RETRIES, retry_exceptions=True)
+                key = uuid.uuid4().hex
+                pending = [uid for uid, _ in units]
+                results: dict[str, dict] = {}
+                told = -WAITING_EVERY_S
 
-            def submit() -> None:
-                uid = pending.pop(0)
-                flying[task.remote([spec_ref], key, uid, budget.reserve(uid), self.fault)] = uid
+                def submit() -> None:
+                    uid = pending.pop(0)
+                    flying[task.remote([spec_ref], key, uid, budget.reserve(uid), self.fault)] = uid
 
-            while pending and len(flying) < workers:
-                submit()
-            while flying:
-                done, _ = ray.wait(list(flying), num_returns=1, timeout=POLL_S)
-                if not done:
-                    if time.monotonic() - told >= WAITING_EVERY_S:
-                        line = waiting_line(len(flying), len(results), len(units), self.resource, cluster)
-                        if line:
-                            run.say(line)
-                            told = time.monotonic()
-                        cluster = ray.cluster_resources()  # nodes may join
-                    continue
-                for ref in done:
-                    uid = flying.pop(ref)
-                    try:
-                        got = ray.get(ref)
-                        for line in got["said"]:
-                            run.say(line)
-                        result = got["result"]
-                    except ray.exceptions.RayError as e:  # its worker died, or it raised, RETRIES + 1 times
-                        why = (
-                            f"{type(e).__name__} after {RETRIES + 1} attempts: {str(e).splitlines()[0][:300]}"
-                        )
-                        result = failed_unit(uid, why)
-                        run.say(f"  {uid}: FAILED ({why})")
-                    results[uid] = result
-                    budget.settle(uid, float(result.get("seconds") or 0.0))
-                    if pending:
-                        submit()
-            return results
+                while pending and len(flying) < workers:
+                    submit()
+                while flying:
+                    done, _ = ray.wait(list(flying), num_returns=1, timeout=POLL_S)
+                    signals.check()
+                    if not done:
+                        if time.monotonic() - told >= WAITING_EVERY_S:
+                            line = waiting_line(len(flying), len(results), len(units), self.resource, cluster)
+                            if line:
+                                run.say(line)
+                                told = time.monotonic()
+                            cluster = ray.cluster_resources()  # nodes may join
+                        continue
+                    for ref in done:
+                        uid = flying.pop(ref)
+                        try:
+                            got = ray.get(ref)
+                            for line in got["said"]:
+                                run.say(line)
+                            result = got["result"]
+                        except ray.exceptions.RayError as e:  # its worker died or it raised, RETRIES + 1 x
+                            why = f"{type(e).__name__} after {RETRIES + 1} attempts: {reason(e)[:300]}"
+                            result = failed_unit(uid, why)
+                            run.say(f"  {uid}: FAILED ({why})")
+                        results[uid] = result
+                        budget.settle(uid, float(result.get("seconds") or 0.0))
+                        if pending:
+                            submit()
+                return results
         finally:  # also on Ctrl-C, SIGTERM or an error: nothing of this run keeps running
             for ref in flying:
                 try:

@@ -7,7 +7,9 @@ ships with it: the models and their exact laws (RunModels) and every sampled mod
 SamplingSetup (the chosen cases, their views' bins and N). The worker builds its CertifyRun on
 these, so it never plans: a worker whose float64 kernels round otherwise (other SIMD) samples the
 parent's cases with the parent's N and bins, and a unit's raw result depends on the plan, the
-seed and its id alone. Only the decoders are built in the worker, once per worker and spec.
+seed and its id alone. Only the decoders are built in the worker, once per worker and spec. An
+HTTP decoder's flags (--server, --http-timeout, --api-key, --decoder-dtype, --served-model) ride
+in the spec too: a forked worker inherits them from the parent's process, a Ray worker does not.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from proofs.decoders.candidates import user_candidate
+from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
+from proofs.decoders.http_decoder import configure as configure_http
+from proofs.decoders.http_decoder import options as http_options
 from proofs.progress import Progress
 from proofs.run.cases import SamplingSetup
 from proofs.run.plan import CertifyPlan
@@ -40,6 +45,7 @@ class RunSpec:
     models: RunModels  # the parent's models and exact laws
     sampling_setups: Mapping[str, SamplingSetup]  # the parent's plan of every sampled model
     units: tuple[str, ...]  # the ids of the units the parent hands out
+    http_options: HTTPOptions | None = None  # the parent's HTTP flags for an http:// decoder
 
     @classmethod
     def of(cls, run: CertifyRun, units) -> RunSpec:
@@ -55,10 +61,13 @@ class RunSpec:
             run.models,
             dict(run.sampling_setups),
             tuple(uid for uid, _ in units),
+            http_options(run.user.label) if run.user and is_http_spec(run.user.label) else None,
         )
 
     def build(self, say: Progress) -> tuple[CertifyRun, dict[str, Callable[..., dict]]]:
         """(the run, {unit id: run it(share)}) in this process, on the shipped models and plan."""
+        if self.http_options is not None:
+            configure_http(self.decoder, self.http_options)
         user = user_candidate(self.decoder) if self.decoder else None
         run = CertifyRun(
             self.plan,

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import replace
 
 import pytest
 
 for extra in ("httpx", "fastapi", "uvicorn"):  # the serve extra; tox's py env installs it
     pytest.importorskip(extra)
 
-from plans import SMALL_PLAN  # noqa: E402
+from plans import HTTP_PLAN, HTTP_SERVE  # noqa: E402
 from serving import start  # noqa: E402
 
 import proofs.run.plan as plan_mod  # noqa: E402
@@ -25,15 +24,7 @@ from refdec.errors import LoopcertError  # noqa: E402
 from refdec.load import model_fingerprint  # noqa: E402
 from refdec.sampling import SamplingParams  # noqa: E402
 
-HTTP_PLAN = replace(
-    SMALL_PLAN,
-    greedy_prompts=2,
-    greedy_tokens=8,
-    sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
-    tv=0.2,
-    mutant_ids=("always-accept",),
-)
-TINY = ("tiny-ouro", "--draft-depth", "1")
+TINY = HTTP_SERVE
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ class Fake:
             if path == "/version" and self.kind == "vllm":
                 return httpx.Response(200, json={"version": "0.32.0"})
             if path == "/get_model_info" and self.kind == "sglang":
-                return httpx.Response(200, json={"model_path": self.path, "is_generation": True})
+                return httpx.Response(200, json={"model_path": self.path, "is_generation": True, **self.card})
             return httpx.Response(404, json={"detail": "Not Found"})
         body = json.loads(req.content)
         self.bodies.append(body)
@@ -254,3 +254,15 @@ def test_http_flags_need_an_http_decoder_and_good_values(tmp_path, capsys):
     argv = ["certify", "tiny-ouro", "--decoder", URL, "--http-timeout", "0", "--out", str(tmp_path)]
     assert main(argv) == 2
     assert "--http-timeout must be a number of seconds > 0, got 0.0" in capsys.readouterr().err
+
+
+def test_a_fingerprint_in_get_model_info_is_checked_too():
+    """loopcert serve's /get_model_info carries its model's fingerprint: a server of the right name
+    with other weights is refused, naming both fingerprints; the right one passes."""
+    from refdec.load import model_fingerprint
+
+    mine = model_fingerprint(MODEL)
+    decoder(Fake("sglang", loopcert={"fingerprint": mine})).check_model(MODEL)
+    wrong = decoder(Fake("sglang", loopcert={"fingerprint": "0" * 64}))
+    with pytest.raises(LoopcertError, match=f"fingerprint 000000000000, not 'tiny-ouro'.*{mine[:12]}"):
+        wrong.check_model(MODEL)

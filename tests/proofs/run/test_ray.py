@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from plans import SHARD_PLAN, SMALL_PLAN, untimed
@@ -25,6 +30,7 @@ from proofs.run.sampling_units import pool_sampling, sampling_checks, sampling_r
 from proofs.run.units import plan_units, whole_result
 
 pytestmark = pytest.mark.ray
+ROOT = Path(__file__).resolve().parents[3]
 
 try:
     import ray
@@ -120,3 +126,114 @@ def test_an_address_nothing_answers_at_is_an_error_in_bounded_time(tmp_path, cap
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "no Ray cluster answers" in err
     assert not (tmp_path / "certificate.json").exists()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc: a Ray cluster's raylet, workers, ...)."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            kids.setdefault(int(ppid), []).append(int(stat.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_sigterm_cancels_the_ray_tasks_and_leaves_the_previous_certificate(tmp_path):
+    """SIGTERM while Ray tasks run (processes titled ray::_task below the certify process): exit
+    143 with the interrupted line, the previous certificate byte for byte, and within 30 s no
+    process of the run left (the tasks cancelled, the local cluster shut down)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("certificate.json", "certificate.md"):
+        (out / name).write_text(f"the previous {name}\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "loopcert", "certify", "tiny-raven", "--quick", "--out", str(out)]
+    proc = subprocess.Popen(
+        [*argv, "--executor", "ray", "--jobs", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # so that the finally below can end whatever the run left
+    )
+    try:
+        deadline, running = time.monotonic() + 240, []
+        while not running and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            running = [p for p in descendants(proc.pid) if cmdline(p).startswith("ray::_task")]
+        assert running, f"no Ray task ran within 240 s: {proc.poll()}"
+        tree = descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = {p: cmdline(p)[:80] for p in tree if alive(p)}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "loopcert certify: interrupted by SIGTERM; no certificate written" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not left, f"processes of the run outlived it: {left}"
+
+
+def test_the_http_flags_reach_the_ray_workers(cluster, request, tmp_path_factory, tmp_path, monkeypatch):
+    """--executor ray --decoder http://... --api-key K against `loopcert serve --api-key K`: the
+    workers (other process trees than the parent's) send the key the parent was given, so the
+    run PASSes. Negative control, run first (Ray reuses its worker processes, and a worker that
+    once configured the key keeps it): the same run with the flags left out of the RunSpec (what
+    Ray workers saw before they were shipped) fails, its units answered 401."""
+    for extra in ("httpx", "fastapi", "uvicorn"):
+        pytest.importorskip(extra)
+    from plans import HTTP_PLAN, HTTP_SERVE
+    from serving import start
+
+    from proofs.certificate import read_certificate
+    from proofs.run import remote
+
+    server = start(request, tmp_path_factory, *HTTP_SERVE, api_key="sesame")
+    monkeypatch.setitem(plan_mod.PLANS, "quick", HTTP_PLAN)
+    argv = ["certify", "tiny-ouro", "--decoder", server.url, "--api-key", "sesame", "--seed", "1"]
+    argv += ["--executor", "ray", "--jobs", "2"]
+
+    with monkeypatch.context() as m:
+        real = remote.RunSpec.of
+        m.setattr(remote.RunSpec, "of", classmethod(lambda cls, *a: replace(real(*a), http_options=None)))
+        assert main([*argv, "--out", str(tmp_path / "bare")]) == 1
+    cert = read_certificate(tmp_path / "bare" / "certificate.json")
+    assert cert.verdict == "FAIL" and "401" in (tmp_path / "bare" / "certificate.json").read_text()
+
+    assert main([*argv, "--out", str(tmp_path / "ray")]) == 0
+    cert = read_certificate(tmp_path / "ray" / "certificate.json")
+    assert cert.verdict == "PASS" and f"sampling[tiny-ouro: {server.url}]" in [c.name for c in cert.checks]
