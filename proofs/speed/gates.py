@@ -62,13 +62,18 @@ REWRITE = "loopcert bench --quick --write-baseline"
 # The CI plan (docs/speed.md "Regression gates"): every gate setting, both modes.
 GATE_PLAN = Workload(prompts=2, prompt_len=48, tokens=32, repeats=15)
 BASELINE_RUNS = 3  # gate runs a baseline's speed figures average (measure_baseline)
-# Set from the measured run-to-run spread of the gate's ratios (docs/measurements.md "Gate false
-# alarms"): below 0.2, so that a setting made 25% dearer (its ratio x 0.8) can fail at all; wide
-# enough for 1 in 50 false failures of a whole run at the spread of a moderately loaded host, not at
-# that of a host whose other core runs a test suite (docs/speed.md "How often it cries wolf"). The figure
-# over naive_kv times whole calls (prefill included, no decode-only clock) and spreads more.
-SPEEDUP_TOL = 0.17
-NAIVE_TOL = 0.3
+# Set from the measured run-to-run spread of protocol 3's figures (docs/measurements.md "Gate false
+# alarms", 10 runs each): with the host in one state the spreads are small (idle other core: s
+# 0.016-0.034 in log; an implied whole-run false-failure rate of 1.7e-5 at 0.15, and a setting 25%
+# dearer fails with probability >= 0.94; 0.085 would be the least under 1 in 50). But the host's
+# state moves the strategies' ratios as a whole by up to ~10% over tens of minutes (the same tree
+# measured 3-11% higher at 05:04-05:40 than at 04:21-05:01, with the other core busy or idle), and
+# CI's host is another machine: 0.15 tolerates such a shift below the baseline, at the price of
+# missing a 25% slowdown measured in a state ~6% faster than the baseline's. The figure over
+# naive-kv (whole calls, prefill included) sat 4% below its baseline in the idle runs: 0.15 keeps
+# an autoregressive path 25% dearer (its ratio x 0.8) failing.
+SPEEDUP_TOL = 0.15
+NAIVE_TOL = 0.15
 EXACT_DTYPE = torch.float64
 # Gated exactly: the emitted tokens (a hash), every count of Stats, peak lanes, calls per (phase, width).
 EXACT = ("tokens_sha", *COUNTS, "peak_lanes", "calls")

@@ -13,7 +13,7 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
-from plans import SMALL_PLAN  # noqa: E402
+from plans import HTTP_PLAN  # noqa: E402
 
 import proofs.decoders.http_decoder as http_decoder  # noqa: E402
 import proofs.run.plan as plan_mod  # noqa: E402
@@ -192,16 +192,6 @@ def test_sglang_batches_keep_each_items_seed():
     assert fake.bodies[2]["sampling_params"]["sampling_seed"] == 7  # one item: no lists
     assert got == [dec.generate(p, 3, T1, s) for p, s in zip(prompts, seeds)]
     assert got[0] == got[2]
-
-
-HTTP_PLAN = replace(
-    SMALL_PLAN,
-    greedy_prompts=2,
-    greedy_tokens=8,
-    sampling_cases=(("T=1 top-k=2", SamplingParams(temperature=1.0, top_k=2), 3),),
-    tv=0.2,
-    mutant_ids=("always-accept",),
-)
 
 
 @pytest.fixture
