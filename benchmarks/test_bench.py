@@ -114,7 +114,8 @@ def test_naive_kv_reference(benchmark, model, prompts, mode):
 
 
 def test_regression_gate(model):
-    """The gate (proofs.speed.gates) against the committed baseline; says which figure moved."""
+    """The gate (proofs.speed.gates) against the committed baseline, its speed against the stored
+    ratios (`loopcert bench --gate`, which tox -e bench runs next, pairs them); says which figure moved."""
     base = gates.read_baseline(BASELINE_FILE)
     prompts = model_prompts(model, "default", 16, max_len=4096)
     plan = Workload(**base["plan"])

@@ -15,14 +15,16 @@ Exit status: 0 ok, 1 a gate failed, 2 a usage error.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from pathlib import Path
 
 from loopcert.commands.common import load_from_args, uninterrupted
 from proofs.decoders.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
-from proofs.speed import gates
+from proofs.speed import gates, paired
 from proofs.speed.measure import bench, with_overrides
+from proofs.speed.paired import PAIRED_TOL
 from proofs.speed.report import PLANS
 from proofs.speed.timing import Workload
 from proofs.stamp import stamp
@@ -62,14 +64,21 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--baseline", default=str(DEFAULT_BASELINE), help=f"gate baseline (default: {DEFAULT_BASELINE})"
     )
+    p.add_argument(
+        "--reference",
+        default="auto",
+        help="--gate: what the speed figures are timed against, in this run: auto (default: the "
+        "baseline's reference_commit, exported from this checkout; the stored ratios where it cannot be), "
+        "a commit, a folder holding a loopcert tree, or stored (the baseline file's ratios)",
+    )
     p.add_argument("--tokens", type=int, default=None, help="new tokens per prompt (default: the plan's)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default: the plan's)")
     p.add_argument(
         "--tolerance",
         type=float,
         default=None,
-        help=f"speed tolerance of every gate figure (default: the baseline's, {gates.SPEEDUP_TOL} for "
-        f"the strategies, {gates.NAIVE_TOL} over naive-kv)",
+        help=f"speed tolerance of every gate figure (default: the baseline's: {PAIRED_TOL} paired; stored: "
+        f"{gates.SPEEDUP_TOL} for the strategies, {gates.NAIVE_TOL} over naive-kv)",
     )
 
 
@@ -85,7 +94,7 @@ def command_line(args) -> str:
         parts.append("--quick")
     parts += [f"--{k} {getattr(args, k)}" for k in ("tokens", "repeats") if getattr(args, k) is not None]
     if args.gate:
-        parts.append(f"--gate --baseline {args.baseline}")
+        parts.append(f"--gate --baseline {args.baseline} --reference {args.reference}")
     if args.write_baseline:
         parts.append(f"--write-baseline --baseline {args.baseline}")
     if args.serve_load:
@@ -134,10 +143,11 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
     write it; --gate: measure with the baseline's plan, compare, write DIR/gate.json, exit 1 on a
     failed figure."""
     plan = Workload(**base["plan"]) if base else dataclasses.replace(gates.GATE_PLAN, **overrides)
-    how = gates.measure_baseline if args.write_baseline else gates.measure
-    cur = how(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
-    cur["command"] = command_line(args)
     if args.write_baseline:
+        cur = gates.measure_baseline(
+            model, args.model, prompts, plan, device=args.device, naive=naive, progress=say
+        )
+        cur["command"] = command_line(args)
         write_json(Path(args.baseline), cur)
         m = cur["machine"]
         say(
@@ -146,23 +156,63 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
             f"commit {cur['commit']}, {m['device_name']} ({m['cpu_capability']}, {m['cores']} cores), "
             f"torch {m['torch']}"
         )
+        if cur["reference_commit"] is None:
+            say(
+                "warning: the code differs from every commit, so this baseline names no reference_commit "
+                "and the gate will compare speed with its stored ratios only: commit the code, then "
+                "write the baseline"
+            )
         return 0
-    tol = base.get("speedup_tolerance", gates.SPEEDUP_TOL) if args.tolerance is None else args.tolerance
-    naive_tol = base.get("naive_tolerance", gates.NAIVE_TOL) if args.tolerance is None else args.tolerance
+    ref, why = reference_of(args.reference, base)
     m = base.get("machine", {})
-    say(
+    head = (
         f"gate against {args.baseline} (protocol {base['protocol']}, commit {base.get('commit')}, "
         f"{m.get('device_name')} {m.get('cpu_capability')}): exact figures ({base['exact_dtype']} pass: "
-        f"tokens hash and every count; any change fails) and speed ratios of this run (each strategy over "
-        f"autoregressive: fails below baseline x (1 - {tol:g}); autoregressive over naive-kv: below "
-        f"baseline x (1 - {naive_tol:g}))"
+        f"tokens hash and every count; any change fails) and "
     )
-    results = gates.compare(cur, base, args.tolerance)
+    if ref is None:
+        tol = base.get("speedup_tolerance", gates.SPEEDUP_TOL) if args.tolerance is None else args.tolerance
+        naive_tol = base.get("naive_tolerance", gates.NAIVE_TOL) if args.tolerance is None else args.tolerance
+        say(
+            head + f"speed ratios of this run against the baseline's stored ones ({why}; each strategy over "
+            f"autoregressive: fails below baseline x (1 - {tol:g}); autoregressive over naive-kv: below "
+            f"baseline x (1 - {naive_tol:g}))"
+        )
+        cur = gates.measure(model, args.model, prompts, plan, device=args.device, naive=naive, progress=say)
+        results = gates.compare(cur, base, args.tolerance)
+        measured = {"stored": cur}
+    else:
+        tol = base.get("paired_tolerance", PAIRED_TOL) if args.tolerance is None else args.tolerance
+        say(
+            head + f"speed paired with {why}, re-timed in this run beside this tree (each setting's time "
+            f"there over its time here: fails below 1 - {tol:g})"
+        )
+        cur = gates.measure(model, args.model, prompts, plan, device=args.device, progress=say, rounds=2)
+        results = gates.compare(cur, base, speed=False)
+        measured = {"exact": cur}
+        if results[0].passed:  # comparable: the same weights, plan, prompts and settings
+            with tempfile.TemporaryDirectory(prefix="loopcert-reference-") as tmp:
+                tree = ref if isinstance(ref, Path) else paired.export_tree(ref, Path(tmp))
+                got = paired.measure_paired(
+                    args.model,
+                    prompts,
+                    plan,
+                    base["settings"],
+                    tree,
+                    seed_weights=args.seed_weights,
+                    dtype=args.dtype,
+                    device=args.device,
+                    progress=say,
+                )
+            got["reference"] = str(ref)
+            results += paired.compare_paired(got, tol, label=why)
+            measured["paired"] = got
+    cur["command"] = command_line(args)
     for r in results:
         if r.details.what == "speed":
             say(("  " if r.passed else "  FAIL ") + r.details.message)
     bad = gates.failures(results)
-    report = {"measured": cur, "results": [r.to_dict() for r in results], "failures": bad}
+    report = {"measured": measured, "results": [r.to_dict() for r in results], "failures": bad}
     write_json(Path(args.out) / "gate.json", report)
     for msg in bad:
         say(f"FAIL {msg}")
@@ -172,6 +222,32 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
         f"{len(exact)} exact) ({time.perf_counter() - t0:.0f} s)"
     )
     return 1 if bad else 0
+
+
+def reference_of(spec: str, base: dict) -> tuple[Path | str | None, str]:
+    """What --reference SPEC names: (a folder, a commit, or None for the stored ratios; how the
+    gate's output names it). auto: the baseline's reference_commit where this checkout holds it,
+    else None with the reason. A commit or folder that is not there is a usage error."""
+    if spec == "stored":
+        return None, "--reference stored"
+    if spec == "auto":
+        commit = base.get("reference_commit")
+        if not commit:
+            return None, "the baseline names no reference commit (written from uncommitted code)"
+        if not paired.has_commit(commit):
+            return (
+                None,
+                f"the baseline's reference commit {commit[:12]} is not in this checkout (shallow, or no git)",
+            )
+        return commit, f"the baseline's commit {commit[:12]}"
+    if Path(spec).is_dir():
+        return Path(spec).resolve(), f"the tree at {spec}"
+    if not paired.has_commit(spec):
+        raise LoopcertError(
+            f"--reference {spec!r}: neither a folder nor a commit of this checkout "
+            "(auto, stored, a commit, a folder)"
+        )
+    return spec, f"commit {spec[:12]}"
 
 
 def run_serve_load(args) -> int:

@@ -2,14 +2,17 @@
 gate cries wolf"; figures: docs/measurements.md "Gate false alarms").
 
     python -m proofs.speed.false_alarm --runs 10 [--busy] [--baseline F] [--slow LABEL=0.25]
+                                       [--reference auto|stored|COMMIT|FOLDER]
 
-Runs the gate (proofs.speed.gates) `--runs` times on the unchanged tree against the baseline
+Runs the gate (proofs.speed.gates; paired with the baseline's commit by default, as `loopcert
+bench --gate`: proofs/speed/paired.py) `--runs` times on the unchanged tree against the baseline
 file, optionally with a busy-loop process holding another core (`--busy`: the realistic CI host),
 and reports per speed figure the spread of its ratio over the runs and the failure count with a
 Clopper-Pearson 95% interval. Ten runs cannot show a rate below 1 in 50 by counting, so each
 figure's run-to-run spread is also fitted: log(ratio) ~ Normal(mu, s^2) across runs, and a gate
 run compares one draw against the baseline's, the mean of the log of b runs (the baseline file's
-`baseline_runs`: gates.measure_baseline), so with c = sqrt(1 + 1/b)
+`baseline_runs`: gates.measure_baseline), so with c = sqrt(1 + 1/b) (c = 1 paired: the figure is
+itself the comparison, the reference's noise inside its spread s)
 
     P(false failure of a figure) = Phi(log(1 - tol) / (s c))
     P(a figure made 1 + x dearer fails) = Phi((log(1 - tol) + log(1 + x)) / (s c))
@@ -28,6 +31,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from proofs.speed import gates
+from proofs.speed import gates, paired
 from proofs.speed.slowdown import slow
 from proofs.speed.timing import Workload
 from refdec.errors import LoopcertError
@@ -52,31 +56,38 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return lo, hi
 
 
-def false_rate(s: float, tol: float, baseline_runs: int = gates.BASELINE_RUNS) -> float:
+def spread_factor(baseline_runs: int | None) -> float:
+    """c: how much wider the comparison spreads than one run's figure. Against a stored baseline
+    averaged over b runs, sqrt(1 + 1/b); paired (None), 1: the figure is itself the comparison,
+    the reference's noise already inside its run-to-run spread."""
+    return 1.0 if baseline_runs is None else math.sqrt(1 + 1 / baseline_runs)
+
+
+def false_rate(s: float, tol: float, baseline_runs: int | None = gates.BASELINE_RUNS) -> float:
     """P(one figure fails with nothing changed), log-ratio spread s per run, against a baseline
-    averaged over `baseline_runs` runs (module docstring)."""
+    averaged over `baseline_runs` runs, or paired (None) (module docstring)."""
     if s == 0:  # no spread: a figure never falls below itself
         return 0.0
-    return float(stats.norm.cdf(math.log(1 - tol) / (s * math.sqrt(1 + 1 / baseline_runs))))
+    return float(stats.norm.cdf(math.log(1 - tol) / (s * spread_factor(baseline_runs))))
 
 
 def detect_rate(
-    s: float, tol: float, slowdown: float = SLOWDOWN, baseline_runs: int = gates.BASELINE_RUNS
+    s: float, tol: float, slowdown: float = SLOWDOWN, baseline_runs: int | None = gates.BASELINE_RUNS
 ) -> float:
     """P(one figure fails when its setting costs 1 + slowdown as much per step)."""
     moved = math.log(1 - tol) + math.log(1 + slowdown)  # > 0: the slowed ratio's median is below the bound
     if s == 0:
         return 1.0 if moved > 0 else 0.0
-    return float(stats.norm.cdf(moved / (s * math.sqrt(1 + 1 / baseline_runs))))
+    return float(stats.norm.cdf(moved / (s * spread_factor(baseline_runs))))
 
 
-def run_rate(spreads: Sequence[float], tol: float, baseline_runs: int = gates.BASELINE_RUNS) -> float:
+def run_rate(spreads: Sequence[float], tol: float, baseline_runs: int | None = gates.BASELINE_RUNS) -> float:
     """P(a whole gate run fails falsely): any of its speed figures."""
     return 1 - math.prod(1 - false_rate(s, tol, baseline_runs) for s in spreads)
 
 
 def suggest_tolerance(
-    spreads: Sequence[float], target: float = TARGET_RATE, baseline_runs: int = gates.BASELINE_RUNS
+    spreads: Sequence[float], target: float = TARGET_RATE, baseline_runs: int | None = gates.BASELINE_RUNS
 ) -> float:
     """The smallest tolerance (to 0.005) with run_rate below target."""
     for i in range(1, 200):
@@ -111,7 +122,7 @@ class FalseAlarmRun:
     busy: bool
     slowed: str | None  # "LABEL=F" or None (an unchanged tree)
     tolerance: float | None  # --tolerance (every figure), or None: the baseline's per figure
-    baseline_runs: int  # the runs the baseline's speed figures average
+    baseline_runs: int | None  # the runs the baseline's speed figures average; None: paired
     run_failures: int  # whole gate runs that failed
     run_interval: tuple[float, float]
     exact_failures: int  # runs in which an exact figure failed (must be 0 on an unchanged tree)
@@ -127,10 +138,10 @@ class FalseAlarmRun:
 
 
 def summarise(
-    measured: Sequence[dict], results: Sequence[list], tol: float | None, baseline_runs: int, **kw
+    measured: Sequence[dict], results: Sequence[list], tol: float | None, baseline_runs: int | None, **kw
 ) -> FalseAlarmRun:
     """The spread and failure counts of gate runs (`measured[i]` compared into `results[i]`)
-    against a baseline averaged over `baseline_runs` runs."""
+    against a baseline averaged over `baseline_runs` runs, or paired (None)."""
     b = baseline_runs
     n = len(measured)
     names = [r.name for r in results[0] if r.details.what == "speed"]
@@ -156,8 +167,9 @@ def summarise(
             )
         )
     uppers = [f.log_sd_upper for f in figures]
-    strategies = [f.log_sd for f in figures if f.figure.endswith("/ speedup")]
-    others = 1 - math.prod(1 - f.implied_false_rate for f in figures if not f.figure.endswith("/ speedup"))
+    tuned = ("/ speedup", f"/ {paired.FIGURE}")  # the figures the suggested tolerance is for
+    strategies = [f.log_sd for f in figures if f.figure.endswith(tuned)]
+    others = 1 - math.prod(1 - f.implied_false_rate for f in figures if not f.figure.endswith(tuned))
     k_run = sum(any(not r.passed for r in res) for res in results)
     k_exact = sum(any(not r.passed and r.details.what != "speed" for r in res) for res in results)
     sug = suggest_tolerance(strategies, 1 - (1 - TARGET_RATE) / (1 - others), b)
@@ -215,6 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--tolerance", type=float, default=None, help="default: the baseline's")
     p.add_argument("--slow", default=None, help="LABEL=F: that setting (1 + F) times dearer per step")
+    p.add_argument(
+        "--reference",
+        default="auto",
+        help="as loopcert bench --gate: auto (paired with the baseline's commit where this checkout has it), "
+        "a commit, a folder, or stored",
+    )
     p.add_argument("--out", default="reports/out/false-alarm.json")
     args = p.parse_args(argv)
     try:
@@ -228,6 +246,7 @@ def _main(args) -> int:
     import torch
 
     from fastdec import Decoder
+    from loopcert.commands.bench import reference_of
     from proofs.decoders.naive_kv import NaiveKVDecoder
     from proofs.prompts import model_prompts
     from refdec.files import write_json
@@ -249,6 +268,8 @@ def _main(args) -> int:
     model = load_model(args.model)
     prompts = model_prompts(model, args.model, 16, max_len=4096)
     naive = NaiveKVDecoder(model)
+    ref, why = reference_of(args.reference, base)
+    print(f"speed: {'paired with ' if ref is not None else 'against the stored ratios: '}{why}", flush=True)
 
     def build(st, dtype):
         dec = Decoder(model, st, dtype=dtype)
@@ -258,12 +279,30 @@ def _main(args) -> int:
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     t0 = time.perf_counter()
     measured, results, out = [], [], None
+    plan = Workload(**base["plan"])
+    tmp = tempfile.TemporaryDirectory(prefix="loopcert-reference-")
     try:
+        tree = (
+            None if ref is None else ref if isinstance(ref, Path) else paired.export_tree(ref, Path(tmp.name))
+        )
         for i in range(args.runs):
-            cur = gates.measure(
-                model, args.model, prompts, Workload(**base["plan"]), build=build, naive=naive
-            )
-            res = gates.compare(cur, base, tol)
+            if tree is None:
+                cur = gates.measure(model, args.model, prompts, plan, build=build, naive=naive)
+                res = gates.compare(cur, base, tol)
+            else:  # the exact figures in this process, speed in the paired workers
+                cur = gates.measure(model, args.model, prompts, plan, build=build, rounds=2)
+                res = gates.compare(cur, base, speed=False)
+                cur = paired.measure_paired(
+                    args.model,
+                    prompts,
+                    plan,
+                    base["settings"],
+                    tree,
+                    slow=(slowed, fraction) if slowed else None,
+                )
+                res += paired.compare_paired(
+                    cur, base.get("paired_tolerance", paired.PAIRED_TOL) if tol is None else tol
+                )
             measured.append(cur)
             results.append(res)
             bad = gates.failures(res)
@@ -274,13 +313,14 @@ def _main(args) -> int:
                     measured,
                     results,
                     tol,
-                    base.get("baseline_runs", 1),
+                    None if tree is not None else base.get("baseline_runs", 1),
                     busy=args.busy,
                     slowed=args.slow,
                     seconds=took,
                 )
                 write_json(Path(args.out), {"command": " ".join(sys.argv), **asdict(out)})
     finally:
+        tmp.cleanup()
         if busy is not None:
             busy.kill()
             busy.wait()

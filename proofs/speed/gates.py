@@ -11,7 +11,13 @@ greedy and sampling with fixed seeds, and compares two kinds of figure with the 
   variable does not govern) round differently, and in float64 a rounding difference flips a
   greedy argmax or an acceptance draw only at a margin of ~1e-15, so the figures are the same on
   every x86 CPU. Any change fails: it is a change in what the decoder does.
-- speed: each setting's speedup over the autoregressive baseline of the same run (model dtype,
+- speed, paired (the default): each gate setting's time on this tree against its time on the
+  baseline's commit (`reference_commit`), both timed in this job, round by round, in two worker
+  processes (proofs/speed/paired.py, its figure "relative speed", tolerance PAIRED_TOL). What the
+  host does falls on both sides, so no stored time or ratio enters the comparison.
+- speed, stored (--reference stored, or where the reference commit cannot be exported: a
+  shallow clone, no git): each setting's speedup over the autoregressive baseline of the same
+  run (model dtype,
   interleaved rounds: proofs.speed.timing.time_runs; the 20%-trimmed geometric mean of the
   rounds' ratios, proofs.speed.timing.trimmed_ratio), and the baseline's over
   proofs.decoders.naive_kv (below 1: R + 1 planned engine calls per token against a plain loop's
@@ -44,6 +50,7 @@ from fastdec import DecodeConfig, Decoder
 from proofs.details import GateDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
+from proofs.speed.paired import PAIRED_TOL, code_commit
 from proofs.speed.settings import BASELINE, NAIVE, gate_settings
 from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, time_runs, trimmed_ratio
 from proofs.stamp import device_name, stamp
@@ -57,7 +64,10 @@ FORMAT = 2  # the baseline file's layout
 # 2: exact figures from a float64 pass; the CI-sized GATE_PLAN; machine and protocol recorded.
 # 3: 15 timed rounds (5 before), the trimmed geometric mean of their ratios (the median before),
 #    the baseline the mean of BASELINE_RUNS runs (one before).
-PROTOCOL = 3
+# 4: the baseline names the commit it was measured at (reference_commit), and the speed figures are
+#    paired by default: that commit re-timed beside this tree in the same job (proofs/speed/paired.py);
+#    the stored ratios are the fallback (--reference stored).
+PROTOCOL = 4
 REWRITE = "loopcert bench --quick --write-baseline"
 # The CI plan (docs/speed.md "Regression gates"): every gate setting, both modes.
 GATE_PLAN = Workload(prompts=2, prompt_len=48, tokens=32, repeats=15)
@@ -106,10 +116,13 @@ def measure(
     settings: Sequence[DecodeConfig] | None = None,
     modes: Sequence[str] = tuple(MODES),
     progress: Progress | None = None,
+    rounds: int | None = None,
 ) -> dict:
     """The gated figures of one run. `build(setting, dtype)` makes the decoder of that setting's
     label (dtype None: the model's; EXACT_DTYPE for the exact pass); tests pass deliberately worse
-    decoders. `modes`: a subset of MODES (a gate compares every mode its baseline has)."""
+    decoders. `modes`: a subset of MODES (a gate compares every mode its baseline has). `rounds`:
+    the timed rounds, when not plan.repeats (the paired gate times in its workers and needs two
+    here, for the determinism check); the plan recorded is `plan` either way."""
     settings = list(settings or gate_settings(model.cfg.recurrence))
     if settings[0].label != BASELINE:
         raise LoopcertError(f"the first gate setting must be {BASELINE!r}, got {settings[0].label!r}")
@@ -128,9 +141,10 @@ def measure(
         if progress:
             progress(
                 f"gate: {mode}, {len(timed)} decoders x {len(prompts)} prompts x {plan.tokens} tokens, "
-                f"{plan.repeats} timed rounds, then one {dtype_name(EXACT_DTYPE)} pass for the exact figures"
+                f"{rounds or plan.repeats} timed rounds, then one {dtype_name(EXACT_DTYPE)} pass for the "
+                "exact figures"
             )
-        t = time_runs(timed, prompts, plan.tokens, plan.repeats, sampling, plan.seed)
+        t = time_runs(timed, prompts, plan.tokens, rounds or plan.repeats, sampling, plan.seed)
         del timed
         exact_decoders = {st.label: build(st, EXACT_DTYPE) for st in settings}
         exact = time_runs(exact_decoders, prompts, plan.tokens, 1, sampling, plan.seed)
@@ -166,6 +180,7 @@ def measure(
             "format": FORMAT,
             "protocol": PROTOCOL,
             "commit": stamped["commit"],
+            "reference_commit": code_commit(),  # None: the code differs from every commit
             "machine": machine(device),
             "stamp": stamped,
             "model": model_name,
@@ -178,6 +193,7 @@ def measure(
             "settings": [st.label for st in settings],
             "speedup_tolerance": SPEEDUP_TOL,
             "naive_tolerance": NAIVE_TOL,
+            "paired_tolerance": PAIRED_TOL,
             "load_average": load,
             "figures": figures,
         }
@@ -226,10 +242,13 @@ def _result(figure: str, what: str, passed: bool, baseline, measured, message: s
     return CheckResult(figure, num(measured), bound, passed, details)
 
 
-def compare(current: dict, baseline: dict, tolerance: float | None = None) -> list[CheckResult]:
+def compare(
+    current: dict, baseline: dict, tolerance: float | None = None, speed: bool = True
+) -> list[CheckResult]:
     """One CheckResult per gated figure (and one for comparability). measured/bound: the figure
     and its baseline value (exact) or its lowest passing value (speed). `tolerance` overrides the
-    baseline's for every speed figure."""
+    baseline's for every speed figure. speed=False: the exact figures only (the paired gate
+    compares speed itself: proofs/speed/paired.py)."""
     tols = {
         "speedup": baseline.get("speedup_tolerance", SPEEDUP_TOL) if tolerance is None else tolerance,
         "speedup_over_naive": baseline.get("naive_tolerance", NAIVE_TOL) if tolerance is None else tolerance,
@@ -285,7 +304,7 @@ def compare(current: dict, baseline: dict, tolerance: float | None = None) -> li
                 )
                 out.append(_result(fig, "exact", ok, want, got, message))
             for k, what in SPEED.items():
-                if k not in base:
+                if k not in base or not speed:
                     continue
                 got, want = cur.get(k), base[k]
                 fig = f"{name} / {k}"

@@ -220,9 +220,10 @@ def test_cli_writes_a_baseline_and_gates_against_it(tmp_path, capsys):
     assert data["baseline_runs"] == gates.BASELINE_RUNS
     data["figures"]["greedy"]["pipelined d1=2"]["exact"]["accepted"] += 1  # pretend it used to accept more
     base.write_text(json.dumps(data))
-    assert main(["bench", *common, "--quick", "--gate", "--tolerance", "0.9"]) == 1
+    assert main(["bench", *common, "--quick", "--gate", "--reference", "stored", "--tolerance", "0.9"]) == 1
     out = capsys.readouterr().out
     assert "exact figures (float64 pass" in out and "fails below baseline x (1 - 0.9)" in out
+    assert "against the baseline's stored ones (--reference stored" in out
     assert "FAIL greedy / pipelined d1=2 / accepted (exact): baseline" in out
     assert json.loads((tmp_path / "out" / "gate.json").read_text())["failures"]
     base.write_text(json.dumps({**data, "protocol": 1}))
