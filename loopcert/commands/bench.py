@@ -205,7 +205,7 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
                     progress=say,
                 )
             got["reference"] = str(ref)
-            results += paired.compare_paired(got, tol, label=why)
+            results += paired.compare_paired(got, tol, label=why.removeprefix("the baseline's "))
             measured["paired"] = got
     cur["command"] = command_line(args)
     for r in results:

@@ -72,7 +72,9 @@ REWRITE = "loopcert bench --quick --write-baseline"
 # The CI plan (docs/speed.md "Regression gates"): every gate setting, both modes.
 GATE_PLAN = Workload(prompts=2, prompt_len=48, tokens=32, repeats=15)
 BASELINE_RUNS = 3  # gate runs a baseline's speed figures average (measure_baseline)
-# Set from the measured run-to-run spread of protocol 3's figures (docs/measurements.md "Gate false
+# The stored comparison's (--reference stored, and the fallback where the reference commit is not in
+# the checkout; the paired gate's is paired.PAIRED_TOL). Set from the measured run-to-run spread of
+# protocol 3's figures (docs/measurements.md "Gate false
 # alarms", 10 runs each): with the host in one state the spreads are small (idle other core: s
 # 0.016-0.034 in log; an implied whole-run false-failure rate of 1.7e-5 at 0.15, and a setting 25%
 # dearer fails with probability >= 0.94; 0.085 would be the least under 1 in 50). But the host's

@@ -174,7 +174,7 @@ def test_cli_gates_paired_with_a_folder_and_writes_both_parts(tmp_path, capsys):
     assert main(["bench", *common, "--gate", "--reference", str(ROOT), "--tolerance", "0.9"]) == 0
     out = capsys.readouterr().out
     assert f"speed paired with the tree at {ROOT}" in out and "fails below 1 - 0.9" in out
-    assert "greedy / pipelined d1=2 / relative speed (the tree at" in out
+    assert "greedy / pipelined d1=2 / relative speed (the tree at" in out  # a folder: named by its path
     report = json.loads((tmp_path / "out" / "gate.json").read_text())
     assert set(report["measured"]) == {"exact", "paired"} and not report["failures"]
     names = [r["name"] for r in report["results"]]
