@@ -23,12 +23,11 @@ from proofs.decoders.naive_kv import NaiveKVDecoder
 from proofs.prompts import model_prompts
 from proofs.speed import gates
 from proofs.speed.settings import BASELINE, gate_settings
-from proofs.speed.timing import GREEDY, SAMPLING, Workload, aggregate
+from proofs.speed.timing import GREEDY, MODES, Workload, aggregate
 from refdec.load import load_model
 
 BASELINE_FILE = Path(__file__).parent / "baseline.json"
 N_TOKENS = 32
-MODES = {"greedy": GREEDY, "sampling": SAMPLING}
 DEVICES = [
     "cpu",
     pytest.param(

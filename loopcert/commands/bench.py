@@ -163,7 +163,7 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
                 "write the baseline"
             )
         return 0
-    ref, why = reference_of(args.reference, base)
+    ref, why = paired.reference_of(args.reference, base)
     m = base.get("machine", {})
     head = (
         f"gate against {args.baseline} (protocol {base['protocol']}, commit {base.get('commit')}, "
@@ -222,32 +222,6 @@ def run_gate(args, model, prompts, naive, base, overrides, t0) -> int:
         f"{len(exact)} exact) ({time.perf_counter() - t0:.0f} s)"
     )
     return 1 if bad else 0
-
-
-def reference_of(spec: str, base: dict) -> tuple[Path | str | None, str]:
-    """What --reference SPEC names: (a folder, a commit, or None for the stored ratios; how the
-    gate's output names it). auto: the baseline's reference_commit where this checkout holds it,
-    else None with the reason. A commit or folder that is not there is a usage error."""
-    if spec == "stored":
-        return None, "--reference stored"
-    if spec == "auto":
-        commit = base.get("reference_commit")
-        if not commit:
-            return None, "the baseline names no reference commit (written from uncommitted code)"
-        if not paired.has_commit(commit):
-            return (
-                None,
-                f"the baseline's reference commit {commit[:12]} is not in this checkout (shallow, or no git)",
-            )
-        return commit, f"the baseline's commit {commit[:12]}"
-    if Path(spec).is_dir():
-        return Path(spec).resolve(), f"the tree at {spec}"
-    if not paired.has_commit(spec):
-        raise LoopcertError(
-            f"--reference {spec!r}: neither a folder nor a commit of this checkout "
-            "(auto, stored, a commit, a folder)"
-        )
-    return spec, f"commit {spec[:12]}"
 
 
 def run_serve_load(args) -> int:

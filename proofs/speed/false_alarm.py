@@ -246,7 +246,6 @@ def _main(args) -> int:
     import torch
 
     from fastdec import Decoder
-    from loopcert.commands.bench import reference_of
     from proofs.decoders.naive_kv import NaiveKVDecoder
     from proofs.prompts import model_prompts
     from refdec.files import write_json
@@ -268,7 +267,7 @@ def _main(args) -> int:
     model = load_model(args.model)
     prompts = model_prompts(model, args.model, 16, max_len=4096)
     naive = NaiveKVDecoder(model)
-    ref, why = reference_of(args.reference, base)
+    ref, why = paired.reference_of(args.reference, base)
     print(f"speed: {'paired with ' if ref is not None else 'against the stored ratios: '}{why}", flush=True)
 
     def build(st, dtype):

@@ -52,7 +52,7 @@ from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.speed.paired import PAIRED_TOL, code_commit
 from proofs.speed.settings import BASELINE, NAIVE, gate_settings
-from proofs.speed.timing import COUNTS, GREEDY, SAMPLING, Workload, loadavg, time_runs, trimmed_ratio
+from proofs.speed.timing import COUNTS, MODES, Workload, loadavg, time_runs, trimmed_ratio
 from proofs.stamp import device_name, stamp
 from refdec.errors import LoopcertError
 from refdec.load import exact_fingerprint
@@ -89,7 +89,6 @@ NAIVE_TOL = 0.15
 EXACT_DTYPE = torch.float64
 # Gated exactly: the emitted tokens (a hash), every count of Stats, peak lanes, calls per (phase, width).
 EXACT = ("tokens_sha", *COUNTS, "peak_lanes", "calls")
-MODES = {"greedy": GREEDY, "sampling": SAMPLING}
 SPEED = {"speedup": "speedup over autoregressive", "speedup_over_naive": "speedup over naive-kv"}
 
 

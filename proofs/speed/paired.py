@@ -55,14 +55,28 @@ def _git(repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, timeout=60, **kw)
 
 
+def toplevel(repo: Path = ROOT) -> Path | None:
+    """The top of the git checkout holding `repo` (ROOT may be an ignored folder inside it, as tox's
+    site-packages under .tox/ is: git archive refuses to run there, and archives only the folder it
+    runs in), or None outside one."""
+    try:
+        got = _git(repo, "rev-parse", "--show-toplevel", text=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(got.stdout.strip()) if got.returncode == 0 else None
+
+
 def code_commit(repo: Path = ROOT) -> str | None:
     """HEAD of the checkout at `repo` when its code (CODE) is as committed, else None (another
     tree than any commit, or no git): the reference a baseline written now can name."""
+    top = toplevel(repo)
+    if top is None:
+        return None
     try:
-        head = _git(repo, "rev-parse", "HEAD", text=True)
+        head = _git(top, "rev-parse", "HEAD", text=True)
         if head.returncode != 0:
             return None
-        diff = _git(repo, "diff", "--quiet", "HEAD", "--", *(f":/{c}" for c in CODE))  # from the top
+        diff = _git(top, "diff", "--quiet", "HEAD", "--", *CODE)
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() if diff.returncode == 0 else None
@@ -78,20 +92,26 @@ def has_commit(commit: str, repo: Path = ROOT) -> bool:
 
 def export_tree(commit: str, dest: Path, repo: Path = ROOT) -> Path:
     """The files of `commit` of the checkout at `repo`, written under `dest` (git archive)."""
-    if not has_commit(commit, repo):
+    top = toplevel(repo)
+    if top is None or not has_commit(commit, top):
         raise LoopcertError(
             f"commit {commit} is not in the checkout at {repo} (a shallow clone, or not a git checkout): "
             f"the paired gate cannot export its reference; fetch it, or gate with --reference stored"
         )
     dest.mkdir(parents=True, exist_ok=True)
-    with subprocess.Popen(["git", "archive", "--format=tar", commit], cwd=repo, stdout=subprocess.PIPE) as p:
-        with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
+    with tempfile.TemporaryFile() as archive:  # whole, then unpacked: a git error is git's, not tar's
+        got = subprocess.run(
+            ["git", "archive", "--format=tar", commit], cwd=top, stdout=archive, stderr=subprocess.PIPE
+        )
+        if got.returncode != 0:
+            why = got.stderr.decode(errors="replace").strip()
+            raise LoopcertError(f"git archive {commit} failed in {top}: {why}")
+        archive.seek(0)
+        with tarfile.open(fileobj=archive) as tar:
             if hasattr(tarfile, "data_filter"):  # Python 3.12, and 3.11.4 on
                 tar.extractall(dest, filter="data")
             else:
                 tar.extractall(dest)  # noqa: S202 (our own repository's archive)
-    if p.returncode != 0:
-        raise LoopcertError(f"git archive {commit} failed in {repo} (status {p.returncode})")
     return dest
 
 
@@ -140,6 +160,32 @@ class Side:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def reference_of(spec: str, base: dict) -> tuple[Path | str | None, str]:
+    """What --reference SPEC names: (a folder, a commit, or None for the stored ratios; how the
+    gate's output names it). auto: the baseline's reference_commit where this checkout holds it,
+    else None with the reason. A commit or folder that is not there is a usage error."""
+    if spec == "stored":
+        return None, "--reference stored"
+    if spec == "auto":
+        commit = base.get("reference_commit")
+        if not commit:
+            return None, "the baseline names no reference commit (written from uncommitted code)"
+        if not has_commit(commit):
+            return (
+                None,
+                f"the baseline's reference commit {commit[:12]} is not in this checkout (shallow, or no git)",
+            )
+        return commit, f"the baseline's commit {commit[:12]}"
+    if Path(spec).is_dir():
+        return Path(spec).resolve(), f"the tree at {spec}"
+    if not has_commit(spec):
+        raise LoopcertError(
+            f"--reference {spec!r}: neither a folder nor a commit of this checkout "
+            "(auto, stored, a commit, a folder)"
+        )
+    return spec, f"commit {spec[:12]}"
 
 
 def measure_paired(

@@ -80,8 +80,7 @@ class Worker:
         }
 
     def _round(self, mode: str) -> dict:
-        from proofs.speed.gates import MODES
-        from proofs.speed.timing import time_runs
+        from proofs.speed.timing import MODES, time_runs
 
         if self.setup is None:
             raise ValueError("round before setup")

@@ -33,6 +33,7 @@ from refdec.validate import check_int
 
 GREEDY = SamplingParams()
 SAMPLING = SamplingParams(temperature=1.0)
+MODES = {"greedy": GREEDY, "sampling": SAMPLING}  # the modes the gates and benchmarks time
 # The counts of a Stats (the one list of them): int fields summed over runs. depth is a
 # setting, and peak_lanes is a maximum, not a sum.
 COUNTS = tuple(

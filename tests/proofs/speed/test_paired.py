@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from loopcert.commands.bench import reference_of
 from proofs.speed import gates, paired
 from proofs.speed.round_worker import PAIRED_PROTOCOL, Worker
 from proofs.speed.timing import Workload
@@ -125,13 +124,19 @@ def test_references_by_name_and_their_errors(tmp_path):
     ):
         paired.export_tree("0" * 40, tmp_path / "x")
     base = {"reference_commit": None}
-    assert reference_of("stored", base) == (None, "--reference stored")
-    assert reference_of("auto", base)[0] is None and "no reference commit" in reference_of("auto", base)[1]
+    assert paired.reference_of("stored", base) == (None, "--reference stored")
+    assert (
+        paired.reference_of("auto", base)[0] is None
+        and "no reference commit" in paired.reference_of("auto", base)[1]
+    )
     gone = {"reference_commit": "0" * 40}
-    assert reference_of("auto", gone)[0] is None and "not in this checkout" in reference_of("auto", gone)[1]
-    assert reference_of(str(tmp_path), base) == (tmp_path.resolve(), f"the tree at {tmp_path}")
+    assert (
+        paired.reference_of("auto", gone)[0] is None
+        and "not in this checkout" in paired.reference_of("auto", gone)[1]
+    )
+    assert paired.reference_of(str(tmp_path), base) == (tmp_path.resolve(), f"the tree at {tmp_path}")
     with pytest.raises(LoopcertError, match="--reference 'no-such-ref': neither a folder nor a commit"):
-        reference_of("no-such-ref", base)
+        paired.reference_of("no-such-ref", base)
 
 
 def head_has_the_worker() -> bool:
