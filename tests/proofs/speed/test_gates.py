@@ -247,6 +247,12 @@ def test_false_alarm_maths():
     c = s * math.sqrt(4 / 3) * math.sqrt(2)
     assert false_alarm.false_rate(s, 0.1, 3) == pytest.approx(0.5 * math.erfc(-math.log(0.9) / c))
     assert false_alarm.detect_rate(s, 0.1, baseline_runs=3) == pytest.approx(0.5 * math.erfc(-moved / c))
+    # paired (None): the figure is itself the comparison, spread s
+    paired = s * math.sqrt(2)
+    assert false_alarm.false_rate(s, 0.1, None) == pytest.approx(0.5 * math.erfc(-math.log(0.9) / paired))
+    assert false_alarm.detect_rate(s, 0.1, baseline_runs=None) == pytest.approx(
+        0.5 * math.erfc(-moved / paired)
+    )
     # the 5% quantile of chi-square with 9 degrees of freedom is 3.3251
     assert false_alarm.sd_upper(1.0, 10) == pytest.approx(math.sqrt(9 / 3.3251), abs=1e-3)
     tol = false_alarm.suggest_tolerance([s, s])
