@@ -36,7 +36,6 @@ CheckResults with GateDetails (proofs.details); the command prints them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -52,7 +51,7 @@ from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.speed.paired import PAIRED_TOL, code_commit
 from proofs.speed.settings import BASELINE, NAIVE, gate_settings
-from proofs.speed.timing import COUNTS, MODES, Workload, loadavg, time_runs, trimmed_ratio
+from proofs.speed.timing import COUNTS, MODES, Workload, loadavg, time_runs, tokens_sha, trimmed_ratio
 from proofs.stamp import device_name, stamp
 from refdec.errors import LoopcertError
 from refdec.load import exact_fingerprint
@@ -90,10 +89,6 @@ EXACT_DTYPE = torch.float64
 # Gated exactly: the emitted tokens (a hash), every count of Stats, peak lanes, calls per (phase, width).
 EXACT = ("tokens_sha", *COUNTS, "peak_lanes", "calls")
 SPEED = {"speedup": "speedup over autoregressive", "speedup_over_naive": "speedup over naive-kv"}
-
-
-def tokens_sha(tokens: Sequence[Sequence[int]]) -> str:
-    return hashlib.sha256(json.dumps([list(t) for t in tokens]).encode()).hexdigest()[:16]
 
 
 def machine(device="cpu") -> dict:

@@ -265,19 +265,7 @@ def measure_paired(
         finally:
             for side in sides.values():
                 side.close()
-    figures: dict = {}
-    for mode in modes:
-        cur, ref = times[mode]["current"], times[mode]["reference"]
-        base = settings[0]
-        figures[mode] = {
-            lb: {
-                "relative_speed": trimmed_ratio(ref[lb], cur[lb]),
-                "rounds": [b / x for b, x in zip(ref[lb], cur[lb])],
-                "speedup": trimmed_ratio(cur[base], cur[lb]),
-                "reference_speedup": trimmed_ratio(ref[base], ref[lb]),
-            }
-            for lb in settings
-        }
+    figures = {mode: paired_figures(times[mode]["current"], times[mode]["reference"]) for mode in modes}
     load["end"] = loadavg()
     return {
         "paired_protocol": PAIRED_PROTOCOL,
@@ -289,6 +277,21 @@ def measure_paired(
         "deterministic": {m: {lb: len(s) == 1 for lb, s in per.items()} for m, per in shas.items()},
         "load_average": load,
         "figures": figures,
+    }
+
+
+def paired_figures(cur: dict[str, list[float]], ref: dict[str, list[float]]) -> dict:
+    """label -> figures, from each side's per-round times (label -> seconds, the first label the
+    autoregressive setting): relative speed = reference time / this tree's (above 1: faster here)."""
+    base = next(iter(cur))
+    return {
+        lb: {
+            "relative_speed": trimmed_ratio(ref[lb], cur[lb]),
+            "rounds": [b / x for b, x in zip(ref[lb], cur[lb])],
+            "speedup": trimmed_ratio(cur[base], cur[lb]),
+            "reference_speedup": trimmed_ratio(ref[base], ref[lb]),
+        }
+        for lb in cur
     }
 
 

@@ -24,7 +24,6 @@ of the paired gate, and of proofs.speed.false_alarm --slow.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -80,7 +79,7 @@ class Worker:
         }
 
     def _round(self, mode: str) -> dict:
-        from proofs.speed.timing import MODES, time_runs
+        from proofs.speed.timing import MODES, time_runs, tokens_sha
 
         if self.setup is None:
             raise ValueError("round before setup")
@@ -89,10 +88,7 @@ class Worker:
         return {
             "cpu": {lb: rec["cpu"][0] for lb, rec in t.items()},
             "wall": {lb: rec["wall"][0] for lb, rec in t.items()},
-            "tokens_sha": {
-                lb: hashlib.sha256(json.dumps(rec["tokens"]).encode()).hexdigest()[:16]
-                for lb, rec in t.items()
-            },
+            "tokens_sha": {lb: tokens_sha(rec["tokens"]) for lb, rec in t.items()},
         }
 
 

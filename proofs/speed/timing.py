@@ -14,6 +14,8 @@ when other jobs share the host). `default_clock` says which one the figures use.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import statistics
@@ -81,6 +83,11 @@ def default_clock(device) -> str:
 def sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+
+
+def tokens_sha(tokens: Sequence[Sequence[int]]) -> str:
+    """A short hash of decoded tokens: the gates' exact figure, and the paired rounds' check."""
+    return hashlib.sha256(json.dumps([list(t) for t in tokens]).encode()).hexdigest()[:16]
 
 
 def loadavg() -> list[float] | None:

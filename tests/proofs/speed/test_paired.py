@@ -54,6 +54,23 @@ def test_a_relative_speed_below_the_tolerance_fails_naming_figure_measured_and_t
     ]
 
 
+def test_relative_speed_is_the_references_time_over_this_trees():
+    """The direction of the figure: this tree twice as slow in pipelined is 0.5 (fails), twice as
+    fast is 2 (passes), and the speedups are each side's own over autoregressive."""
+    ref = {"autoregressive": [4.0] * 5, "pipelined d1=2": [2.0] * 5}
+    slower = {"autoregressive": [4.0] * 5, "pipelined d1=2": [4.0] * 5}
+    got = paired.paired_figures(slower, ref)
+    assert got["pipelined d1=2"]["relative_speed"] == pytest.approx(0.5)
+    assert got["autoregressive"]["relative_speed"] == pytest.approx(1.0)
+    assert (got["pipelined d1=2"]["speedup"], got["pipelined d1=2"]["reference_speedup"]) == (1.0, 2.0)
+    faster = paired.paired_figures({**slower, "pipelined d1=2": [1.0] * 5}, ref)
+    assert faster["pipelined d1=2"]["relative_speed"] == pytest.approx(2.0)
+    results = paired.compare_paired(
+        {"figures": {"greedy": got}, "deterministic": {"greedy": dict.fromkeys(got, True)}}
+    )
+    assert [r.passed for r in results] == [True, False]
+
+
 def test_the_worker_times_rounds_of_its_settings():
     w = Worker()
     got = w.handle(
