@@ -31,7 +31,7 @@ from refdec.files import write_atomic, write_json
 from refdec.load import DEFAULT_MODEL_DIR, load_model
 from refdec.tokenizer import byte_decode
 from reports.model_card import ModelCard, render_card
-from trainer.train import (
+from trainer.data import (
     build_manifest,
     collect_documents,
     concat,

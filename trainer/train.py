@@ -34,18 +34,20 @@ the step count is then a result, recorded in train_record.json. Checkpoints are 
 
 from __future__ import annotations
 
+# `noqa: F401`: names this module held before its split (2026-12-03) and only re-exports now;
+# users import them from here, so each stays.
 import argparse
-import ast
+import ast  # noqa: F401
 import dataclasses
 import functools
-import hashlib
+import hashlib  # noqa: F401
 import json
 import math
 import os
 import sys
-import sysconfig
+import sysconfig  # noqa: F401
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass  # noqa: F401
 from pathlib import Path
 
 import torch
@@ -53,289 +55,30 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from analysis.depth_profile import fused_attention_for, window_profile
-from refdec.config import ModelConfig
+from refdec.config import ModelConfig  # noqa: F401
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
 from refdec.layers import rope_tables
-from refdec.load import DEFAULT_MODEL_DIR, save_model
+from refdec.load import DEFAULT_MODEL_DIR, save_model  # noqa: F401
 from refdec.model import LoopedLM
-from refdec.validate import is_int, is_number
+from refdec.validate import is_int, is_number  # noqa: F401
+from trainer.data import (  # noqa: F401
+    HELDOUT_EVERY,
+    build_manifest,
+    collect_documents,
+    concat,
+    heldout_windows,
+    pydoc_topics,
+    sample_batch,
+    split_documents,
+    split_of,
+    stdlib_root,
+)
+from trainer.export import DEFAULT_DIR, Prompt, default_prompts, export, make_prompts  # noqa: F401
+from trainer.recipes import CONFIGS, HUGINN_CORE, RECIPES, TINY, V1, TrainConfig  # noqa: F401
 
-DEFAULT_DIR = DEFAULT_MODEL_DIR
 DEFAULT_CKPT = Path("/tmp/loopcert-train")
-HELDOUT_EVERY = 20  # one document in 20 is held out (split_of)
 LN2 = math.log(2.0)
-
-V1 = ModelConfig(
-    family="raven",
-    block="sandwich",
-    rope="half",
-    vocab_size=256,
-    d_model=128,
-    n_heads=4,
-    n_kv_heads=1,  # MQA: one KV timeline per lane per depth (docs/design.md section 5)
-    head_dim=32,
-    intermediate_size=352,
-    n_prelude=1,
-    n_core=2,
-    n_coda=1,
-    recurrence=32,
-    max_seq_len=4096,
-    init_state="zeros",
-    name="default",
-)
-TINY = V1.replace(  # a few steps train it in seconds (the tests' model)
-    d_model=32, head_dim=8, intermediate_size=64, n_core=1, recurrence=4, max_seq_len=512, name="tiny-trained"
-)
-# The huginn recipe's block, initial state and readout (Huginn-0125; see "huginn" below)
-HUGINN_CORE = dict(block="prenorm", ln_f_before_coda=True, init_state="seeded")
-CONFIGS = {
-    "default": V1,
-    # the default with a 1-block core: each iteration does less (a try at a less flat depth profile)
-    "core1": V1.replace(n_core=1, name="core1"),
-    # the huginn recipe's model (Huginn-0125, Geiping et al. 2025): a pre-norm residual core (the
-    # sandwich core contracted to a fixed point within a few iterations), GQA with 2 KV heads, the
-    # initial state a seeded truncated normal (trained on fresh noise each step: like-init).
-    "huginn": V1.replace(
-        **HUGINN_CORE, d_model=192, n_heads=6, n_kv_heads=2, intermediate_size=512, n_core=1
-    ),
-    "tiny": TINY,
-    "tiny-huginn": TINY.replace(**HUGINN_CORE, name="tiny-huginn"),
-}
-
-# Named recipes: TrainConfig defaults per recipe (explicit flags override). "v1" reproduces the
-# first shipped model; "huginn" the shipped one: no shallow loss, fresh-noise initial state,
-# r ~ Poisson(LogNormal(log mean - s^2/2, s)) + 1, gradient through the last min(8, r)
-# iterations, windows growing 256 -> 1024 -> 2048 bytes at constant bytes per step.
-# Mean depth 32 (Huginn's): at a smaller mean the core converged well before R and depth stopped
-# mattering, while mean 32 used its depth and reached a lower bpb(R) too, although each step costs
-# more. Sigma 0.5 (Huginn's): a wider sigma with a smaller mean drew many shallow depths and its
-# depth profile stayed flat (docs/measurements.md has the runs).
-RECIPES: dict[str, dict] = {
-    "v1": {},
-    "huginn": dict(
-        model="huginn",
-        seq_len=256,
-        batch_size=8,
-        mean_depth=32.0,
-        depth_sigma=0.5,
-        depth_offset=1,
-        backprop_k=8,
-        aux_max_depth=0,
-        noise_init=True,
-        lr=2e-3,
-        warmup=50,
-        threads=1,
-        seq_schedule=((0.0, 256), (0.35, 1024), (0.85, 2048)),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    model: str = "default"  # key of CONFIGS
-    seq_len: int = 256  # training window (bytes); longer contexts decode but are unseen
-    batch_size: int = 8
-    steps: int = 100000  # upper bound; with max_minutes the clock usually ends the run
-    max_minutes: float | None = None
-    lr: float = 3e-3
-    min_lr_frac: float = 0.1
-    warmup: int = 30
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    mean_depth: float = 16.0  # E[r]; R/2 for R = 32
-    depth_sigma: float = 0.5  # Huginn's; larger gives more shallow (and very deep) draws
-    backprop_k: int = 4
-    aux_max_depth: int = 3  # 0 disables the shallow auxiliary loss
-    aux_weight: float = 0.5
-    depth_offset: int = 0  # r = Poisson(tau) + depth_offset (Huginn: 1); 0 clips r = 0 up to 1
-    max_depth: int | None = None  # r is clipped to this; None = 2R
-    noise_init: bool = False  # Huginn's like-init: h(0) fresh noise each step (init_state "seeded")
-    # ((progress_from, seq_len), ...): the window grows with training progress at constant
-    # bytes per step (batch = batch_size * seq_len // window); () = seq_len throughout
-    seq_schedule: tuple = ()
-    seed: int = 0
-    threads: int = 2
-    log_every: int = 10
-    ckpt_minutes: float = 3.0
-    data_root: str | None = None  # default: the running interpreter's stdlib
-
-    def __post_init__(self):
-        if self.model not in CONFIGS:
-            raise LoopcertError(f"TrainConfig.model={self.model!r}: choose one of {sorted(CONFIGS)}")
-        for name in ("seq_len", "batch_size", "steps", "backprop_k", "threads", "log_every"):
-            v = getattr(self, name)
-            if not is_int(v, 1):
-                raise LoopcertError(
-                    f"TrainConfig.{name}={v!r} (--{name.replace('_', '-')}): must be an integer >= 1"
-                )
-        if self.max_minutes is not None and not is_number(self.max_minutes, 0, low_open=True):
-            raise LoopcertError(f"TrainConfig.max_minutes={self.max_minutes!r}: must be a finite number > 0")
-        if not is_number(self.mean_depth, 1):
-            raise LoopcertError(
-                f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth): must be a finite number >= 1"
-            )
-        if not is_number(self.depth_sigma, 0):
-            raise LoopcertError(
-                f"TrainConfig.depth_sigma={self.depth_sigma!r} (--depth-sigma): must be a finite number >= 0"
-            )
-        if not is_int(self.aux_max_depth, 0):
-            raise LoopcertError(f"TrainConfig.aux_max_depth={self.aux_max_depth!r}: must be an integer >= 0")
-        cfg = CONFIGS[self.model]
-        if self.seq_len + 1 > cfg.max_seq_len:
-            raise LoopcertError(
-                f"TrainConfig.seq_len={self.seq_len} (--seq-len): the window + 1 exceeds "
-                f"the model's max_seq_len={cfg.max_seq_len}"
-            )
-        if self.depth_offset not in (0, 1):
-            raise LoopcertError(f"TrainConfig.depth_offset={self.depth_offset!r}: must be 0 or 1")
-        md = self.max_depth
-        if md is not None and not is_int(md, 1):
-            raise LoopcertError(f"TrainConfig.max_depth={md!r} (--max-depth): must be an integer >= 1")
-        if self.mean_depth > self.depth_cap:
-            raise LoopcertError(
-                f"TrainConfig.mean_depth={self.mean_depth!r} (--mean-depth) exceeds the "
-                f"max depth {self.depth_cap}"
-            )
-        if self.backprop_k > self.depth_cap:
-            raise LoopcertError(
-                f"TrainConfig.backprop_k={self.backprop_k!r} (--backprop-k) exceeds the "
-                f"max depth {self.depth_cap} (--max-depth)"
-            )
-        if self.noise_init and cfg.init_state != "seeded":
-            raise LoopcertError(
-                f"TrainConfig.noise_init: model {self.model!r} has init_state="
-                f"{cfg.init_state!r}; like-init noise needs 'seeded'"
-            )
-        sched = tuple(tuple(x) for x in self.seq_schedule)
-        object.__setattr__(self, "seq_schedule", sched)
-        if sched:
-            froms = [f for f, _ in sched]
-            in_range = all(is_number(f, 0, 1, high_open=True) for f in froms)
-            if not in_range or froms[0] != 0.0 or froms != sorted(froms):
-                raise LoopcertError(
-                    f"TrainConfig.seq_schedule={sched!r} (--seq-schedule): progress points "
-                    "must start at 0 and increase within [0, 1)"
-                )
-            for _, t in sched:
-                if not is_int(t, 1) or t + 1 > cfg.max_seq_len:
-                    raise LoopcertError(
-                        f"TrainConfig.seq_schedule window {t!r} (--seq-schedule): must be "
-                        f"an integer >= 1 with window + 1 <= max_seq_len={cfg.max_seq_len}"
-                    )
-
-    @property
-    def depth_cap(self) -> int:
-        return self.max_depth if self.max_depth is not None else 2 * CONFIGS[self.model].recurrence
-
-    def window_at(self, progress: float) -> tuple[int, int]:
-        """(window bytes, batch size) at training progress in [0, 1]."""
-        if not self.seq_schedule:
-            return self.seq_len, self.batch_size
-        t = [w for f, w in self.seq_schedule if progress >= f][-1]
-        return t, max(1, self.batch_size * self.seq_len // t)
-
-
-# -- data ---------------------------------------------------------------------------------
-def split_of(name: str) -> str:
-    """'heldout' for one document name in HELDOUT_EVERY (by sha256 of the name), else 'train'."""
-    return "heldout" if hashlib.sha256(name.encode()).digest()[0] % HELDOUT_EVERY == 0 else "train"
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def collect_documents(root: Path | None = None) -> list[tuple[str, bytes]]:
-    """Sorted (name, bytes): every .py under root (no site-packages, no caches), and, for the
-    real stdlib, each pydoc_data topic rendered as text under the name 'pydoc_data/topics/<key>'."""
-    root = Path(root) if root is not None else stdlib_root()
-    if not root.is_dir():
-        raise LoopcertError(f"data root {str(root)!r} is not a directory")
-    docs = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root).as_posix()
-        if "site-packages" in rel.split("/") or "__pycache__" in rel.split("/") or not path.is_file():
-            continue
-        docs.append((rel, path.read_bytes()))
-    topics = root / "pydoc_data" / "topics.py"
-    if topics.is_file():
-        for key, text in pydoc_topics(topics).items():
-            docs.append((f"pydoc_data/topics/{key}", text.encode("utf-8")))
-    docs.sort()
-    if not docs:
-        raise LoopcertError(f"no .py files under {root}")
-    return docs
-
-
-def pydoc_topics(path: Path) -> dict[str, str]:
-    """The `topics = {...}` dict of a pydoc_data/topics.py, read as data (ast.literal_eval of the
-    assigned literal: nothing in the file runs). A file without that literal gives {}; one whose
-    `topics` is not a dict of strings is refused by name."""
-    try:
-        tree = ast.parse(path.read_bytes(), str(path))
-    except (SyntaxError, ValueError) as e:
-        raise LoopcertError(f"{path}: not Python source ({e})") from None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "topics" for t in node.targets
-        ):
-            try:
-                value = ast.literal_eval(node.value)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                raise LoopcertError(
-                    f"{path}: `topics` is not a literal (refused: it is read as data)"
-                ) from None
-            if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-            ):
-                raise LoopcertError(f"{path}: `topics` must be a dict of strings")
-            return value
-    return {}
-
-
-def split_documents(docs) -> dict[str, list[tuple[str, bytes]]]:
-    out: dict[str, list[tuple[str, bytes]]] = {"train": [], "heldout": []}
-    for name, data in docs:
-        out[split_of(name)].append((name, data))
-    return out
-
-
-def concat(docs) -> torch.Tensor:
-    """Documents joined by a blank line, as a uint8 tensor of bytes."""
-    return torch.frombuffer(bytearray(b"\n\n".join(d for _, d in docs)), dtype=torch.uint8)
-
-
-def build_manifest(docs, root: Path) -> dict:
-    splits = split_documents(docs)
-    listing = "".join(f"{split_of(n)}\t{n}\t{hashlib.sha256(d).hexdigest()}\n" for n, d in docs)
-    return {
-        "python_version": sys.version.split()[0],
-        "python_implementation": sys.implementation.name,
-        "stdlib_root": str(root),
-        "split_rule": f"heldout iff sha256(name)[0] % {HELDOUT_EVERY} == 0",
-        "join": "documents joined by b'\\n\\n' in sorted name order",
-        "n_documents": {k: len(v) for k, v in splits.items()},
-        "n_bytes": {k: sum(len(d) for _, d in v) for k, v in splits.items()},
-        "n_topics": sum(1 for n, _ in docs if n.startswith("pydoc_data/topics/")),
-        # sha256 of the lines "split<TAB>name<TAB>sha256(content)\n": the list and the contents.
-        "sha256": hashlib.sha256(listing.encode()).hexdigest(),
-        "documents": [[n, split_of(n), len(d), hashlib.sha256(d).hexdigest()] for n, d in docs],
-    }
-
-
-def sample_batch(data: torch.Tensor, batch_size: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
-    """(B, seq_len + 1) random windows of `data` as int64 token ids."""
-    starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=gen)
-    return data[starts[:, None] + torch.arange(seq_len + 1)].long()
-
-
-def heldout_windows(data: torch.Tensor, n: int, length: int) -> torch.Tensor:
-    """(n, length) evenly spaced windows of the held-out bytes: deterministic, no RNG."""
-    if data.numel() < length + 1:
-        raise LoopcertError(f"held-out text of {data.numel()} bytes is shorter than one window")
-    step = (data.numel() - length - 1) // max(n - 1, 1)
-    return torch.stack([data[i * step : i * step + length] for i in range(n)]).long()
 
 
 # -- the batched forward used for training and evaluation ---------------------------------
@@ -634,62 +377,6 @@ def train(
         export(model, out_dir, manifest, held, splits["heldout"], record)
         log(f"wrote {out_dir}")
     return {"record": record, "quick_eval": quick, "model": model}
-
-
-# -- shipping -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Prompt:
-    name: str  # "<held-out document>:<byte offset>"
-    text: str
-    ids: tuple[int, ...]  # the UTF-8 bytes of text
-
-
-def make_prompts(heldout_docs, n: int = 16, length: int = 192) -> list[dict]:
-    """n snippets of about `length` bytes from distinct held-out .py files, each starting at the
-    first line of a top-level `def`/`class` (or the file start), cut at a line end, valid UTF-8."""
-    files = [(name, d) for name, d in heldout_docs if name.endswith(".py") and len(d) >= 4 * length]
-    step = max(len(files) // n, 1)
-    out = []
-    for name, data in files[::step]:
-        text = data.decode("utf-8", errors="ignore")
-        at = min((i for i in (text.find("\ndef "), text.find("\nclass ")) if i >= 0), default=0)
-        snippet = text[at + 1 if at else 0 :][:length]
-        snippet = snippet[: snippet.rfind("\n") + 1] or snippet
-        if len(snippet) < length // 3:
-            continue
-        out.append(
-            {
-                "name": f"{name}:{len(text[: at + 1 if at else 0].encode())}",
-                "text": snippet,
-                "ids": list(snippet.encode("utf-8")),
-            }
-        )
-        if len(out) == n:
-            break
-    return out
-
-
-def export(
-    model: LoopedLM, out_dir: Path, manifest: dict, held: torch.Tensor, heldout_docs, record: dict
-) -> None:
-    out_dir = Path(out_dir)
-    save_model(model, out_dir, dtype="float16")  # computed in float32/64 on load
-    text = lambda obj: lambda p: Path(p).write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
-    write_atomic(out_dir / "data_manifest.json", text(manifest))
-    write_atomic(
-        out_dir / "prompts.json",
-        text({"source": "held-out split of data_manifest.json", "prompts": make_prompts(heldout_docs)}),
-    )
-    write_atomic(out_dir / "train_record.json", text(record))
-
-
-def default_prompts(folder: Path | str | None = None) -> list[Prompt]:
-    """The fixed held-out prompts shipped with the default model (refdec/weights/default/prompts.json)."""
-    path = Path(folder or DEFAULT_DIR) / "prompts.json"
-    if not path.is_file():
-        raise LoopcertError(f"no prompts file at {path}")
-    raw = json.loads(path.read_text())
-    return [Prompt(p["name"], p["text"], tuple(p["ids"])) for p in raw["prompts"]]
 
 
 # -- command line -------------------------------------------------------------------------
