@@ -81,6 +81,27 @@ def read_json(path, what: str):
         raise LoopcertError(f"{path}: cannot read this {what} ({e})") from None
 
 
+def write_versioned(path, what: str, fmt: int, data: dict) -> Path:
+    """`data` as a loopcert artefact of format `fmt` ({"format": fmt, **data}, through write_json);
+    a LoopcertError naming `what` and the file when it cannot be written."""
+    try:
+        return write_json(path, {"format": fmt, **data})
+    except (OSError, ValueError) as e:
+        raise LoopcertError(f"cannot write the {what} to {path}: {e}") from None
+
+
+def read_versioned(path, what: str, fmt: int, key: str, *, where: str, missing: str) -> dict:
+    """A loopcert artefact of format `fmt` holding `key`; else a LoopcertError: `missing` when
+    there is no file, "{where}: not a loopcert {what} file of format {fmt}" when it is another."""
+    path = Path(path)
+    if not path.is_file():
+        raise LoopcertError(missing)
+    data = read_json(path, f"{what} file")
+    if not isinstance(data, dict) or data.get("format") != fmt or key not in data:
+        raise LoopcertError(f"{where}: not a loopcert {what} file of format {fmt}")
+    return data
+
+
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():

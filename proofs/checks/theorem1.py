@@ -256,18 +256,19 @@ def _laws(weights: list[float], vocab: int) -> tuple[torch.Tensor, ...] | None:
 
 
 @contextlib.contextmanager
-def _without_local_constants() -> Iterator[None]:
+def local_constants(pool=None) -> Iterator[None]:
     """Hypothesis draws, now and then, a constant found in the source of every local module
     loaded so far (hypothesis.internal.conjecture.providers, pinned in constraints.txt): the
     search would depend on what the process had imported before it (which work units a certify
-    worker ran first; an editable or a wheel install). Inside, that pool is empty, so the
-    examples depend on (seed, max_examples, vocab) alone; its cache is emptied on both sides."""
+    worker ran first; an editable or a wheel install). Inside, that pool is `pool` (a
+    providers.Constants; None: empty, so the examples depend on (seed, max_examples, vocab)
+    alone); its cache is emptied on both sides."""
     from hypothesis.internal.conjecture import providers
 
     real = providers._get_local_constants
-    empty = providers.Constants()
+    pool = providers.Constants() if pool is None else pool
     providers.CONSTANTS_CACHE.cache.clear()
-    providers._get_local_constants = lambda: empty
+    providers._get_local_constants = lambda: pool
     try:
         yield
     finally:
@@ -316,7 +317,7 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
         if not _holds(row):
             failures.append(Theorem1Example(row, laws=laws))
 
-    with _without_local_constants():
+    with local_constants():
         search()
     about = {
         "seed": seed,

@@ -140,6 +140,25 @@ def _choices(answer, ask: Ask, server: str, what: str) -> list[dict]:
     return sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
 
 
+def completions_body(model_id: str | None, ask: Ask) -> dict:
+    """The POST /v1/completions fields the OpenAI and vLLM dialects send alike: the first prompt,
+    n choices from the first seed, exactly max_tokens new tokens (EOS ignored), the transform's
+    temperature and top-p (None: 1.0), no penalties. Each dialect adds its own top-k."""
+    s = ask.sampling
+    return {
+        "model": model_id,
+        "prompt": list(ask.prompts[0]),
+        "max_tokens": ask.max_new_tokens,
+        "n": ask.n,
+        "seed": ask.seeds[0],
+        "ignore_eos": True,
+        "temperature": float(s.temperature),
+        "top_p": 1.0 if s.top_p is None else float(s.top_p),
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
+
+
 class OpenAI(Dialect):
     """POST /v1/completions, OpenAI's fields plus loopcert serve's: `top_k` and `ignore_eos` in,
     `loopcert.choices[k]` (tokens, requested_seed: checked in every answer) out. loopcert=False:
@@ -154,21 +173,9 @@ class OpenAI(Dialect):
         self.unverified_choice_seeds = not loopcert
 
     def body(self, model_id, ask):
-        s = ask.sampling
-        body = {
-            "model": model_id,
-            "prompt": list(ask.prompts[0]),
-            "max_tokens": ask.max_new_tokens,
-            "n": ask.n,
-            "seed": ask.seeds[0],
-            "ignore_eos": True,
-            "temperature": float(s.temperature),
-            "top_p": 1.0 if s.top_p is None else float(s.top_p),
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-        }
-        if s.top_k is not None:  # OpenAI has no "no top-k" value: absent is none
-            body["top_k"] = int(s.top_k)
+        body = completions_body(model_id, ask)
+        if ask.sampling.top_k is not None:  # OpenAI has no "no top-k" value: absent is none
+            body["top_k"] = int(ask.sampling.top_k)
         return body
 
     def tokens(self, answer, ask, server, vocab):
@@ -214,22 +221,12 @@ class VLLM(Dialect):
         self.token_ids = token_ids  # False: vLLM < 0.10.2, ids through logprobs
 
     def body(self, model_id, ask):
-        s = ask.sampling
-        body = {
-            "model": model_id,
-            "prompt": list(ask.prompts[0]),
-            "max_tokens": ask.max_new_tokens,
+        top_k = ask.sampling.top_k
+        body = completions_body(model_id, ask) | {
             "min_tokens": ask.max_new_tokens,
-            "n": ask.n,
-            "seed": ask.seeds[0],
-            "ignore_eos": True,
-            "temperature": float(s.temperature),
-            "top_k": VLLM_NO_TOP_K if s.top_k is None else int(s.top_k),
-            "top_p": 1.0 if s.top_p is None else float(s.top_p),
+            "top_k": VLLM_NO_TOP_K if top_k is None else int(top_k),
             "min_p": 0.0,
             "repetition_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
         }
         if self.token_ids:
             body["return_token_ids"] = True

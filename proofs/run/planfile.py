@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from proofs.run.shards import refuse_other_run
 from refdec.errors import LoopcertError
-from refdec.files import read_json, write_json
+from refdec.files import read_versioned, write_versioned
 
 FORMAT = 1
 # what a plan file and the run given it must share (the shard identity but the time budget,
@@ -25,21 +26,15 @@ SAME = ("commit", "plan", "plan_hash", "model", "model_fingerprint", "seed", "de
 
 
 def write_plan(path, identity: dict, units: list[str], sampling: dict) -> Path:
-    try:
-        return write_json(
-            Path(path), {"format": FORMAT, "identity": identity, "units": units, "sampling": sampling}
-        )
-    except (OSError, ValueError) as e:
-        raise LoopcertError(f"cannot write the plan to {path}: {e}") from None
+    return write_versioned(
+        Path(path), "plan", FORMAT, {"identity": identity, "units": units, "sampling": sampling}
+    )
 
 
 def read_plan(path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise LoopcertError(f"--plan {path}: no such file (write one with --plan-out)")
-    data = read_json(path, "plan file")
-    if not isinstance(data, dict) or data.get("format") != FORMAT or "sampling" not in data:
-        raise LoopcertError(f"--plan {path}: not a loopcert plan file of format {FORMAT}")
+    missing = f"--plan {path}: no such file (write one with --plan-out)"
+    data = read_versioned(path, "plan", FORMAT, "sampling", where=f"--plan {path}", missing=missing)
     data["_path"] = str(path)
     return data
 
@@ -47,12 +42,8 @@ def read_plan(path) -> dict:
 def check_plan(data: dict, identity: dict, units: list[str]) -> None:
     """A LoopcertError unless the plan file was made for this run, naming the first difference."""
     where = f"--plan {data['_path']}"
-    for key in SAME:
-        if data["identity"].get(key) != identity.get(key):
-            raise LoopcertError(
-                f"{where} was planned with {key} {data['identity'].get(key)!r}, this run has "
-                f"{identity.get(key)!r}: a plan serves only its own run"
-            )
+    said, why = f"{where} was planned with", "a plan serves only its own run"
+    refuse_other_run(data["identity"], identity, SAME, said, "this run has", why)
     if list(data["units"]) != list(units):
         k = next((k for k, (a, b) in enumerate(zip(data["units"], units)) if a != b), None)
         what = f"{len(data['units'])} units against {len(units)}" if k is None else f"unit {k + 1}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refdec.errors import LoopcertError
-from refdec.files import read_json, write_json
+from refdec.files import read_versioned, write_versioned
 
 SHARD_FILE = "shard.json"
 FORMAT = 1
@@ -75,23 +75,24 @@ def plan_hash(plan) -> str:
     return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
 
 
+def refuse_other_run(mine: dict, theirs: dict, keys, said: str, other: str, why: str) -> None:
+    """Two run identities must agree on `keys`: else a LoopcertError naming the first that differs,
+    "{said} KEY MINE, {other} THEIRS: {why}"."""
+    key = next((k for k in keys if mine.get(k) != theirs.get(k)), None)
+    if key is not None:
+        raise LoopcertError(f"{said} {key} {mine.get(key)!r}, {other} {theirs.get(key)!r}: {why}")
+
+
 def write_shard(out: Path, data: dict) -> Path:
     """OUT/shard.json, through the one artefact writer (refdec.files.write_json); a shard that
     cannot be written is a LoopcertError naming the file and why (the command exits 2)."""
-    path = Path(out) / SHARD_FILE
-    try:
-        return write_json(path, {"format": FORMAT, **data})
-    except (OSError, ValueError) as e:
-        raise LoopcertError(f"cannot write the shard to {path}: {e}") from None
+    return write_versioned(Path(out) / SHARD_FILE, "shard", FORMAT, data)
 
 
 def read_shard(folder: Path) -> dict:
     path = Path(folder) / SHARD_FILE
-    if not path.is_file():
-        raise LoopcertError(f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)")
-    data = read_json(path, "shard file")
-    if not isinstance(data, dict) or data.get("format") != FORMAT or "shard" not in data:
-        raise LoopcertError(f"{path}: not a loopcert shard file of format {FORMAT}")
+    missing = f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)"
+    data = read_versioned(path, "shard", FORMAT, "shard", where=str(path), missing=missing)
     data["_folder"] = str(folder)
     return data
 
@@ -107,13 +108,10 @@ def combine(shards: Sequence[dict]) -> tuple[dict, dict]:
     seen: dict[int, str] = {}
     for s in shards:
         where = f"shard {s['shard'][0]}/{s['shard'][1]} ({s['_folder']})"
-        for key in IDENTITY:
-            if s["identity"].get(key) != ref.get(key):
-                raise LoopcertError(
-                    f"{where} has {key} {s['identity'].get(key)!r}, but shard "
-                    f"{first['shard'][0]}/{n} ({first['_folder']}) has {ref.get(key)!r}: "
-                    "shards of different runs cannot be merged"
-                )
+        other = f"but shard {first['shard'][0]}/{n} ({first['_folder']}) has"
+        refuse_other_run(
+            s["identity"], ref, IDENTITY, f"{where} has", other, "shards of different runs cannot be merged"
+        )
         if s["shard"][1] != n:
             raise LoopcertError(
                 f"{where} is one of {s['shard'][1]} shards, but {first['_folder']} is one of {n}"

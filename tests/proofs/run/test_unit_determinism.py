@@ -5,7 +5,6 @@ into its draws), gives the same result. Negative control: with that pool left on
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
 
@@ -68,18 +67,8 @@ def test_with_a_pool_of_constants_the_search_draws_otherwise(monkeypatch):
     for module in (proofs.run.plan, proofs.checks.greedy, refdec.config, fastdec.engine, theorem1):
         pool |= constants_from_module(module, limit=False)
 
-    @contextlib.contextmanager
-    def with_pool():
-        real = providers._get_local_constants
-        providers.CONSTANTS_CACHE.cache.clear()
-        providers._get_local_constants = lambda: pool
-        try:
-            yield
-        finally:
-            providers._get_local_constants = real
-            providers.CONSTANTS_CACHE.cache.clear()
-
+    real = theorem1.local_constants
     examples = 200  # the quick plan's; at 60 the draws of constants happen not to move the maximum
     empty = theorem1.check_theorem1_search(examples, SEED).measured
-    monkeypatch.setattr(theorem1, "_without_local_constants", with_pool)
+    monkeypatch.setattr(theorem1, "local_constants", lambda: real(pool))
     assert theorem1.check_theorem1_search(examples, SEED).measured != empty
