@@ -19,6 +19,30 @@ SOURCE = '''\
 from transformers import PretrainedConfig
 
 
+# The fields of the published config.json this class holds, with their defaults
+FIELDS = {
+    "vocab_size": 256,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "loop_num": 2,
+    "loop_window_size": 8,
+}
+
+
 class IQuestLoopCoderConfig(PretrainedConfig):
     """A Llama stack looped loop_num times; passes >= 2 mix attention over pass 1's keys with a
     sliding window of loop_window_size over their own (loopcert docs/checkpoints.md, LoopCoder)."""
@@ -28,50 +52,14 @@ class IQuestLoopCoderConfig(PretrainedConfig):
 
     def __init__(
         self,
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        hidden_act="silu",
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        rope_scaling=None,
-        attention_bias=False,
-        attention_dropout=0.0,
-        mlp_bias=False,
-        initializer_range=0.02,
-        use_cache=True,
-        loop_num=2,
-        loop_window_size=8,
         tie_word_embeddings=False,
         pad_token_id=None,
         bos_token_id=None,
         eos_token_id=None,
         **kwargs,
     ):
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim
-        self.hidden_act = hidden_act
-        self.max_position_embeddings = max_position_embeddings
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.rope_scaling = rope_scaling
-        self.attention_bias = attention_bias
-        self.attention_dropout = attention_dropout
-        self.mlp_bias = mlp_bias
-        self.initializer_range = initializer_range
-        self.use_cache = use_cache
-        self.loop_num = loop_num
-        self.loop_window_size = loop_window_size
+        for name, default in FIELDS.items():
+            setattr(self, name, kwargs.pop(name, default))
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from proofs.details import BitwiseDetails, GreedyDetails, ReproducibilityDetails
 from proofs.result import CheckResult
-from reports.markdown import fmt, heading, stopped, table
+from reports.markdown import fmt, heading, section, stopped, table
 
 
-def greedy_section(c: CheckResult) -> str:
-    title = f"### {c.name}"
-    d = c.details
-    if not isinstance(d, GreedyDetails):
-        return stopped(c, title)
+@section(GreedyDetails)
+def greedy_section(c: CheckResult, d: GreedyDetails, title: str) -> str:
     tolerances = ", ".join(f"{k} {v:g}" for k, v in d.tie_tolerance.items())
     out = [
         heading(c, title),
@@ -92,12 +89,10 @@ def bitwise_section(c: CheckResult) -> str:
     return "\n\n".join(out)
 
 
-def reproducibility_section(c: CheckResult) -> str:
-    d = c.details
-    if not isinstance(d, ReproducibilityDetails):
-        return stopped(c, "## Reproducibility")
+@section(ReproducibilityDetails, "## Reproducibility")
+def reproducibility_section(c: CheckResult, d: ReproducibilityDetails, title: str) -> str:
     out = [
-        heading(c, "## Reproducibility"),
+        heading(c, title),
         f"Each setting decodes {d.tokens} tokens at T={d.temperature:g} twice with each of the "
         f"seeds {fmt(d.seeds)}, one request after another; both runs must give the same tokens. "
         "A decoder that fails only this check samples from a law the other checks judged, but its "

@@ -5,6 +5,7 @@ Render-only: nothing here computes or judges a figure, it only writes one down.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tabulate import tabulate
@@ -58,3 +59,19 @@ def error_lines(c: CheckResult) -> str:
 def stopped(c: CheckResult, title: str) -> str:
     """The whole section of a check that measured nothing: its heading and the error it stopped on."""
     return heading(c, title) + error_lines(c)
+
+
+def section(kind: type, title: str | None = None):
+    """A section renderer of one kind of details, called as `render(c)`: a check without them (it
+    stopped before measuring) is `stopped`, the others `render(c, c.details, title)`. `title`
+    None: "### " and the check's name (a section per check of that kind)."""
+
+    def wrap(render):
+        @functools.wraps(render)
+        def run(c: CheckResult) -> str:
+            t = title or f"### {c.name}"
+            return render(c, c.details, t) if isinstance(c.details, kind) else stopped(c, t)
+
+        return run
+
+    return wrap

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proofs.details import FalseAlarmDetails, MutationDetails
 from proofs.result import CheckResult
-from reports.markdown import DASH, fmt, heading, stopped, table
+from reports.markdown import DASH, fmt, heading, section, table
 
 MUTANT_HEADERS = [
     "decoder",
@@ -24,10 +24,8 @@ MUTANT_HEADERS = [
 ]
 
 
-def mutation_section(c: CheckResult) -> str:
-    d = c.details
-    if not isinstance(d, MutationDetails):
-        return stopped(c, "## Mutation power")
+@section(MutationDetails, "## Mutation power")
+def mutation_section(c: CheckResult, d: MutationDetails, title: str) -> str:
     rule = (
         "every mutant must be rejected"
         if d.require_all
@@ -37,7 +35,7 @@ def mutation_section(c: CheckResult) -> str:
     )
     controls = sum(r.control for r in d.rows)
     out = [
-        heading(c, "## Mutation power"),
+        heading(c, title),
         f"{len(d.rows) - controls} wrong decoders and {controls} lossless controls, on {d.model} "
         + (f"({d.why_this_model}) " if d.why_this_model else "")
         + f"(greedy: {len(d.greedy_prompts)} prompts x {d.greedy_tokens} tokens against refdec "
@@ -73,17 +71,15 @@ def mutation_section(c: CheckResult) -> str:
     return "\n\n".join(out)
 
 
-def false_alarm_section(c: CheckResult) -> str:
-    d = c.details
-    if not isinstance(d, FalseAlarmDetails):
-        return stopped(c, "## False-alarm rate")
+@section(FalseAlarmDetails, "## False-alarm rate")
+def false_alarm_section(c: CheckResult, d: FalseAlarmDetails, title: str) -> str:
     rows = [
         [fmt(a.level), a.rejections, fmt(a.rate), fmt(a.rate_ci95), fmt(a.binomial_tail_p)]
         for a in (d.at_alpha, d.second_level)
     ]
     return "\n\n".join(
         [
-            heading(c, "## False-alarm rate"),
+            heading(c, title),
             f"{d.decoder} on {d.model}, cases {d.case}, "
             f"N per case {fmt(d.n_samples)} (the plan's): "
             f"{d.replicates} independent sampling checks ({d.how}).",

@@ -14,7 +14,7 @@ from proofs.certificate import Certificate
 from proofs.details import GreedyDetails, SamplingDetails, SpeedDetails
 from proofs.result import CheckResult
 from reports.exactness import bitwise_section, greedy_section, reproducibility_section
-from reports.markdown import DASH, error_lines, fmt, heading, stopped, table, verdict
+from reports.markdown import DASH, error_lines, fmt, heading, section, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
 from reports.sampling_checks import sampling_section, summary_notes
 from reports.theorems import theorem1_section, theorem2_section
@@ -92,12 +92,10 @@ def summary_section(cert: Certificate) -> str:
     )
 
 
-def speed_section(c: CheckResult) -> str:
-    d = c.details
-    if not isinstance(d, SpeedDetails):
-        return stopped(c, "## Speed")
+@section(SpeedDetails, "## Speed")
+def speed_section(c: CheckResult, d: SpeedDetails, title: str) -> str:
     out = [
-        "## Speed",
+        title,
         f"Greedy, {d.prompts} prompt(s) x {d.tokens_per_prompt} tokens, "
         f"{d.repeats} interleaved rounds after a warm-up, {d.device} {d.dtype}, "
         f"{d.clock} clock; speedup = the median over rounds of the {d.baseline} "

@@ -22,6 +22,18 @@ MAX_SEED = 2**63 - 1  # OpenAI seeds are int64; fastdec seeds are unsigned: nega
 MAX_STOP = 4
 
 
+def refuse_set(field: str, why: str):
+    """A validator of a field loopcert accepts only at its neutral value (false, null, empty): any
+    other value is refused, a 400 naming the field and `why`."""
+
+    def check(cls, v):
+        if v:
+            raise ValueError(why)
+        return v
+
+    return field_validator(field)(classmethod(check))
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
@@ -76,12 +88,9 @@ class CompletionRequest(BaseModel):
             raise ValueError("must be a non-empty string")
         return v
 
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, v):
-        if v:
-            raise ValueError("is not supported (it would change the sampling law); send null or {}")
-        return v
+    _no_bias = refuse_set(
+        "logit_bias", "is not supported (it would change the sampling law); send null or {}"
+    )
 
     def prompts(self) -> list[str | list[int]]:
         """The request's prompts, one per choice block."""

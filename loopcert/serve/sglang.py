@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from loopcert.serve import intake
 from loopcert.serve.api_errors import APIError
 from loopcert.serve.scheduler import Job
-from loopcert.serve.schema import MAX_SEED
+from loopcert.serve.schema import MAX_SEED, refuse_set
 from loopcert.serve.served import Served
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
@@ -144,12 +144,9 @@ class GenerateRequest(BaseModel):
     return_text_in_logprobs: bool = False
     log_metrics: bool = True
 
-    @field_validator("stream")
-    @classmethod
-    def _no_stream(cls, v):
-        if v:
-            raise ValueError("streaming is not supported on /generate; send false (or use /v1/completions)")
-        return v
+    _no_stream = refuse_set(
+        "stream", "streaming is not supported on /generate; send false (or use /v1/completions)"
+    )
 
     @field_validator("return_logprob")
     @classmethod

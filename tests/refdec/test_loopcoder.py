@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import types
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from refdec import load_model
+from refdec import iquest_config, load_model
 from refdec.checkpoints import LOOPCODER, write_published
 from refdec.config import ModelConfig, get_preset
 from refdec.errors import LoopcertError
@@ -290,6 +292,30 @@ def test_written_folder_carries_the_config_class(tmp_path):
         write_published(model, tmp_path / "r", "retro-llama")
     with pytest.raises(LoopcertError, match="ModelConfig.family"):
         write_published(load_model("tiny-raven-llama"), tmp_path / "l", LOOPCODER)
+
+
+def test_written_config_class_holds_config_json_and_its_defaults(tmp_path, monkeypatch):
+    """The class vLLM runs (--trust-remote-code), on a stand-in PretrainedConfig that keeps its
+    keyword arguments as attributes as transformers' does: built from the written config.json it
+    holds every value there; built from nothing, its defaults; a field it does not name passes
+    through. (Against transformers 5.19 itself, before and after its fields became one table:
+    identical to_dict(), diff, save and reload.)"""
+
+    class PretrainedConfig:
+        def __init__(self, **kwargs):
+            for k, v in kwargs.items():
+                setattr(self, k, v)
+
+    monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(PretrainedConfig=PretrainedConfig))
+    folder = write_published(load_model("tiny-loopcoder", seed=2), tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    space: dict = {}
+    exec(compile((folder / iquest_config.FILE).read_text(), iquest_config.FILE, "exec"), space)
+    cls = space[iquest_config.CLASS]
+    assert {k: getattr(cls(**config), k) for k in config} == config
+    made = cls(other=5)
+    assert (made.loop_num, made.loop_window_size, made.head_dim, made.rope_scaling) == (2, 8, 64, None)
+    assert made.tie_word_embeddings is False and made.eos_token_id is None and made.other == 5
 
 
 def _drop(key):

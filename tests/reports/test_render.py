@@ -309,3 +309,20 @@ def test_a_check_that_does_not_apply_is_not_counted_as_passed_in_the_verdict_lin
     md = render_certificate(certificate(ok, na))
     assert "**PASS**: 1/1 checks passed (1 not applicable) for" in md
     assert "**PASS**: 1/1 checks passed for" in render_certificate(certificate(ok))
+
+
+@pytest.mark.parametrize(
+    "kind, name, title",
+    [
+        ("greedy", "greedy_float64", "### greedy_float64"),
+        ("reproducibility", "reproducibility", "## Reproducibility"),
+        ("mutation", "mutation", "## Mutation power"),
+        ("false_alarm", "false_alarm", "## False-alarm rate"),
+        ("speed", "speed", "## Speed"),
+    ],
+)
+def test_a_check_that_stopped_before_measuring_shows_its_heading_and_error(kind, name, title):
+    """No details (the check raised before it measured): its section is the heading, FAIL, and
+    the error, never a half-rendered table (reports.markdown.section)."""
+    md = render_certificate(certificate(result(kind, name, math.nan, math.nan, False, error="OSError: gone")))
+    assert f"{title}: **FAIL**\n\nThe check could not run: `OSError: gone`" in md
