@@ -22,10 +22,16 @@ def greedy_section(c: CheckResult) -> str:
         "is a numerical tie when the candidate's token is within the dtype's tolerance of the reference "
         f"maximum logit (tolerances: {tolerances}).",
         table(
-            [[r.model, r.setting, r.dtype, f"{r.agree}/{r.prompts}"] for r in d.runs],
+            [
+                [r.model, r.setting, r.dtype, "**no decoder**" if r.error else f"{r.agree}/{r.prompts}"]
+                for r in d.runs
+            ],
             ["model", "setting", "dtype", "prompts equal"],
         ),
     ]
+    failed = [r for r in d.runs if r.error]
+    if failed:  # the factory raised: the run failed before a token was decoded
+        out.append("\n".join(f"- {r.model} / {r.setting}: `{r.error}`" for r in failed))
     if d.divergences:
         out.append("Divergences (first position of each):")
         out.append(
