@@ -13,10 +13,13 @@ def greedy_section(c: CheckResult) -> str:
     d = c.details
     if not isinstance(d, GreedyDetails):
         return stopped(c, title)
+    failed = [r for r in d.runs if r.error]
     tolerances = ", ".join(f"{k} {v:g}" for k, v in d.tie_tolerance.items())
     out = [
         heading(c, title),
-        f"{d.real_bugs} real bug(s), {d.numerical_ties} numerical tie(s) over "
+        f"{d.real_bugs} real bug(s), {d.numerical_ties} numerical tie(s)"
+        + (f", {len(failed)} run(s) without a decoder (its factory failed)" if failed else "")
+        + " over "
         f"{len(d.runs)} model x setting runs of {d.tokens_per_prompt} tokens per prompt. "
         "A divergence "
         "is a numerical tie when the candidate's token is within the dtype's tolerance of the reference "
@@ -29,7 +32,6 @@ def greedy_section(c: CheckResult) -> str:
             ["model", "setting", "dtype", "prompts equal"],
         ),
     ]
-    failed = [r for r in d.runs if r.error]
     if failed:  # the factory raised: the run failed before a token was decoded
         out.append("\n".join(f"- {r.model} / {r.setting}: `{r.error}`" for r in failed))
     if d.divergences:

@@ -93,8 +93,8 @@ def check_greedy(
     and fails, with no divergence (nothing was decoded).
 
     measured = real bugs found plus runs whose factory failed, bound = 0; ties are counted and
-    listed but pass. `references`
-    keeps refdec's tokens across calls that share oracles (the mutation check's many runs).
+    listed but pass. `references` keeps refdec's tokens across calls that share oracles (the
+    mutation check's many runs).
     """
     refs: dict[tuple, list[int]] = {} if references is None else references
     rows: list[GreedyRun] = []

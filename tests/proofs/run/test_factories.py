@@ -87,6 +87,7 @@ def test_a_factory_that_raises_on_a_preset_is_the_factorys_failure(tmp_path, mon
     assert d.divergences == () and d.real_bugs == 0 and d.not_applicable == ()
     section = greedy_section(r)
     assert f"- tiny-raven / {spec}: `{why}`" in section and "**no decoder**" in section
+    assert "0 real bug(s), 0 numerical tie(s), 1 run(s) without a decoder (its factory failed)" in section
     assert status(r) == ("**FAIL**", f"{spec} on tiny-raven: {why}")
 
 
