@@ -71,6 +71,9 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "save_model",
         "transform",
     ),
+    # what docs/checkpoints.md tells users to call
+    "refdec.checkpoints": ("load_checkpoint", "write_published"),
+    "trainer.train": ("default_prompts",),
     "fastdec": (
         "LOSSLESS",
         "STRATEGIES",
