@@ -3,7 +3,8 @@ defines `HELP`, `add_arguments(parser)` and `run(args) -> int` (0 ok, 1 a check 
 Errors a user can cause (LoopcertError) print one line and exit 2. Every command takes
 `--threads N` (loopcert/commands/common.py), added here unless the command defines
 `OWN_THREADS` (train: part of the recipe; serve: adds the shared flag itself). SIGINT / SIGTERM
-print one line (the command's `ON_INTERRUPT` says what was kept) and exit 130 / 143."""
+print one line (the command's `ON_INTERRUPT` says what was kept) and exit 130 / 143. A name read
+through an old module path (proofs/moved.py) prints its DeprecationWarning on stderr."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import argparse
 import importlib
 import signal
 import sys
+import warnings
 
 from loopcert.commands import common
+from proofs.moved import MovedWarning
 from refdec.errors import LoopcertError
 
 COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve", "merge")
@@ -34,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # a decoder module that imports an old path (proofs/moved.py) is told so: Python would hide a
+    # DeprecationWarning raised outside __main__
+    warnings.simplefilter("default", MovedWarning)
     if argv is None:  # the console script owns the process; a caller of main([...]) keeps its handlers
         common.install_signal_handlers()
     try:

@@ -37,6 +37,7 @@ class GreedyRun(Record):
     prompts: int
     tokens: int
     agree: int  # prompts whose tokens equal refdec's
+    error: str | None = None  # "the decoder factory failed on MODEL: ...": no decoder, the run failed
 
 
 @dataclass(frozen=True)

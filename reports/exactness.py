@@ -10,19 +10,27 @@ from reports.markdown import fmt, heading, section, stopped, table
 
 @section(GreedyDetails)
 def greedy_section(c: CheckResult, d: GreedyDetails, title: str) -> str:
+    failed = [r for r in d.runs if r.error]
     tolerances = ", ".join(f"{k} {v:g}" for k, v in d.tie_tolerance.items())
     out = [
         heading(c, title),
-        f"{d.real_bugs} real bug(s), {d.numerical_ties} numerical tie(s) over "
+        f"{d.real_bugs} real bug(s), {d.numerical_ties} numerical tie(s)"
+        + (f", {len(failed)} run(s) without a decoder (its factory failed)" if failed else "")
+        + " over "
         f"{len(d.runs)} model x setting runs of {d.tokens_per_prompt} tokens per prompt. "
         "A divergence "
         "is a numerical tie when the candidate's token is within the dtype's tolerance of the reference "
         f"maximum logit (tolerances: {tolerances}).",
         table(
-            [[r.model, r.setting, r.dtype, f"{r.agree}/{r.prompts}"] for r in d.runs],
+            [
+                [r.model, r.setting, r.dtype, "**no decoder**" if r.error else f"{r.agree}/{r.prompts}"]
+                for r in d.runs
+            ],
             ["model", "setting", "dtype", "prompts equal"],
         ),
     ]
+    if failed:  # the factory raised: the run failed before a token was decoded
+        out.append("\n".join(f"- {r.model} / {r.setting}: `{r.error}`" for r in failed))
     if d.divergences:
         out.append("Divergences (first position of each):")
         out.append(

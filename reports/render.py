@@ -71,6 +71,8 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes.append(f"not applicable: {c.not_applicable}")
     if isinstance(d, GreedyDetails) and d.not_applicable:
         notes.append(f"{len(d.not_applicable)} run(s) not applicable: " + "; ".join(d.not_applicable))
+    if isinstance(d, GreedyDetails) and any(r.error for r in d.runs):
+        notes.append("; ".join(f"{r.setting} on {r.model}: {r.error}" for r in d.runs if r.error))
     if c.skipped:
         notes.append(f"skipped: {c.skipped}")
     if isinstance(d, SamplingDetails):

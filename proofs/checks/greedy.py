@@ -6,7 +6,8 @@ reference's depth-R logits (float64, proofs/stats/exact_laws.py) classify it: if
 is within the dtype's tolerance of the reference maximum, the two runs faced a numerical tie
 (a float32 decoder may legitimately break it the other way); otherwise it is a real bug.
 Every divergence is listed, ties included: classified, never hidden. A decoder that raises
-or returns the wrong number of tokens is a real bug too.
+or returns the wrong number of tokens is a real bug too; a decoder factory that fails is its
+run's failure, named as the factory's (no tokens, so no divergence).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 import refdec
+from proofs.decoders.candidates import DecoderFactoryError
 from proofs.decoders.protocol import Decoder, run_generate
 from proofs.details import Divergence, GreedyDetails, GreedyRun
 from proofs.progress import Progress
@@ -86,15 +88,28 @@ def check_greedy(
     progress: Progress | None = None,
     references: dict | None = None,
 ) -> CheckResult:
-    """runs: (model label, setting label, decoder, oracle of that model, decoder dtype).
+    """runs: (model label, setting label, decoder, oracle of that model, decoder dtype); the
+    decoder is a DecoderFactoryError when its factory failed: that run is listed with the error
+    and fails, with no divergence (nothing was decoded).
 
-    measured = real bugs found, bound = 0; ties are counted and listed but pass. `references`
-    keeps refdec's tokens across calls that share oracles (the mutation check's many runs).
+    measured = real bugs found plus runs whose factory failed, bound = 0; ties are counted and
+    listed but pass. `references` keeps refdec's tokens across calls that share oracles (the
+    mutation check's many runs).
     """
     refs: dict[tuple, list[int]] = {} if references is None else references
     rows: list[GreedyRun] = []
     divergences: list[Divergence] = []
+    failed_builds = 0
     for model_label, setting, decoder, oracle, dtype in runs:
+        if isinstance(decoder, DecoderFactoryError):  # no decoder: the run failed, nothing decoded
+            failed_builds += 1
+            n_prompts = len(prompts(oracle))
+            rows.append(
+                GreedyRun(model_label, setting, dtype_name(dtype), n_prompts, n_tokens, 0, str(decoder))
+            )
+            if progress:
+                progress(f"  {name} {model_label} / {setting}: {decoder}")
+            continue
         dtype = compute_dtype(decoder, dtype)
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
         agree = 0
@@ -134,4 +149,5 @@ def check_greedy(
         tie_tolerance={dtype_name(k): v for k, v in TIE_TOLERANCE.items()},
         tokens_per_prompt=n_tokens,
     )
-    return CheckResult(name, bugs, 0, bugs == 0, details)
+    failures = bugs + failed_builds
+    return CheckResult(name, failures, 0, failures == 0, details)

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
-from proofs.decoders.protocol import Decoder, build_decoder, declared_sampler_order, load_factory
+from proofs.decoders.protocol import (
+    Decoder,
+    NotApplicable,
+    build_decoder,
+    declared_sampler_order,
+    load_factory,
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,19 @@ def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
     return configs
 
 
+class DecoderFactoryError(Exception):
+    """A decoder factory (`--decoder module:factory`) raised something other than NotApplicable
+    (or returned an object without generate()): the message names the model and the exception.
+    The greedy check lists it as its own run, failed (proofs/run/run.py greedy_float64); every
+    other check that builds the decoder fails with it."""
+
+
+def factory_failure(model: str, error: BaseException) -> str:
+    """The one wording of a factory failure, e.g. "the decoder factory failed on tiny-raven:
+    ValueError: no weights"."""
+    return f"the decoder factory failed on {model}: {type(error).__name__}: {error}"
+
+
 def user_candidate(spec: str, connect: bool = True) -> Candidate:
     """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with
     connect=False the server is reached only when a decoder is built)."""
@@ -98,7 +117,12 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
     factory = load_factory(spec)
 
     def build(model):
-        return build_decoder(factory, model, spec)
+        try:
+            return build_decoder(factory, model, spec)
+        except NotApplicable:
+            raise
+        except Exception as e:  # noqa: BLE001 - named as the factory's, never as the decoder's output
+            raise DecoderFactoryError(factory_failure(model.cfg.name, e)) from e
 
     # a factory (a class, a function) may declare its decoders' convention; else a built one says
     declared = (

@@ -20,7 +20,9 @@ starts a minute sooner on two cores; pass enforce_eager=False to certify the com
 
 The server runs in its own session (vLLM forks an engine-core and a worker process): stop()
 ends the whole group. A server that exits or misses the deadline raises a LoopcertError with the
-command and the last lines of its log, and leaves no process behind.
+command and the last lines of its log, and leaves no process behind. An exit is seen when it
+happens, however loaded the machine (the start deadline bounds only a server that neither
+answers nor exits), and an answer on the port counts only when it names this model.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class VLLMServer:
         self.command = settings.command(self.port)
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib), **settings.env}
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.stranger = ""  # set when the port answers for another model: said if the start times out
         t0 = time.monotonic()
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
@@ -110,6 +113,12 @@ class VLLMServer:
         self.start_seconds = time.monotonic() - t0
 
     def _wait_healthy(self, deadline: float) -> None:
+        """Until the server answers, its process exits, or `deadline` (time.monotonic) passes.
+
+        The process's exit decides as soon as it happens (the wait between probes is a wait on
+        the process), whatever the machine's load. A port that answers /health counts only while
+        the process is alive and /v1/models names this model: the port was free when chosen, but
+        another program may have taken it since, and its answer is not this server's."""
         import httpx
 
         while True:
@@ -117,13 +126,36 @@ class VLLMServer:
                 self._failed(f"exited with status {self.proc.returncode}")
             if time.monotonic() > deadline:
                 limit = self.settings.start_timeout_s
-                self._failed(f"did not answer {self.root}/health within {limit:.0f} s")
+                self._failed(f"did not answer {self.root}/health within {limit:.0f} s{self.stranger}")
             try:
-                if httpx.get(self.root + "/health", timeout=5).status_code == 200:
+                healthy = httpx.get(self.root + "/health", timeout=5).status_code == 200
+                if healthy and self._serves_this_model() and self.proc.poll() is None:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(1.0)
+            try:
+                self.proc.wait(timeout=1.0)  # returns at once when the server exits
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _serves_this_model(self) -> bool:
+        """Whether /v1/models names this server's model folder (vLLM: `root` and `id` are the
+        --model path); True when it asks for a key (the command's --api-key: it cannot say)."""
+        import httpx
+
+        r = httpx.get(self.url + "/models", timeout=5)
+        if r.status_code in (401, 403):
+            return True
+        want = str(Path(self.settings.model_dir).resolve())
+        try:
+            cards = r.json().get("data", [])
+            named = [str(c.get(k)) for c in cards for k in ("root", "id") if c.get(k)]
+        except (ValueError, AttributeError):
+            named = []
+        if any(str(Path(n).resolve()) == want for n in named):
+            return True
+        self.stranger = f" (port {self.port} answers for {named or r.status_code}, not {want})"
+        return False
 
     def _failed(self, why: str) -> None:
         tail = self.tail()

@@ -16,7 +16,8 @@ Which model each check runs on, and why:
 
 A decoder factory may decline a model it does not serve by raising
 proofs.decoders.protocol.NotApplicable: that run is reported "not applicable" with the reason;
-declining the certified model itself, or any other error, is a failure.
+declining the certified model itself, or any other error, is a failure (a factory's error is
+named as the factory's: proofs.decoders.candidates.DecoderFactoryError).
 
 What a run builds once and keeps, the first time it is needed: the sampling setup of each sampled
 model (when the work units are planned: their N comes from it), the decoder of each sampling
@@ -43,7 +44,13 @@ from proofs.checks.greedy import check_greedy
 from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
-from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
+from proofs.decoders.candidates import (
+    Candidate,
+    DecoderFactoryError,
+    factory_failure,
+    fastdec_candidate,
+    fastdec_grid,
+)
 from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
@@ -182,8 +189,9 @@ class CertifyRun:
     # -- 1. greedy exactness ------------------------------------------------------------------
     def greedy_float64(self) -> CheckResult:
         """float64 over models x prompts x settings; the certified model must take every setting;
-        a tiny preset the factory declines (NotApplicable) is listed as not applicable, any other
-        factory error on it is a real bug."""
+        a tiny preset the factory declines (NotApplicable) is listed as not applicable; a factory
+        that raises anything else, on any model, is that run's failure ("the decoder factory failed
+        on MODEL: ..."), never a divergence of tokens it did not decode."""
         runs, not_applicable = [], []
         names = [self.model_name] + [p for p in self.plan.greedy_presets if p != self.model_name]
         for name in names:
@@ -201,10 +209,12 @@ class CertifyRun:
                         raise
                     not_applicable.append(f"{c.label} on {name}: {e or 'declined by the factory'}")
                     continue
-                except Exception as e:  # noqa: BLE001 - a factory that breaks on a preset is a finding
-                    if ours:
-                        raise
-                    dec = _Broken(f"the factory failed on {name}: {type(e).__name__}: {e}")
+                except Exception as e:  # noqa: BLE001 - a factory that breaks is a finding: its own run
+                    dec = (
+                        e
+                        if isinstance(e, DecoderFactoryError)
+                        else DecoderFactoryError(factory_failure(name, e))
+                    )
                 runs.append((name, c.label, dec, o, torch.float64))
         prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
         result = check_greedy(
@@ -408,13 +418,3 @@ class CertifyRun:
         work = self.plan.speed  # `loopcert bench`'s workload and prompts: the same speedups
         prompts = model_prompts(model, self.model_name, work.prompts, max_len=work.prompt_len)
         return check_speed("speed", self.candidates, baseline, model, prompts, work, self.say)
-
-
-class _Broken:
-    """Stands in for a decoder its factory could not build: every call reports why."""
-
-    def __init__(self, why: str):
-        self.why = why
-
-    def generate(self, *a, **k):
-        raise RuntimeError(self.why)

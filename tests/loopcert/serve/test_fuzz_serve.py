@@ -5,17 +5,16 @@ junk, huge ints, NaN / infinities, empty lists, wrong shapes) to bodies that are
 The property (`problem`): every answer is a 2xx, or a 4xx whose body is an OpenAI error naming a
 field (`error.param`, or a field of the request in `error.message`); never a 5xx, never a
 dropped connection. The server answers /health after every example, and its resident memory
-ends within 10% of where it started. A fixed example count and a per-example deadline keep the
-run to seconds; the `ci` profile (tests/conftest.py) derandomizes it. The negative control runs
-the same property against the app with a broken handler (a KeyError where a prompt is read), and
-the property must fail there.
+ends within 10% of where it started. A fixed example count keeps the run to seconds (no
+per-example deadline: the client's timeout bounds a hang); the `ci` profile (tests/conftest.py)
+derandomizes it. The negative control runs the same property against the app with a broken
+handler (a KeyError where a prompt is read), and the property must fail there.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,6 @@ pytest.importorskip("uvicorn")
 from serving import start  # noqa: E402
 
 EXAMPLES = 150
-DEADLINE = timedelta(seconds=10)  # one request to a tiny model: well under a second
 MEMORY_SLACK = 0.10
 
 COMPLETION_FIELDS = ("prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop")
@@ -169,7 +167,7 @@ def fuzz(post, examples: int, after=None) -> None:
 
     @settings(
         max_examples=examples,
-        deadline=DEADLINE,
+        deadline=None,  # a busy machine is not a bug; each request's client timeout bounds a hang
         report_multiple_bugs=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )

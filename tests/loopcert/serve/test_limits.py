@@ -21,7 +21,7 @@ from loopcert.serve.auth import exposure_warning  # noqa: E402
 
 KEY = "test-key-1234"
 TIMEOUT_S = 1.0  # the server's --read-timeout here
-SLACK_S = 3.0  # a dropped client is dropped within TIMEOUT_S + this
+SLACK_S = 60.0  # a dropped client is dropped within TIMEOUT_S + this: a hang's bound, not a speed
 LIMIT = 32768  # --max-body-bytes here (a 4097-prompt batch of ids fits)
 ARGS = ("tiny-ouro", "--draft-depth", "1", "--read-timeout", str(TIMEOUT_S), "--max-body-bytes", str(LIMIT))
 
@@ -123,12 +123,11 @@ def test_bad_limit_flags_are_usage_errors(flags, name, capsys):
 
 
 def test_a_declared_huge_body_is_a_413_before_it_is_read(server):
-    """The reported case: headers with Content-Length: 10000000000 and no body at all."""
-    t0 = time.monotonic()
+    """The reported case: headers with Content-Length: 10000000000 and no body at all. Answered
+    413 at once: a read timeout would have answered 408 (the next tests), not 413."""
     s = raw(server, b"POST /generate HTTP/1.1\r\nContent-Length: 10000000000\r\n")
     answer = read_all(s)
     assert answer.startswith(b"HTTP/1.1 413") and b'"param":"body"' in answer and b"10000000000" in answer
-    assert time.monotonic() - t0 < TIMEOUT_S  # answered at once, not after a read timeout
 
 
 def test_a_chunked_body_past_the_limit_is_cut_off(server):
@@ -171,11 +170,12 @@ def test_a_client_that_never_finishes_its_headers_is_dropped(server, head):
 
 def test_a_kept_alive_connection_serves_request_after_request(server):
     """The header timeout counts from each answer: a client that keeps its connection and sends
-    its next request in time is served, however long the connection lives."""
+    its next request in time is served, however long the connection lives (5 gaps of 0.3 s: the
+    connection outlives the 1 s timeout, and each request has 0.7 s to spare on a busy machine)."""
     with httpx.Client(headers=server.headers, timeout=30) as c:
-        for _ in range(3):
+        for _ in range(5):
             assert c.get(server.root + "/get_model_info").status_code == 200
-            time.sleep(TIMEOUT_S * 0.6)
+            time.sleep(TIMEOUT_S * 0.3)
 
 
 # -- messages of requests that cannot run ------------------------------------------------------------

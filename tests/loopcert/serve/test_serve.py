@@ -196,7 +196,7 @@ def test_client_disconnects_leave_nothing_behind(server, client):
     long = {"prompt": "def ", "max_tokens": 200, "temperature": 0}
     blocker = threading.Thread(target=lambda: httpx.post(server.url + "/completions", json=long, timeout=300))
     blocker.start()
-    time.sleep(0.5)
+    _until(lambda: server.health()["running"] >= 1)  # the long one decodes (not: it had 0.5 s to arrive)
     with httpx.Client(timeout=30) as c:
         with c.stream(
             "POST",
@@ -246,10 +246,16 @@ class FakeBatchDecoder:
         return fastdec.GenerateResult([seed % 7] * max_new_tokens, None)
 
 
-def _drain(sch: Scheduler, n: int) -> None:
-    deadline = time.monotonic() + 10
-    while sch.status()["completed"] < n and time.monotonic() < deadline:
+def _until(done, bound_s: float = 120.0) -> None:
+    """Wait until done() is true; `bound_s` only bounds a hang (the assertions after it say what
+    went wrong), it is never what a test measures."""
+    deadline = time.monotonic() + bound_s
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def _drain(sch: Scheduler, n: int) -> None:
+    _until(lambda: sch.status()["completed"] >= n)
     sch.stop()
 
 
@@ -272,15 +278,19 @@ def test_scheduler_batches_what_waits_whatever_its_sampling():
     assert [j.batch_size for j in jobs] == [4, 4, 4, 4, 3, 3, 3, 2, 2]
 
 
-@pytest.mark.parametrize("window_s,rounds", [(2.0, [[0, 1]]), (0.0, [[0], [1]])])
+@pytest.mark.parametrize("window_s,rounds", [(9.0, [[0, 1]]), (0.0, [[0], [1]])])
 def test_batch_window_fills_a_round(window_s, rounds):
-    """A job that arrives within the window joins the round; without a window the first job is
-    decoded alone (the second arrives 0.2 s later, long after the instant fake decode)."""
+    """A job that arrives within the window joins the round (a 9 s window, which ends as soon as
+    max_batch = 2 jobs wait: the second comes about 0.2 s later, however loaded the machine);
+    without a window the first job is decoded alone, before the second is submitted."""
     dec = FakeBatchDecoder()
-    sch = Scheduler(dec, max_batch=4, window_s=window_s)
+    sch = Scheduler(dec, max_batch=2, window_s=window_s)
     sch.start()
     sch.submit([Job([1], 2, SamplingParams(), seed=0)])
-    time.sleep(0.2)
+    if window_s:
+        time.sleep(0.2)  # the decode thread is in the window by then (or the two jobs wait together)
+    else:
+        _until(lambda: sch.status()["completed"] >= 1)
     sch.submit([Job([1], 2, SamplingParams(), seed=1)])
     _drain(sch, 2)
     assert dec.calls == rounds
@@ -332,10 +342,16 @@ def _slow_decoder(seconds_per_step: float = 0.004):
     return dec
 
 
+def _gated(dec: fastdec.Decoder) -> threading.Event:
+    """Hold dec's engine steps until the returned event is set (then they take their usual time):
+    what a test does meanwhile happens before the decode moves on, however loaded the machine."""
+    gate, step = threading.Event(), dec._step_hook
+    dec._step_hook = lambda *a: (gate.wait(120), step(*a))
+    return gate
+
+
 def _wait_running(sch: Scheduler, n: int) -> None:
-    deadline = time.monotonic() + 30
-    while sch.status()["running"] < n and time.monotonic() < deadline:
-        time.sleep(0.002)
+    _until(lambda: sch.status()["running"] >= n)
 
 
 @pytest.mark.parametrize("join", ["step", "round"])
@@ -344,6 +360,7 @@ def test_a_request_joins_the_running_batch_at_the_next_step(join):
     leaves it first: it is shorter); in round mode (control) it waits for the round to end.
     Every result is generate() alone for its seed."""
     dec = _slow_decoder()
+    gate = _gated(dec)  # the first job's first step waits until the second is submitted
     sch = Scheduler(dec, max_batch=4, join=join)
     sp = SamplingParams(temperature=1.0)
     first, second = Job([1, 2, 3], 40, sp, seed=1), Job([4, 5], 4, sp, seed=2)
@@ -351,6 +368,7 @@ def test_a_request_joins_the_running_batch_at_the_next_step(join):
     sch.submit([first])
     _wait_running(sch, 1)
     sch.submit([second])
+    gate.set()
     _drain(sch, 2)
     if join == "step":
         assert second.t_start < first.t_end and second.t_end < first.t_end
@@ -364,6 +382,7 @@ def test_a_request_joins_the_running_batch_at_the_next_step(join):
 
 def test_a_cancelled_decoding_job_leaves_the_batch_at_the_next_step():
     dec = _slow_decoder()
+    gate = _gated(dec)  # no step until the cancel: `gone` cannot have ended by itself
     sch = Scheduler(dec, max_batch=4)
     sp = SamplingParams(temperature=1.0)
     gone, stays = Job([1, 2, 3], 120, sp, seed=1), Job([1, 2, 3], 30, sp, seed=2)
@@ -371,11 +390,10 @@ def test_a_cancelled_decoding_job_leaves_the_batch_at_the_next_step():
     sch.start()
     _wait_running(sch, 2)
     sch.cancel([gone])
-    t0 = time.perf_counter()
-    while sch.status()["running"] > 1 and time.perf_counter() - t0 < 10:
-        time.sleep(0.002)
-    assert sch.status()["running"] <= 1 and gone.t_end is not None and not stays.t_end  # dropped mid-decode
+    gate.set()
     _drain(sch, 1)
+    # dropped mid-decode: it ended before `stays`, which has 90 tokens fewer to decode
+    assert gone.t_end is not None and stays.t_end is not None and gone.t_end < stays.t_end
     st = sch.status()
     assert st["waiting"] == st["running"] == 0 and st["cancelled"] == 1 and st["completed"] == 1
     assert gone.result is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 
@@ -53,14 +52,15 @@ def listener(on_accept):
 
 
 def test_a_server_that_never_answers_fails_within_about_the_timeout():
-    url, stop = listener(lambda conn: None)  # accepts, reads nothing, answers nothing
+    accepted = []
+    url, stop = listener(accepted.append)  # accepts, reads nothing, answers nothing
     lines = []
-    c = HTTPClient(url, Transport(timeout_s=0.6, progress_every_s=0.2), say=lines.append)
+    # the progress thread ticks every 0.1 s of the 2 s wait: a line even on a busy machine
+    c = HTTPClient(url, Transport(timeout_s=2.0, progress_every_s=0.1), say=lines.append)
     try:
-        t0 = time.perf_counter()
-        with pytest.raises(LoopcertError, match=r"POST /generate \(seed 3, n 1\): no answer within 0.6 s"):
+        with pytest.raises(LoopcertError, match=r"POST /generate \(seed 3, n 1\): no answer within 2 s"):
             c.post("/generate", {"x": 1}, "POST /generate (seed 3, n 1)", samples=1)
-        assert time.perf_counter() - t0 < 3.0  # not retried: one timeout, not four
+        assert len(accepted) == 1  # not retried: one connection, one timeout (not four)
         assert any(line.startswith("http: 1 requests in flight, 0/0 samples done, oldest") for line in lines)
     finally:
         c.close()

@@ -1,5 +1,5 @@
 """No --jobs worker outlives its parent: SIGKILL the certify process (no `finally` runs) once its
-two workers exist, and both are gone within seconds (proofs/run/jobs.py die_with_parent)."""
+two workers exist, and both are gone soon after (proofs/run/jobs.py die_with_parent)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    deadline = time.monotonic() + 5
+    # PR_SET_PDEATHSIG kills them as the parent dies (the watcher within 0.5 s elsewhere); the
+    # bound is generous for a busy machine, not a measure of how fast
+    deadline = time.monotonic() + 60
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     left = [w for w in workers if alive(w)]

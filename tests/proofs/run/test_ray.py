@@ -24,7 +24,7 @@ from plans import SHARD_PLAN, SMALL_PLAN, untimed
 import proofs.run.certify as certify_mod
 import proofs.run.plan as plan_mod
 from loopcert.cli import main
-from proofs.run.ray_executor import Fault, RayExecutor
+from proofs.run.ray_executor import CONNECT_TIMEOUT_S, Fault, RayExecutor
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import pool_sampling, sampling_checks, sampling_result
 from proofs.run.units import plan_units, whole_result
@@ -122,7 +122,9 @@ def test_an_address_nothing_answers_at_is_an_error_in_bounded_time(tmp_path, cap
     t0 = time.monotonic()
     argv = ["certify", "tiny-ouro", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"]
     assert main([*argv, "--out", str(tmp_path)]) == 2
-    assert time.monotonic() - t0 < 35
+    # refused at once, named by check_address (the message below), not by ray.init's minutes of
+    # retries; the bound is a hang's, with room for a busy machine's imports
+    assert time.monotonic() - t0 < CONNECT_TIMEOUT_S + 90
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "no Ray cluster answers" in err
     assert not (tmp_path / "certificate.json").exists()
@@ -192,7 +194,7 @@ def test_sigterm_cancels_the_ray_tasks_and_leaves_the_previous_certificate(tmp_p
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         err = proc.stderr.read()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a hang's bound: Ray's processes end slowly on a busy machine
         while any(alive(p) for p in tree) and time.monotonic() < deadline:
             time.sleep(0.2)
         left = {p: cmdline(p)[:80] for p in tree if alive(p)}

@@ -1,0 +1,59 @@
+"""loopcert's public Python surface: what a user's decoder, script or test imports (docs/decoders.md,
+"The public surface").
+
+    from loopcert.api import NotApplicable, SamplingParams, certify, load_model
+
+These names hold: one that moves keeps its old path for one minor version, with a
+DeprecationWarning naming the new one (proofs/moved.py), and tests/test_public_api.py fails when
+one disappears without such an alias. Everything else of the packages is internal and may move
+in any version. `refdec` and `fastdec` export the model and the fast decoder at their top level
+(`refdec.load_model`, `fastdec.Decoder`, ...), and those names hold too.
+"""
+
+from __future__ import annotations
+
+from proofs.certificate import Certificate, Seeds, Stamp, read_certificate
+from proofs.decoders.protocol import (
+    BatchDecoder,
+    Decoder,
+    Factory,
+    NotApplicable,
+    batch_call_limit,
+    declared_compute_dtype,
+    declared_max_batch,
+)
+from proofs.details import KINDS as DETAIL_KINDS
+from proofs.details import Details
+from proofs.result import CheckResult
+from proofs.run.certify import certify
+from refdec.errors import LoopcertError
+from refdec.load import load_model
+from refdec.model import LoopedLM
+from refdec.sampling import SamplingParams
+from reports.render import render_certificate
+
+__all__ = [
+    # writing a decoder (the protocols and what a factory may raise)
+    "BatchDecoder",
+    "Decoder",
+    "Factory",
+    "NotApplicable",
+    "batch_call_limit",
+    "declared_compute_dtype",
+    "declared_max_batch",
+    # the model and its sampling
+    "LoopcertError",
+    "LoopedLM",
+    "SamplingParams",
+    "load_model",
+    # certifying, and the certificate
+    "DETAIL_KINDS",
+    "Certificate",
+    "CheckResult",
+    "Details",
+    "Seeds",
+    "Stamp",
+    "certify",
+    "read_certificate",
+    "render_certificate",
+]

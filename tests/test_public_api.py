@@ -1,0 +1,258 @@
+"""The public surface holds (docs/decoders.md, "The public surface").
+
+PUBLIC is frozen here, by hand: every name a user's decoder, script or test may import, at the
+path the docs give. Each must import from there, without a warning; one that disappears fails
+`test_every_public_name_imports_from_its_place` unless an alias still answers it with a
+DeprecationWarning naming the new path. loopcert.api may not grow a name this list lacks. The old
+paths of the 2026-12-01 redesign (proofs/moved.py) answer every name the README of that day named,
+with the warning, until REMOVED_IN; nothing of loopcert imports them; every first-party import of
+the README's and docs' code imports as written.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+import loopcert.api
+from proofs.moved import MOVED, PUBLIC_HOME, REMOVED_IN, MovedWarning
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST_PARTY = ("refdec", "fastdec", "analysis", "proofs", "reports", "trainer", "loopcert")
+
+# frozen: add a name when it becomes public; never remove one (move it behind an alias instead)
+PUBLIC: dict[str, tuple[str, ...]] = {
+    "loopcert.api": (
+        "BatchDecoder",
+        "Certificate",
+        "CheckResult",
+        "DETAIL_KINDS",
+        "Decoder",
+        "Details",
+        "Factory",
+        "LoopcertError",
+        "LoopedLM",
+        "NotApplicable",
+        "SamplingParams",
+        "Seeds",
+        "Stamp",
+        "batch_call_limit",
+        "certify",
+        "declared_compute_dtype",
+        "declared_max_batch",
+        "load_model",
+        "read_certificate",
+        "render_certificate",
+    ),
+    # the protocols at the path docs/decoders.md named before loopcert.api existed
+    "proofs.decoders.protocol": (
+        "BatchDecoder",
+        "Decoder",
+        "NotApplicable",
+        "batch_call_limit",
+        "declared_compute_dtype",
+        "declared_max_batch",
+    ),
+    "refdec": (
+        "PRESETS",
+        "LoopcertError",
+        "LoopedLM",
+        "ModelConfig",
+        "SamplingParams",
+        "generate",
+        "get_preset",
+        "load_model",
+        "save_model",
+        "transform",
+    ),
+    # what docs/checkpoints.md tells users to call
+    "refdec.checkpoints": ("load_checkpoint", "write_published"),
+    "trainer.train": ("default_prompts",),
+    "fastdec": (
+        "LOSSLESS",
+        "STRATEGIES",
+        "WIDTHS",
+        "ContinuousBatch",
+        "DecodeConfig",
+        "Decoder",
+        "Engine",
+        "GenerateResult",
+        "Lane",
+        "Stats",
+        "default_draft_depth",
+    ),
+}
+
+# the old paths and the names of each that the README of 2026-12-01 (ad636ea) named, with every
+# public name of the old proofs/protocol.py (git show 1b7a993^:proofs/protocol.py)
+OLD: dict[str, tuple[str, ...]] = {
+    "proofs.protocol": (
+        "Decoder",
+        "Factory",
+        "NotApplicable",
+        "build_decoder",
+        "check_decoder",
+        "load_factory",
+        "run_generate",
+        "tokens_of",
+    ),
+    "proofs.certify": ("certify", "CertifyPlan", "FULL_CASES", "choose_case", "verdict_of"),
+    "proofs.distribution": ("evaluate",),
+    "proofs.checks.sampling": ("evaluate",),
+    "proofs.naive_kv": ("NaiveKVDecoder",),
+    "proofs.sampler": ("draw",),
+    "proofs.depth_profile": ("DepthProfile", "depth_profile", "window_profile"),
+    "proofs.state_dynamics": ("step_sizes", "iteration_gain", "init_sensitivity", "summarize_steps"),
+    "proofs.speed.batch": ("batch_table",),
+}
+
+
+def resolve(module: str, name: str) -> tuple[object, list[warnings.WarningMessage]]:
+    """getattr(import module, name) and the warnings it raised; LookupError when it fails."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return getattr(importlib.import_module(module), name), caught
+        except (ImportError, AttributeError) as e:
+            raise LookupError(f"{module}.{name}: {type(e).__name__}: {e}") from None
+
+
+def lost(frozen: dict[str, tuple[str, ...]]) -> list[str]:
+    """The frozen names that neither import from their place nor through an alias that warns
+    naming a path they do import from."""
+    out = []
+    for module, names in frozen.items():
+        for name in names:
+            try:
+                obj, caught = resolve(module, name)
+            except LookupError as e:
+                out.append(f"{e} (gone without an alias)")
+                continue
+            moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+            for w in moved:  # an alias: it must name a place the same object imports from, quietly
+                new = re.search(r"import (\w+) from ([\w.]+)", str(w.message))
+                if new is None or resolve(new[2], new[1]) != (obj, []):
+                    out.append(f"{module}.{name}: its warning names no working new path: {w.message}")
+    return out
+
+
+@pytest.mark.parametrize("module,name", [(m, n) for m, names in PUBLIC.items() for n in names])
+def test_every_public_name_imports_from_its_place(module, name):
+    obj, caught = resolve(module, name)
+    assert obj is not None and caught == [], [str(w.message) for w in caught]
+
+
+def test_the_check_reports_a_name_gone_without_an_alias():
+    assert lost({"loopcert.api": ("NotApplicable", "NoSuchName")}) == [
+        "loopcert.api.NoSuchName: AttributeError: module 'loopcert.api' has no attribute 'NoSuchName' "
+        "(gone without an alias)"
+    ]
+    assert lost({"proofs.protocol": ("NotApplicable",)}) == []  # an alias that warns counts
+    assert lost(PUBLIC) == [] and lost(OLD) == []
+
+
+def test_the_short_place_imports_as_the_docs_write_it():
+    from loopcert.api import (  # noqa: F401
+        BatchDecoder,
+        Certificate,
+        CheckResult,
+        Decoder,
+        NotApplicable,
+        SamplingParams,
+        certify,
+        load_model,
+        read_certificate,
+    )
+    from proofs.decoders.protocol import NotApplicable as Declined
+    from proofs.run.certify import certify as run_certify
+
+    assert NotApplicable is Declined and certify is run_certify
+
+
+def test_loopcert_api_exports_only_frozen_names():
+    assert sorted(loopcert.api.__all__) == sorted(PUBLIC["loopcert.api"])
+
+
+@pytest.mark.parametrize("old", sorted(OLD))
+def test_an_old_path_answers_with_the_new_object_and_a_warning_naming_where(old):
+    for name in OLD[old]:
+        obj, caught = resolve(old, name)
+        [w] = caught
+        assert w.category is MovedWarning and issubclass(MovedWarning, DeprecationWarning)
+        where = PUBLIC_HOME if name in PUBLIC[PUBLIC_HOME] else None
+        new = re.search(r"import (\w+) from ([\w.]+)", str(w.message))
+        assert new[1] == name and (where is None or new[2] == where), str(w.message)
+        assert str(w.message).startswith(f"{old}.{name} is deprecated: import {name} from ")
+        assert f"loopcert {REMOVED_IN} removes the old path" in str(w.message)
+        assert resolve(new[2], name) == (obj, [])
+    assert sorted(OLD) == sorted(MOVED)  # every alias is tested here
+
+
+def test_the_old_protocol_path_reads_as_a_user_writes_it():
+    with pytest.warns(
+        MovedWarning,
+        match=r"^proofs\.protocol\.NotApplicable is deprecated: import NotApplicable from loopcert\.api ",
+    ):
+        from proofs.protocol import NotApplicable
+    assert NotApplicable is loopcert.api.NotApplicable
+    with pytest.raises(ImportError, match="nothing"):
+        from proofs.protocol import nothing  # noqa: F401
+    with pytest.raises(ModuleNotFoundError):  # the finder answers the moved paths only
+        importlib.import_module("proofs.never_was")
+
+
+def test_the_aliases_are_removed_when_their_version_comes():
+    version = tuple(int(p) for p in importlib.metadata.version("loopcert").split(".")[:3])
+    assert version < tuple(int(p) for p in REMOVED_IN.split(".")), (
+        f"loopcert {version} reached {REMOVED_IN}: remove proofs/moved.py's aliases and OLD here"
+    )
+
+
+def test_nothing_of_loopcert_imports_an_old_path():
+    found = []
+    for pkg in (*FIRST_PARTY, "benchmarks"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text(), str(f))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                found += [f"{f.relative_to(ROOT)}: {n}" for n in names if n in MOVED]
+    assert found == []
+
+
+def doc_imports() -> list[tuple[str, str]]:
+    """(file, line) for each first-party import statement in the ```python blocks of the README
+    and docs/."""
+    out = []
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", f.read_text(), re.S):
+            for line in block.splitlines():
+                m = re.match(r"(?:from|import) (\w+)", line)
+                if m and m[1] in FIRST_PARTY:
+                    out.append((f.name, line.split("#")[0].strip()))
+    return out
+
+
+def test_the_docs_import_what_exists_at_the_paths_they_name():
+    lines = doc_imports()
+    assert ("decoders.md", "from loopcert.api import NotApplicable") in lines  # the parse sees them
+    for _where, line in lines:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            exec(line, {})  # noqa: S102 - the docs' own import lines
+
+
+def test_docs_decoders_lists_every_public_name():
+    text = (ROOT / "docs" / "decoders.md").read_text()
+    section = text[text.index("## The public surface") :]
+    section = section[: section.index("\n## ", 1)]
+    missing = [n for n in loopcert.api.__all__ if f"`{n}`" not in section]
+    assert missing == []
