@@ -21,6 +21,7 @@ from proofs.decoders.protocol import (
     batch_call_limit,
     declared_compute_dtype,
     declared_max_batch,
+    declared_sampler_order,
 )
 from proofs.details import KINDS as DETAIL_KINDS
 from proofs.details import Details
@@ -29,7 +30,7 @@ from proofs.run.certify import certify
 from refdec.errors import LoopcertError
 from refdec.load import load_model
 from refdec.model import LoopedLM
-from refdec.sampling import SamplingParams
+from refdec.sampling import SAMPLER_ORDERS, SamplingParams
 from reports.render import render_certificate
 
 __all__ = [
@@ -41,9 +42,11 @@ __all__ = [
     "batch_call_limit",
     "declared_compute_dtype",
     "declared_max_batch",
+    "declared_sampler_order",
     # the model and its sampling
     "LoopcertError",
     "LoopedLM",
+    "SAMPLER_ORDERS",
     "SamplingParams",
     "load_model",
     # certifying, and the certificate

@@ -39,6 +39,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "LoopcertError",
         "LoopedLM",
         "NotApplicable",
+        "SAMPLER_ORDERS",
         "SamplingParams",
         "Seeds",
         "Stamp",
@@ -46,6 +47,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "certify",
         "declared_compute_dtype",
         "declared_max_batch",
+        "declared_sampler_order",
         "load_model",
         "read_certificate",
         "render_certificate",
@@ -58,6 +60,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "batch_call_limit",
         "declared_compute_dtype",
         "declared_max_batch",
+        "declared_sampler_order",
     ),
     "refdec": (
         "PRESETS",
