@@ -80,12 +80,19 @@ def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
 
 
 def user_candidate(spec: str, connect: bool = True) -> Candidate:
-    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with
-    connect=False the server is reached only when a decoder is built)."""
+    """The one place a --decoder spec becomes decoders: module:factory; http://HOST:PORT/v1
+    (proofs/decoders/http_decoder.py; with connect=False the server is reached only when a decoder
+    is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py). A bad spec is a LoopcertError
+    naming it, before any check."""
     from proofs.decoders.http_decoder import http_factory, is_http_spec
+    from proofs.decoders.mlx_spec import is_mlx_spec
 
     if is_http_spec(spec):
         return Candidate(spec, http_factory(spec, connect), {"decoder": spec}, own_model=True)
+    if is_mlx_spec(spec):
+        from proofs.decoders.mlx_decoder import mlx_factory
+
+        return Candidate(spec, mlx_factory(spec), {"decoder": spec})
     factory = load_factory(spec)
 
     def build(model):
