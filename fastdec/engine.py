@@ -50,7 +50,7 @@ import torch
 from fastdec.cache import KVCache, Timeline
 from refdec.layers import GateWeights, at_least_float32, loop_gate, mix, rope_tables
 from refdec.model import PassAttendFor
-from refdec.sampling import SamplingParams, filter_probs, transform
+from refdec.sampling import TEMPERATURE_FIRST, SamplingParams, filter_probs, transform
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
 # a batch engine also runs wider calls, up to 64 lanes per cache row: on a CPU a call's fixed
@@ -78,7 +78,9 @@ class Readout:
     row i alone (a row-wise softmax of the same values: tests/refdec/test_sampling.py), so a lane's
     law never depends on its neighbours; top-k / top-p apply to the asking row only. A call whose
     laws would exceed LAW_BATCH_ELEMS (a real vocabulary in a wide call: 1,024 x 65,536 float64 is
-    512 MiB, held while any of its rows is) transforms each row alone, as before."""
+    512 MiB, held while any of its rows is) transforms each row alone, as before; so does a
+    filters-first law with top-k or top-p (its filters judge the temperature-1 law, which the
+    tempered rows do not give back bit for bit: refdec.sampling.filter_probs)."""
 
     __slots__ = ("logits", "_laws")
 
@@ -88,7 +90,8 @@ class Readout:
 
     def law(self, i: int, params: SamplingParams) -> torch.Tensor:
         """(V,) float64: refdec.sampling.transform(logits[i], params), bit for bit."""
-        if self.logits.numel() > LAW_BATCH_ELEMS:
+        filtered = params.top_k is not None or params.top_p is not None
+        if self.logits.numel() > LAW_BATCH_ELEMS or (filtered and params.order != TEMPERATURE_FIRST):
             return transform(self.logits[i].detach().cpu(), params)
         t = params.temperature
         laws = self._laws.get(t)

@@ -1,22 +1,42 @@
 """The one sampling transform (docs/design.md section 3). Every decoder calls these functions.
 
-target = transform(logits): divide by temperature, softmax in float64, keep the top-k
-tokens, renormalise, keep the smallest top-p nucleus, renormalise. Temperature 0 is greedy:
-the transform is then the one-hot at argmax, lowest index winning ties.
+target = transform(logits), under one of two conventions (SamplingParams.order, SAMPLER_ORDERS):
 
-Ranking for top-k and top-p is by probability, descending, ties broken by the lower token
-id (a stable sort), so the kept set is always exactly k tokens / exactly the smallest
-nucleus, never "all tokens tied with the k-th".
+- "temperature-first" (HF transformers, vLLM, SGLang; the default): divide by temperature,
+  softmax in float64, keep the top-k tokens, renormalise, keep the smallest top-p nucleus,
+  renormalise. Ranking for top-k and top-p is by probability, descending, ties broken by the
+  lower token id (a stable sort), so the kept set is always exactly k tokens / exactly the
+  smallest nucleus, never "all tokens tied with the k-th".
+- "filters-first" (mlx-lm 0.32.2, mlx_lm.sample_utils.make_sampler): the filters judge the
+  temperature-1 law softmax(logits): first the top-p nucleus (top_p < 1 only; every token tied
+  with the last one kept is kept too: mlx's apply_top_p cuts at a logprob threshold), then the
+  top-k of what is left (exactly k, lower id first on a tie); then the kept logits are divided
+  by the temperature and renormalised. docs/certify.md#sampler-conventions has the detail.
+
+Temperature 0 is greedy under both: the one-hot at argmax, lowest index winning ties. Without
+top-p the two conventions keep the same tokens (a ranking does not change when every logit is
+divided by the same T > 0), so they give the same law (tests/refdec/test_sampling.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from refdec.errors import LoopcertError
 from refdec.validate import check_number, is_int
+
+TEMPERATURE_FIRST = "temperature-first"
+FILTERS_FIRST = "filters-first"
+SAMPLER_ORDERS = (TEMPERATURE_FIRST, FILTERS_FIRST)  # the module docstring's two conventions
+
+
+def check_order(order, what: str = "order") -> str:
+    """`order` when it is one of SAMPLER_ORDERS; else a LoopcertError naming it (and `what`)."""
+    if not isinstance(order, str) or order not in SAMPLER_ORDERS:
+        raise LoopcertError(f"{what} must be one of {', '.join(SAMPLER_ORDERS)}, got {order!r}")
+    return order
 
 
 @dataclass(frozen=True)
@@ -24,6 +44,7 @@ class SamplingParams:
     temperature: float = 0.0  # 0 means greedy (argmax, lowest index wins ties)
     top_k: int | None = None  # keep exactly the k most probable tokens
     top_p: float | None = None  # keep the smallest prefix with mass >= top_p
+    order: str = TEMPERATURE_FIRST  # which law top-k / top-p judge: SAMPLER_ORDERS
 
     def __post_init__(self):
         check_number("temperature", self.temperature, 0)
@@ -32,10 +53,21 @@ class SamplingParams:
             raise LoopcertError(f"top_k must be an integer >= 1 or None, got {k!r}")
         if self.top_p is not None:
             check_number("top_p", self.top_p, 0, 1, low_open=True)
+        check_order(self.order, "SamplingParams.order")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def order_matters(self) -> bool:
+        """True when the two conventions may give different laws: sampling with top-p (greedy,
+        plain temperature and top-k alone keep the same tokens under both)."""
+        return not self.greedy and self.top_p is not None
+
+    def with_order(self, order: str) -> SamplingParams:
+        """These parameters under convention `order` (a LoopcertError naming a bad one)."""
+        return replace(self, order=check_order(order))
 
 
 def greedy_token(logits: torch.Tensor) -> int:
@@ -51,6 +83,12 @@ def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     probs = torch.softmax(x / params.temperature, dim=-1)
     if params.top_k is None and params.top_p is None:
         return probs
+    if params.order == FILTERS_FIRST:
+        rows = probs.reshape(-1, probs.shape[-1])
+        ones = torch.softmax(x, dim=-1).reshape(rows.shape)  # the temperature-1 law the filters judge
+        return torch.stack([_filters_first(p1, pt, params) for p1, pt in zip(ones, rows)]).reshape(
+            probs.shape
+        )
     if probs.dim() != 1:
         return torch.stack([_filter(row, params) for row in probs.reshape(-1, probs.shape[-1])]).reshape(
             probs.shape
@@ -61,9 +99,17 @@ def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def filter_probs(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The rest of `transform` after the softmax: (V,) softmax at params.temperature -> its top-k
     and top-p law (itself when neither is set, or greedy). transform(x, params) is
-    filter_probs(transform(x, SamplingParams(params.temperature)), params), bit for bit."""
+    filter_probs(transform(x, SamplingParams(params.temperature)), params), bit for bit.
+
+    "temperature-first" only: the filters-first law judges the temperature-1 law, which the
+    tempered one does not give back bit for bit; call `transform` on the logits for it."""
     if params.greedy or (params.top_k is None and params.top_p is None):
         return probs
+    if params.order != TEMPERATURE_FIRST:
+        raise LoopcertError(
+            f"filter_probs takes temperature-first parameters only, got order {params.order!r}: "
+            "the filters-first law needs the logits (refdec.sampling.transform)"
+        )
     return _filter(probs, params)
 
 
@@ -98,6 +144,42 @@ def _filter(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
             head = head / _sum_padded(head, V)
         return torch.zeros_like(probs).index_put_((order,), head)
     raise AssertionError("unreachable: the last head is the whole vocabulary")
+
+
+def _filters_first(ones: torch.Tensor, tempered: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(V,) temperature-1 law, (V,) law at params.temperature -> the filters-first law: the kept
+    set judged on `ones` (kept_filters_first), the tempered law renormalised on it."""
+    kept = kept_filters_first(ones, params)
+    out = torch.zeros_like(tempered)
+    out[kept] = tempered[kept]
+    return out / out.sum()
+
+
+def kept_filters_first(ones: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The token ids mlx-lm's sampler keeps, judged on the (V,) temperature-1 law `ones`, in rank
+    order (mlx_lm.sample_utils.make_sampler: apply_top_p, then apply_top_k; no min_p, no XTC).
+
+    top-p (only when top_p < 1, as mlx applies it only for 0 < top_p < 1): rank the tokens by
+    probability; token i is kept iff the mass ranked strictly before it is < top_p x the total
+    (mlx: dropped iff `mass_above >= top_p * total_mass`), and so is every token tied with the
+    last one kept (mlx keeps `logprobs >= threshold`). top-k then keeps the k first of those (mlx:
+    `argpartition`, exactly k; on a tie at the k-th place mlx's choice is its partition's, here
+    the lower id). Only a ranked head that holds the nucleus is sorted (as `_filter` does)."""
+    V = ones.shape[-1]
+    k = V if params.top_k is None else min(params.top_k, V)
+    if params.top_p is None or params.top_p >= 1:
+        return _ranked_head(ones, k)[1]
+    bar = params.top_p * ones.sum()
+    for m in [m for m in HEAD_SIZES if m < V] + [V]:
+        head, _ = _ranked_head(ones, m)
+        total = torch.cumsum(head, dim=-1)
+        if m < V and not total[-1] >= bar + NUCLEUS_MARGIN:
+            continue  # the nucleus may reach past this head
+        last = head[int((total - head < bar).sum()) - 1]  # the least probable token of the nucleus
+        break
+    tied = torch.nonzero(ones >= last).squeeze(-1)  # ascending ids: the nucleus and its ties
+    _, at = torch.sort(ones[tied], descending=True, stable=True)
+    return tied[at[:k]]
 
 
 def _ranked_head(probs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:

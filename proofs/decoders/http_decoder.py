@@ -34,7 +34,7 @@ from proofs.decoders.http_client import HTTPClient, Transport, stderr_line
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
 from proofs.progress import Progress
 from refdec.errors import LoopcertError
-from refdec.sampling import SamplingParams
+from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
 
 CHOICES = 16  # samples per request in generate_batch
 ENGINE_DTYPE = "float32"  # what vLLM / SGLang servers are declared to compute in by default
@@ -74,7 +74,13 @@ def dialect_for(info: ServerInfo) -> Dialect:
 
 
 class HTTPDecoder:
-    """generate() / generate_batch() over the server at `url`, in its dialect."""
+    """generate() / generate_batch() over the server at `url`, in its dialect.
+
+    Every dialect (vLLM, SGLang, loopcert serve) samples temperature-first, and none has a field
+    to ask otherwise: the decoder declares it (`sampler_order`) and refuses SamplingParams of
+    another order by name rather than sending a request whose law the server would not follow."""
+
+    sampler_order = TEMPERATURE_FIRST  # proofs.decoders.protocol.declared_sampler_order
 
     def __init__(
         self,
@@ -124,7 +130,7 @@ class HTTPDecoder:
     def generate(
         self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0
     ) -> list[int]:
-        ask = Ask((tuple(int(t) for t in prompt),), (int(seed),), int(max_new_tokens), sampling)
+        ask = Ask((tuple(int(t) for t in prompt),), (int(seed),), int(max_new_tokens), _ordered(sampling))
         return self._post(ask)[0]
 
     def generate_batch(
@@ -133,6 +139,7 @@ class HTTPDecoder:
         """Requests of up to `choices` samples, in flight together; results in input order."""
         if eos_token_id is not None:
             raise LoopcertError("HTTPDecoder.generate_batch: EOS is not part of the certify protocol")
+        sampling = _ordered(sampling)
         prompts = [tuple(int(t) for t in p) for p in prompts]
         seeds = [int(s) for s in seeds]
         if len(prompts) != len(seeds):
@@ -173,6 +180,16 @@ class HTTPDecoder:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _ordered(sampling: SamplingParams) -> SamplingParams:
+    """`sampling` when its order is the servers' (temperature-first); else a LoopcertError."""
+    if sampling.order != TEMPERATURE_FIRST:
+        raise LoopcertError(
+            f"SamplingParams.order {sampling.order!r}: an HTTP server samples {TEMPERATURE_FIRST} "
+            "(vLLM, SGLang and loopcert serve have no field to ask for another order)"
+        )
+    return sampling
 
 
 def is_http_spec(spec: str | None) -> bool:

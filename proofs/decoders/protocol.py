@@ -18,7 +18,7 @@ import torch
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
-from refdec.sampling import SamplingParams
+from refdec.sampling import TEMPERATURE_FIRST, SamplingParams, check_order
 from refdec.validate import is_int
 
 
@@ -46,6 +46,10 @@ class BatchDecoder(Decoder, Protocol):
                    and the rest queued (fastdec.Decoder), so callers size calls by time alone
     compute_dtype  the torch dtype (or its name) it computes in, whatever the model it was
                    handed: the greedy check's tie tolerance (proofs.checks.greedy)
+    sampler_order  one of refdec.sampling.SAMPLER_ORDERS: the convention its sampler applies
+                   top-k / top-p in (read through `declared_sampler_order`; absent or None:
+                   "temperature-first"). Certify judges it against that law and hands it
+                   SamplingParams with that `order` (docs/certify.md#sampler-conventions)
     """
 
     def generate_batch(
@@ -77,6 +81,16 @@ def declared_compute_dtype(decoder) -> torch.dtype | None:
     if isinstance(d, str):
         d = getattr(torch, d.removeprefix("torch."), None)
     return d if isinstance(d, torch.dtype) else None
+
+
+def declared_sampler_order(decoder) -> str:
+    """The convention the decoder (or its factory, or class) declares in `sampler_order`: one of
+    refdec.sampling.SAMPLER_ORDERS; "temperature-first" when it declares none (absent or None). An
+    invalid value is a LoopcertError naming it (any Decoder may declare it, see BatchDecoder)."""
+    order = getattr(decoder, "sampler_order", None)  # optional
+    if order is None:
+        return TEMPERATURE_FIRST
+    return check_order(order, f"{type(decoder).__name__}.sampler_order")
 
 
 def batch_call_limit(decoder: BatchDecoder) -> int | None:

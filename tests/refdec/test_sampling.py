@@ -109,6 +109,7 @@ def test_sample_is_reproducible_from_the_generator():
         dict(top_p=0.0),
         dict(top_p=1.5),
         dict(temperature=True),
+        dict(order="mlx"),
     ],
 )
 def test_bad_sampling_params_name_the_value(kw):

@@ -17,7 +17,9 @@ from proofs.decoders.protocol import (
     batch_call_limit,
     declared_compute_dtype,
     declared_max_batch,
+    declared_sampler_order,
 )
+from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 
 T1 = SamplingParams(temperature=1.0)
@@ -87,6 +89,31 @@ def test_a_declared_compute_dtype_is_read_by_name_or_dtype():
         plain.compute_dtype = unusable
         assert declared_compute_dtype(plain) is None
     assert declared_compute_dtype(GenerateOnly()) is None
+
+
+def test_a_declared_sampler_order_is_read_and_a_bad_one_named():
+    plain = GenerateOnly()
+    assert declared_sampler_order(plain) == "temperature-first"  # absent: the default
+    plain.sampler_order = None
+    assert declared_sampler_order(plain) == "temperature-first"
+    plain.sampler_order = "filters-first"
+    assert declared_sampler_order(plain) == "filters-first"
+
+    class Declared(GenerateOnly):  # a class (a factory) declares it for its decoders
+        sampler_order = "filters-first"
+
+    assert declared_sampler_order(Declared) == declared_sampler_order(Declared()) == "filters-first"
+    for bad in ("mlx", "Filters-First", 2):
+        plain.sampler_order = bad
+        with pytest.raises(LoopcertError, match=f"GenerateOnly.sampler_order .*{bad!r}"):
+            declared_sampler_order(plain)
+    http = object.__new__(HTTPDecoder)  # every HTTP dialect samples temperature-first
+    assert declared_sampler_order(http) == declared_sampler_order(HTTPDecoder) == "temperature-first"
+    mlx_like = SamplingParams(1.0, top_p=0.5, order="filters-first")
+    with pytest.raises(LoopcertError, match="order 'filters-first'.*temperature-first"):
+        http.generate([1, 2], 2, mlx_like, 0)
+    with pytest.raises(LoopcertError, match="order 'filters-first'"):
+        http.generate_batch([[1, 2]], 2, mlx_like, [0])
 
 
 def test_a_generate_only_decoder_is_called_once_per_seed():
