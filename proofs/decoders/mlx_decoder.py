@@ -17,8 +17,8 @@ model).
 
 The laws mlx-lm samples from. The sampler filters the temperature-1 log-probabilities (top-p,
 then top-k) and divides by the temperature after: `sampler_order = "filters-first"`, which
-certify judges against (HF and vLLM divide first). With both top-k and top-p set it applies
-top-p first: a law neither convention names, refused here by name. Greedy is mx.argmax.
+certify judges against (HF and vLLM divide first; refdec.sampling names both conventions, and
+filters-first is mlx-lm's exactly: top-p, then top-k). Greedy is mx.argmax.
 
 Seeds: mx.random.seed(seed) before each sequence; mlx-lm draws every sample from that global
 state, in order, so the same seed gives the same tokens. One sequence at a time (a lock), no
@@ -41,11 +41,10 @@ from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.load import model_fingerprint
-from refdec.sampling import SamplingParams
+from refdec.sampling import FILTERS_FIRST, SamplingParams
 
 EXTRA = "pip install 'loopcert[mlx]'  (mlx[cpu] and mlx-lm; tox -e mlx pins them: constraints-mlx.txt)"
 LOOPCODER = "iquestloopcoder"  # the model_type of the one looped family mlx-lm implements
-SAMPLER_ORDER = "filters-first"  # top-p / top-k on the temperature-1 law, then the temperature
 
 
 def import_mlx():
@@ -128,16 +127,17 @@ def load_mlx(folder: Path, overrides: dict):
 
 def sampler_args(s: SamplingParams, vocab_size: int) -> dict:
     """make_sampler's arguments for `s`: mlx-lm applies top-p only in (0, 1) and top-k only in
-    (0, V); outside those both mean "no filter", as in refdec."""
+    (0, V); outside those both mean "no filter", as in refdec. Parameters whose law depends on
+    the convention (top-p) must be filters-first, mlx-lm's: anything else is refused by name."""
+    if s.order_matters and s.order != FILTERS_FIRST:
+        raise LoopcertError(
+            f"SamplingParams.order {s.order!r}: mlx-lm's make_sampler samples {FILTERS_FIRST} "
+            "(top-p, then top-k, on the temperature-1 law, then the temperature) and has no other order"
+        )
     if s.greedy:
         return {"temp": 0.0}
     top_k = s.top_k if s.top_k is not None and s.top_k < vocab_size else 0
     top_p = s.top_p if s.top_p is not None and s.top_p < 1.0 else 0.0
-    if top_k and top_p:
-        raise LoopcertError(
-            f"mlx-lm applies top-p before top-k (make_sampler), a law neither sampler order names: "
-            f"top_k={s.top_k} with top_p={s.top_p} is not certifiable through --decoder mlx-lm"
-        )
     return {"temp": float(s.temperature), "top_k": int(top_k), "top_p": float(top_p)}
 
 
@@ -172,7 +172,7 @@ class DraftStats:
 class MLXDecoder:
     """A loopcert Decoder over mlx-lm (module docstring)."""
 
-    sampler_order = SAMPLER_ORDER
+    sampler_order = FILTERS_FIRST  # proofs.decoders.protocol.declared_sampler_order
 
     def __init__(self, model, spec: MLXSpec):
         import_mlx()  # the extra's message before any folder work
