@@ -62,13 +62,18 @@ def import_mlx():
     return mx, generate, sample_utils, utils
 
 
-def mlx_lm_version() -> str | None:
+def mlx_lm_version(dist: str = "mlx-lm") -> str | None:
     import importlib.metadata as md
 
     try:
-        return md.version("mlx-lm")
+        return md.version(dist)
     except md.PackageNotFoundError:
         return None
+
+
+def mlx_versions() -> str:
+    """"mlx-lm 0.32.2, mlx 0.32.4": what a certificate's stamp names."""
+    return f"mlx-lm {mlx_lm_version() or 'not installed'}, mlx {mlx_lm_version('mlx') or 'not installed'}"
 
 
 def mlx_factory(spec: str):
