@@ -63,6 +63,10 @@ class Stamp(Record):
     seconds: float  # the run's wall time (merged: the shards' and the merge's)
     command: str | None = None  # the command line that reruns it (the CLI sets it)
     merged_from: tuple[str, ...] | None = None  # the shard folders `loopcert merge` read
+    # the sampler convention the decoder declares; every sampling law is judged under it
+    # (refdec.sampling.SAMPLER_ORDERS; absent in a certificate written before: temperature-first)
+    sampler_order: str = "temperature-first"
+    relative_to: str | None = None  # --relative-to: the engine-relative check's reference decoder
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ checks' torch, scipy and hypothesis code (and the checks, which import proofs.re
 imported back by it). Each check builds its own record (proofs/checks/<check>.py); what every
 check has (wall time, an error, a skip) are fields of `proofs.result.CheckResult`, not of these.
 
-Kinds: greedy, bitwise, sampling, reproducibility, mutation, false_alarm, theorem1,
-theorem2_traces, theorem2_published, speed (KINDS).
+Kinds: greedy, bitwise, sampling, relative_sampling, sampler_convention, reproducibility,
+mutation, false_alarm, theorem1, theorem2_traces, theorem2_published, speed (KINDS).
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ class SamplingCase(CaseSpec):
     not_tested: tuple[str, ...]  # views the rules left out, and why (proofs/stats/views.py)
     chosen: str  # how the plan chose this case among a path's options ("" for a fixed case)
     views: tuple[SamplingView, ...]
+    order: str = "temperature-first"  # the sampler convention of its law (refdec.sampling)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,100 @@ class SamplingDetails(Details):
             why_this_model=why_this_model,
             budget_s=budget_s,
         )
+
+
+# -- the engine-relative check (proofs/checks/relative.py) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class RelativeView(Record):
+    """One view of a case, both decoders' samples over the same bins: a homogeneity chi-square."""
+
+    case: str
+    view: str
+    counted: tuple[int, int]  # samples of (candidate, reference) this view saw
+    needed_n: int | None  # samples per decoder it needs to reach the target TV; None: < 2 bins
+    bin_labels: tuple[str, ...]  # the test's bins (the last also holds tokens outside the law)
+    bin_probs: tuple[float, ...]  # refdec's (claimed) law over them: the power is stated at it
+    counts: tuple[tuple[int, ...], tuple[int, ...]]  # per bin: candidate's, reference's
+    dof: int
+    stat: float | None
+    p_value: float  # 0 when the case failed on its samples (a decoder error, a malformed sample)
+    detectable_tv: float  # binned TV between the two laws it detects with the target power
+    empirical_tv: float | None  # between the two samples' binned frequencies
+    has_power: bool
+    holm_rejected: bool
+
+
+@dataclass(frozen=True)
+class RelativeCase(CaseSpec):
+    order: str  # the sampler convention both decoders were asked for
+    planned: int  # N per decoder
+    samples: tuple[int, int]  # drawn: candidate, reference
+    seconds: tuple[float, float]
+    seeds: tuple[tuple[int, int], tuple[int, int]]  # first and last seed of each
+    errors: tuple[str | None, str | None]  # a decoder failed
+    malformed: tuple[int, int]  # samples of a wrong length or an id outside the vocabulary
+    stopped_by_deadline: bool
+    detectable_tv: float  # the worst of its views
+    needed_n: int | None
+    has_power: bool
+    views: tuple[RelativeView, ...]
+
+
+@dataclass(frozen=True)
+class RelativeDetails(Details):
+    kind: ClassVar[str] = "relative_sampling"
+    candidate: str  # the decoder certified (--decoder)
+    reference: str  # the same engine's plain decoder (--relative-to)
+    alpha: float
+    alpha_test: float
+    target_tv: float
+    power_level: float
+    detectable_tv: float  # the worst case's
+    no_power: tuple[str, ...]
+    rejected: tuple[str, ...]
+    failed_samples: tuple[str, ...]  # cases with a decoder error or a malformed sample
+    samples: int  # drawn, both decoders
+    sampling_seconds: float
+    cases: tuple[RelativeCase, ...]  # empty: nothing was sampled (the result says why)
+    model: str | None = None
+    why_this_model: str | None = None
+    budget_s: float | None = None
+    units: tuple[str, ...] = ()
+
+
+# -- the sampler conventions' difference (proofs/checks/convention.py) -----------------------------
+
+
+@dataclass(frozen=True)
+class ConventionView(Record):
+    case: str
+    view: str
+    token_tv: float | None  # exact TV of the two next-token laws at the view's prefix (None: joint)
+    binned_tv: float  # TV of the two laws as the view's bins see them
+
+
+@dataclass(frozen=True)
+class ConventionCase(Record):
+    model: str
+    case: str
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    order_matters: bool  # top-p set: the conventions may differ (else the same law)
+    binned_tv: float  # the largest of its views'
+    views: tuple[ConventionView, ...]
+
+
+@dataclass(frozen=True)
+class ConventionDetails(Details):
+    kind: ClassVar[str] = "sampler_convention"
+    informational: ClassVar[bool] = True
+    claimed: str  # the convention the decoder declares: the certificate's laws
+    other: str  # the convention it is compared with
+    cases: tuple[ConventionCase, ...]
+    how: str
 
 
 # -- reproducibility (proofs/checks/reproducibility.py) -------------------------------------------
@@ -484,6 +579,8 @@ KINDS: dict[str, type[Details]] = {
         GreedyDetails,
         BitwiseDetails,
         SamplingDetails,
+        RelativeDetails,
+        ConventionDetails,
         ReproducibilityDetails,
         MutationDetails,
         FalseAlarmDetails,

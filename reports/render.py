@@ -3,7 +3,9 @@
 Render-only: every number printed here was computed by a check; nothing is recomputed or
 judged. Layout: the verdict line first, the stamp, a summary table of every check (measured
 vs bound), then one section per kind of check (RENDERED), in this order: greedy and bitwise
-(reports/exactness.py), sampling (reports/sampling_checks.py), reproducibility, the mutant table and
+(reports/exactness.py), sampling (reports/sampling_checks.py), the engine-relative check
+(reports/relative_checks.py), the sampler conventions' finding (reports/convention.py),
+reproducibility, the mutant table and
 the false-alarm rate (reports/mutants.py), Theorems 1 and 2 (reports/theorems.py), speed. A
 check of a kind with no section still gets a short one (generic_section).
 """
@@ -11,11 +13,14 @@ check of a kind with no section still gets a short one (generic_section).
 from __future__ import annotations
 
 from proofs.certificate import Certificate
-from proofs.details import GreedyDetails, SamplingDetails, SpeedDetails
+from proofs.details import GreedyDetails, RelativeDetails, SamplingDetails, SpeedDetails
 from proofs.result import CheckResult
+from reports import relative_checks
+from reports.convention import convention_section
 from reports.exactness import bitwise_section, greedy_section, reproducibility_section
 from reports.markdown import DASH, error_lines, fmt, heading, stopped, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
+from reports.relative_checks import relative_section
 from reports.sampling_checks import sampling_section, summary_notes
 from reports.theorems import theorem1_section, theorem2_section
 
@@ -30,6 +35,16 @@ def stamp_section(cert: Certificate) -> str:
         ["date (UTC)", s.date],
         ["model", f"{s.model} (R={s.R}, vocab {s.vocab_size})"],
         ["decoder", s.decoder],
+        [
+            "sampler convention",
+            s.sampler_order
+            + (
+                " (declared by the decoder: its laws are judged)"
+                if s.sampler_order != "temperature-first"
+                else ""
+            ),
+        ],
+        *([["relative to", s.relative_to]] if s.relative_to else []),
         ["settings", "; ".join(s.settings)],
         ["device", s.device + (f" ({s.device_name})" if s.device_name else "")],
         ["dtype", s.dtype],
@@ -60,6 +75,8 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes.append(f"skipped: {c.skipped}")
     if isinstance(d, SamplingDetails):
         notes += summary_notes(d)
+    if isinstance(d, RelativeDetails):
+        notes += relative_checks.summary_notes(d)
     if c.error is not None:
         notes.append(f"could not run: {c.error}")
     if not c.passed:
@@ -84,7 +101,9 @@ def summary_section(cert: Certificate) -> str:
         "## Summary\n\n"
         + table(rows, ["check", "measured", "bound", "result", "notes", "seconds"])
         + "\n\nmeasured vs bound: greedy/bitwise/mutation count failures (bound 0); sampling gives the "
-        "smallest p-value against the strictest Holm level; Theorem 1 the largest P(both rejected)/eps2 "
+        "smallest p-value against the strictest Holm level (relative_sampling: its two-sample "
+        "tests'); sampler_convention the largest binned TV between the two conventions' laws "
+        "(reported); Theorem 1 the largest P(both rejected)/eps2 "
         "(gated, bound 2); Theorem 2 the largest measured E[C] / envelope bound (bound 1); "
         "speed the best "
         "speedup over the autoregressive baseline (reported, not asserted). A failed check is FAIL "
@@ -125,6 +144,8 @@ RENDERED = frozenset(
         "greedy",
         "bitwise",
         "sampling",
+        "relative_sampling",
+        "sampler_convention",
         "reproducibility",
         "mutation",
         "false_alarm",
@@ -159,6 +180,9 @@ def render_certificate(cert: Certificate) -> str:
         parts.append("## Greedy exactness\n\n" + "\n\n".join(map(greedy_section, greedy)))
     parts += map(bitwise_section, of("bitwise"))
     parts.append(sampling_section(of("sampling")))
+    if relative := of("relative_sampling"):
+        parts.append(relative_section(relative))
+    parts += map(convention_section, of("sampler_convention"))
     parts += map(reproducibility_section, of("reproducibility"))
     parts += map(mutation_section, of("mutation"))
     parts += map(false_alarm_section, of("false_alarm"))

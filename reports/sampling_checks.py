@@ -99,7 +99,14 @@ def laws_lines(group: list[CheckResult]) -> list[str]:
                 untested[r.case] = "; ".join(r.not_tested)
             if r.chosen:
                 chosen[r.case] = f"{r.case} (N {r.planned:,}): {r.chosen}"
+    orders = {r.order for c in group if (d := sampled(c)) for r in d.cases}
     out = []
+    if orders - {"temperature-first"}:
+        out.append(
+            f"Laws under the {', '.join(sorted(orders))} sampler convention, the one the decoder declares "
+            "(refdec.sampling.SAMPLER_ORDERS; the section on the sampler convention has the distance "
+            "to the other)."
+        )
     if chosen:
         out.append(
             "Cases chosen from this model's law (proofs.run.cases.choose_case): "

@@ -14,6 +14,9 @@ from proofs.details import (
     BitwiseDetails,
     BitwiseRun,
     ControlAlarms,
+    ConventionCase,
+    ConventionDetails,
+    ConventionView,
     DepthPairCost,
     Divergence,
     FalseAlarmDetails,
@@ -21,6 +24,9 @@ from proofs.details import (
     GreedyRun,
     MutantRow,
     MutationDetails,
+    RelativeCase,
+    RelativeDetails,
+    RelativeView,
     ReproducedRun,
     ReproducibilityDetails,
     SamplingCase,
@@ -197,6 +203,92 @@ def sampling(**changes) -> SamplingDetails:
         model="tiny-raven",
         why_this_model="the certified model, at its own vocabulary (V=13)",
         budget_s=60.0,
+    )
+    return replace(d, **changes)
+
+
+def relative_view(**changes) -> RelativeView:
+    v = RelativeView(
+        case="T=0.7 top-k=4",
+        view="token 1",
+        counted=(8000, 8000),
+        needed_n=7600,
+        bin_labels=("token 3", "ranks 2..13 + outside the law"),
+        bin_probs=(0.5, 0.5),
+        counts=((4010, 3990), (3980, 4020)),
+        dof=1,
+        stat=0.2,
+        p_value=0.65,
+        detectable_tv=0.048,
+        empirical_tv=0.004,
+        has_power=True,
+        holm_rejected=False,
+    )
+    return replace(v, **changes)
+
+
+def relative(**changes) -> RelativeDetails:
+    c = RelativeCase(
+        case="T=0.7 top-k=4",
+        temperature=0.7,
+        top_k=4,
+        top_p=None,
+        prompt=(0, 5),
+        tokens=3,
+        order="filters-first",
+        planned=8000,
+        samples=(8000, 8000),
+        seconds=(20.0, 12.0),
+        seeds=((0, 7999), (8000, 15999)),
+        errors=(None, None),
+        malformed=(0, 0),
+        stopped_by_deadline=False,
+        detectable_tv=0.048,
+        needed_n=7600,
+        has_power=True,
+        views=(relative_view(),),
+    )
+    d = RelativeDetails(
+        candidate="mlx-lm speculative",
+        reference="mlx-lm plain",
+        alpha=1e-3,
+        alpha_test=5e-4,
+        target_tv=0.05,
+        power_level=0.99,
+        detectable_tv=0.048,
+        no_power=(),
+        rejected=(),
+        failed_samples=(),
+        samples=16000,
+        sampling_seconds=32.0,
+        cases=(c,),
+        model="tiny-raven",
+        why_this_model="the certified model, at its own vocabulary (V=13)",
+        budget_s=60.0,
+    )
+    return replace(d, **changes)
+
+
+def convention(**changes) -> ConventionDetails:
+    d = ConventionDetails(
+        claimed="filters-first",
+        other="temperature-first",
+        cases=(
+            ConventionCase(
+                model="tiny-raven",
+                case="T=1.5 top-p=0.9",
+                temperature=1.5,
+                top_k=None,
+                top_p=0.9,
+                order_matters=True,
+                binned_tv=0.061,
+                views=(
+                    ConventionView("T=1.5 top-p=0.9", "token 1", 0.064, 0.061),
+                    ConventionView("T=1.5 top-p=0.9", "3 tokens", None, 0.02),
+                ),
+            ),
+        ),
+        how="the decoder declares filters-first: every sampling case is judged against that law",
     )
     return replace(d, **changes)
 
@@ -427,6 +519,8 @@ def one_of_each_kind() -> tuple[CheckResult, ...]:
         result(greedy(divergences=(divergence(),), numerical_ties=1), "greedy_float64"),
         result(bitwise(), "bitwise_fixed_width"),
         result(sampling(), "sampling[tiny-raven: pipelined]", 0.4, 5e-4, power="TV >= 0.05"),
+        result(relative(), "relative_sampling[tiny-raven: pipelined]", 0.65, 5e-4, power="TV >= 0.05"),
+        result(convention(), "sampler_convention", 0.061, math.nan),
         result(reproducibility(), "reproducibility"),
         result(mutation(), "mutation"),
         result(false_alarm(), "false_alarm", 0.0, 1e-3),

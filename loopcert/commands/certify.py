@@ -24,6 +24,7 @@ from proofs.run.certify import certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.predict import predict
 from proofs.run.shards import Shard, write_shard
+from refdec.errors import LoopcertError
 from refdec.load import write_atomic
 from reports.render import render_certificate
 
@@ -45,6 +46,14 @@ def add_arguments(p) -> None:
         metavar="MODULE:FACTORY",
         help="certify factory(model) instead of fastdec's strategy grid; or a server: "
         "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible; docs/decoders.md)",
+    )
+    p.add_argument(
+        "--relative-to",
+        default=None,
+        metavar="SPEC2",
+        help="add the engine-relative check: --decoder's samples against SPEC2's (the same "
+        "engine's plain decoder; the syntax of --decoder) on every sampling case, a two-sample "
+        "test per view with the plan's power (docs/certify.md#the-engine-relative-check)",
     )
     add_http_arguments(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -138,6 +147,8 @@ def command_line(args, model: str) -> str:
     parts = ["loopcert certify", model]
     if args.decoder:
         parts.append(f"--decoder {args.decoder}")
+        if args.relative_to is not None:
+            parts.append(f"--relative-to {args.relative_to}")
         parts += http_command_parts(args)
     parts += [f"--device {args.device}", f"--dtype {args.dtype}", f"--{args.mode}", f"--seed {args.seed}"]
     if args.time_budget is not None:
@@ -164,6 +175,12 @@ def run(args) -> int:
     # the run both certify() and predict() take: what, with what, where, which plan and seed
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
     if args.predict is not None:
+        if args.relative_to is not None:
+            raise LoopcertError(
+                f"--predict does not predict the engine-relative check: drop --relative-to "
+                f"{args.relative_to} (it draws each case from both decoders, about 4x the sampling "
+                "check's draws)"
+            )
         got = predict(*what, slice_seconds=args.predict, jobs=jobs or default_jobs(), executor=args.executor)
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
         print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
@@ -178,7 +195,9 @@ def run(args) -> int:
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
     if args.plan_out is not None:
-        got = certify(*what, time_budget=args.time_budget, plan_out=args.plan_out)
+        got = certify(
+            *what, time_budget=args.time_budget, plan_out=args.plan_out, relative_to=args.relative_to
+        )
         print(
             f"wrote {got['path']}: the plan of {got['units']} work units; give it to every part with --plan"
         )
@@ -191,6 +210,7 @@ def run(args) -> int:
         executor=args.executor,
         ray_address=args.ray_address,
         plan_file=args.plan,
+        relative_to=args.relative_to,
     )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command

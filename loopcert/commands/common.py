@@ -256,12 +256,16 @@ def http_options_from_args(args):
 
 
 def configure_http(args) -> None:
-    """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others)."""
-    from proofs.decoders.http_decoder import configure
+    """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others), and to
+    an http:// --relative-to (the same engine's plain decoder: the same server flags)."""
+    from proofs.decoders.http_decoder import HTTPOptions, configure, is_http_spec
 
     options = http_options_from_args(args)
     if options is not None:
         configure(args.decoder, options)
+    relative = getattr(args, "relative_to", None)
+    if is_http_spec(relative):
+        configure(relative, options if options is not None else HTTPOptions(model=args.model))
 
 
 def http_command_parts(args) -> list[str]:

@@ -43,6 +43,7 @@ def run(args) -> int:
         time_budget=ident["time_budget"],
         results=results,
         planned=shards[0].get("sampling"),  # the shards' plan: the laws their tallies were binned by
+        relative_to=ident.get("relative_to"),
     )
     cert = cert.with_stamp(
         command=shards[0].get("command"),

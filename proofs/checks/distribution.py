@@ -32,7 +32,15 @@ from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_
 from proofs.stats.views import Case, CaseLaw, View, case_law
 from refdec.validate import check_number
 
-__all__ = ["Case", "Target", "case_law", "check_distribution", "evaluate", "planned_samples"]
+__all__ = [
+    "Case",
+    "Target",
+    "case_law",
+    "check_distribution",
+    "evaluate",
+    "planned_samples",
+    "relative_samples",
+]
 
 POWER = 0.99
 MIN_EXPECTED = 5.0  # chisquare_gof pools bins expected fewer times
@@ -58,12 +66,14 @@ def alpha_per_test(laws: Sequence[CaseLaw], target: Target) -> float:
     return target.alpha / max(1, sum(len(law.views) for law in laws))
 
 
-def view_needs(view: View, target: Target, alpha_test: float) -> int | None:
-    """Samples of the case this view needs to reach the target; None when it has < 2 bins."""
+def view_needs(view: View, target: Target, alpha_test: float, samples_per_n: int = 1) -> int | None:
+    """Samples of the case this view needs to reach the target; None when it has < 2 bins.
+    samples_per_n: draws it takes per unit of the test's N (2 for each decoder of a two-sample
+    test of equal sizes, whose N is n_a n_b / (n_a + n_b): proofs/stats/two_sample.py)."""
     if view.bins < 2:
         return None
     need = max(
-        required_samples(target.tv, view.probs, alpha_test, target.power),
+        samples_per_n * required_samples(target.tv, view.probs, alpha_test, target.power),
         math.ceil(MIN_EXPECTED / float(view.probs[view.probs > 0].min())),
     )  # no bin pooled away
     w = view.weight
@@ -78,6 +88,12 @@ def view_needs(view: View, target: Target, alpha_test: float) -> int | None:
 def planned_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
     """N of one case: the most any of its views needs (0 when none has 2 bins: no power)."""
     return max((view_needs(v, target, alpha_test) or 0 for v in law.views), default=0)
+
+
+def relative_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
+    """N per decoder of one case of the engine-relative (two-sample) check: twice the one-sample
+    need of its hungriest view (0 when no view has 2 bins)."""
+    return max((view_needs(v, target, alpha_test, 2) or 0 for v in law.views), default=0)
 
 
 def sample_tally(
@@ -180,6 +196,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
             not_tested=law.not_tested,
             chosen=law.chosen,
             views=views,
+            order=law.case.sampling.order,
         )
         for law, t, views in zip(laws, tallies, per_case, strict=True)
     ]

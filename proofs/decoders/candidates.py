@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
-from proofs.decoders.protocol import Decoder, build_decoder, load_factory
+from proofs.decoders.protocol import Decoder, build_decoder, declared_sampler_order, load_factory
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,9 @@ class Candidate:
     # True: the decoder serves only the certified checkpoint (a server): it is sampled on that
     # model, and runs on other models are "not applicable"
     own_model: bool = False
+    # the sampler convention its decoders declare, when known without building one (a factory or
+    # class declaring `sampler_order`, the HTTP decoder); None: read from a built decoder
+    sampler_order: str | None = None
 
 
 def default_depths(R: int) -> tuple[int, int | None]:
@@ -80,22 +83,34 @@ def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
 
 
 def user_candidate(spec: str, connect: bool = True) -> Candidate:
-    """The one place a --decoder spec becomes decoders: module:factory; http://HOST:PORT/v1
-    (proofs/decoders/http_decoder.py; with connect=False the server is reached only when a decoder
-    is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py). A bad spec is a LoopcertError
-    naming it, before any check."""
-    from proofs.decoders.http_decoder import http_factory, is_http_spec
+    """The one place a --decoder (or --relative-to) spec becomes decoders: module:factory;
+    http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with connect=False the server is reached
+    only when a decoder is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py). A bad
+    spec is a LoopcertError naming it, before any check."""
+    from proofs.decoders.http_decoder import HTTPDecoder, http_factory, is_http_spec
     from proofs.decoders.mlx_spec import is_mlx_spec
 
     if is_http_spec(spec):
-        return Candidate(spec, http_factory(spec, connect), {"decoder": spec}, own_model=True)
+        return Candidate(
+            spec,
+            http_factory(spec, connect),
+            {"decoder": spec},
+            own_model=True,
+            sampler_order=declared_sampler_order(HTTPDecoder),
+        )
     if is_mlx_spec(spec):
-        from proofs.decoders.mlx_decoder import mlx_factory
+        from proofs.decoders.mlx_decoder import MLXDecoder, mlx_factory
 
-        return Candidate(spec, mlx_factory(spec), {"decoder": spec})
+        return Candidate(
+            spec, mlx_factory(spec), {"decoder": spec}, sampler_order=declared_sampler_order(MLXDecoder)
+        )
     factory = load_factory(spec)
 
     def build(model):
         return build_decoder(factory, model, spec)
 
-    return Candidate(spec, build, {"decoder": spec})
+    # a factory (a class, a function) may declare its decoders' convention; else a built one says
+    declared = (
+        declared_sampler_order(factory) if isinstance(getattr(factory, "sampler_order", None), str) else None
+    )
+    return Candidate(spec, build, {"decoder": spec}, sampler_order=declared)

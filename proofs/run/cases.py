@@ -4,7 +4,9 @@
 Each entry of a plan's sampling_cases is a fixed case or a path's options; choose_case takes
 one option per path from the exact law of this model at the most informative prompt
 (pick_prompt), and N per case follows from the plan's target TV at the Holm level of all the
-cases together. SamplingSetup is what a run keeps of that, per sampled model.
+cases together. Every case is judged under the sampler convention the certified decoder
+declares (refdec.sampling.SAMPLER_ORDERS: the plan's SamplingParams with that `order`).
+SamplingSetup is what a run keeps of that, per sampled model.
 """
 
 from __future__ import annotations
@@ -14,13 +16,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from proofs.checks.distribution import Case, CaseLaw, alpha_per_test, case_law, planned_samples
+from proofs.checks.distribution import (
+    Case,
+    CaseLaw,
+    alpha_per_test,
+    case_law,
+    planned_samples,
+    relative_samples,
+)
 from proofs.prompts import model_prompts
 from proofs.run.plan import CaseSpec, CertifyPlan, case_options
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
-from refdec.sampling import SamplingParams
+from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
 
 PROMPT_CANDIDATES = 6  # the prompts pick_prompt chooses among
 
@@ -32,18 +41,30 @@ class SamplingSetup:
     laws: tuple[CaseLaw, ...]  # one per plan entry: the case it samples here, with its views
     samples: tuple[int, ...]  # N of each case (0: no view has 2 bins, no power)
     model: LoopedLM  # the model the decoders sample: float64 in a float64 run, else float32
+    # N of each case per decoder of the engine-relative check (proofs/checks/relative.py)
+    relative: tuple[int, ...] = ()
 
     def law(self, case_name: str) -> CaseLaw:
         return next(law for law in self.laws if law.case.name == case_name)
 
 
-def chosen_cases(oracle: Oracle, name: str, plan: CertifyPlan) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
+def chosen_cases(
+    oracle: Oracle, name: str, plan: CertifyPlan, order: str = TEMPERATURE_FIRST
+) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
     """(law, N) of every plan entry on the model `oracle` holds (named `name`): its cases at the
-    most informative of its prompts, N at the Holm level of all of them."""
+    most informative of its prompts under sampler convention `order`, N at the Holm level of all
+    of them."""
     prompt = pick_prompt(oracle, model_prompts(oracle.model, name, PROMPT_CANDIDATES))
-    laws = tuple(choose_case(oracle, prompt, entry, plan) for entry in plan.sampling_cases)
+    laws = tuple(choose_case(oracle, prompt, entry, plan, order) for entry in plan.sampling_cases)
     alpha = alpha_per_test(laws, plan.target)
     return laws, tuple(planned_samples(law, plan.target, alpha) for law in laws)
+
+
+def relative_plan(laws: Sequence[CaseLaw], plan: CertifyPlan) -> tuple[int, ...]:
+    """N per decoder of each case of the engine-relative check, at the Holm level of all the
+    cases' views (the same family as the sampling check's)."""
+    alpha = alpha_per_test(laws, plan.target)
+    return tuple(relative_samples(law, plan.target, alpha) for law in laws)
 
 
 def pick_prompt(oracle: Oracle, prompts: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
@@ -62,7 +83,11 @@ def option_samples(law: CaseLaw, plan: CertifyPlan) -> int:
 
 
 def choose_case(
-    oracle: Oracle, prompt: tuple[int, ...], entry: CaseSpec | tuple[CaseSpec, ...], plan: CertifyPlan
+    oracle: Oracle,
+    prompt: tuple[int, ...],
+    entry: CaseSpec | tuple[CaseSpec, ...],
+    plan: CertifyPlan,
+    order: str = TEMPERATURE_FIRST,
 ) -> CaseLaw:
     """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
     path's options, the first that is eligible (it has power, N > 0, and a view past the first
@@ -70,7 +95,7 @@ def choose_case(
     plan.case_cap samples; else the eligible one that needs the fewest; else the one with power on
     its first token alone that needs the fewest; else the first (which then fails as no power); N
     as option_samples judges it. The law's `chosen` says which rule chose and what was passed over."""
-    options = case_options(entry)
+    options = tuple((name, sp.with_order(order), k) for name, sp, k in case_options(entry))
     if len(options) == 1:
         name, sp, k = options[0]
         return case_law(oracle, Case(name, sp, prompt, k))
@@ -123,9 +148,10 @@ def support_digest(law: CaseLaw) -> str:
     return h.hexdigest()[:16]
 
 
-def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int]) -> dict:
+def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequence[int] = ()) -> dict:
     """The planning choices of one sampled model as plain data: the prompt, and per plan entry the
-    case chosen (with why), its N and the digest of its views' bins (planned_cases reads it)."""
+    case chosen (with why), its sampler convention, its N (and the engine-relative check's, when
+    given) and the digest of its views' bins (planned_cases reads it)."""
     return {
         "prompt": list(laws[0].case.prompt) if laws else [],
         "cases": [
@@ -134,23 +160,31 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int]) -> dict:
                 "temperature": law.case.sampling.temperature,
                 "top_k": law.case.sampling.top_k,
                 "top_p": law.case.sampling.top_p,
+                "order": law.case.sampling.order,
                 "tokens": law.case.n,
                 "samples": n,
+                **({"relative_samples": relative[i]} if relative else {}),
                 "chosen": law.chosen,
                 "bins": support_digest(law),
             }
-            for law, n in zip(laws, samples, strict=True)
+            for i, (law, n) in enumerate(zip(laws, samples, strict=True))
         ],
     }
 
 
 def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
     """(law, N) of every plan entry as `record` (setup_record, made where the run was planned)
-    says: its cases and N as chosen there, never rechosen here; the laws computed here must bin
-    as there, else a LoopcertError names the case (this machine cannot run that plan)."""
+    says: its cases, convention and N as chosen there, never rechosen here; the laws computed
+    here must bin as there, else a LoopcertError names the case (this machine cannot run that
+    plan). A record written before conventions were recorded is temperature-first."""
     laws, samples = [], []
     for c in record["cases"]:
-        sp = SamplingParams(temperature=c["temperature"], top_k=c["top_k"], top_p=c["top_p"])
+        sp = SamplingParams(
+            temperature=c["temperature"],
+            top_k=c["top_k"],
+            top_p=c["top_p"],
+            order=c.get("order", TEMPERATURE_FIRST),
+        )
         law = replace(
             case_law(oracle, Case(c["name"], sp, tuple(record["prompt"]), c["tokens"])), chosen=c["chosen"]
         )
@@ -163,3 +197,17 @@ def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLa
         laws.append(law)
         samples.append(int(c["samples"]))
     return tuple(laws), tuple(samples)
+
+
+def planned_relative(record: dict) -> tuple[int, ...] | None:
+    """The engine-relative check's N per case as `record` says (None: it planned none)."""
+    got = [c.get("relative_samples") for c in record["cases"]]
+    return None if any(n is None for n in got) else tuple(int(n) for n in got)
+
+
+def recorded_order(record: dict) -> str:
+    """The sampler convention a record's cases were planned under (one per run)."""
+    orders = {c.get("order", TEMPERATURE_FIRST) for c in record["cases"]}
+    if len(orders) > 1:
+        raise LoopcertError(f"a sampling plan mixes sampler conventions {sorted(orders)}")
+    return orders.pop() if orders else TEMPERATURE_FIRST

@@ -30,6 +30,7 @@ from proofs.stamp import git_commit, stamp
 from refdec.errors import LoopcertError
 from refdec.files import parse_dtype
 from refdec.load import model_fingerprint
+from refdec.sampling import TEMPERATURE_FIRST
 from refdec.validate import check_int, check_number
 from refdec.values import check_device, dtype_name
 
@@ -54,6 +55,7 @@ def certify(
     plan_file: str | None = None,
     plan_out: str | None = None,
     planned: dict | None = None,
+    relative_to: str | None = None,
 ) -> Certificate | dict:
     """Run every check of `mode` on the candidate; returns the certificate (proofs/certificate.py).
 
@@ -69,8 +71,11 @@ def certify(
     file there and returns {"path", "units"}; with `plan_file` it takes the cases and N from that
     file instead of choosing them; `planned` is the same choices as data (merged shards').
 
-    Usage errors (bad mode, dtype, seed, device, --decoder spec, model) raise LoopcertError
-    before any check runs."""
+    `relative_to` (--relative-to SPEC2, the syntax of --decoder) adds the engine-relative check:
+    the candidate's samples against SPEC2's on every sampling case (proofs/checks/relative.py).
+
+    Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model) raise
+    LoopcertError before any check runs."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
@@ -89,9 +94,16 @@ def certify(
     if given is not None:
         planned = given["sampling"]
     model_name = model_name or default_model_name()
+    if relative_to is not None and not decoder:
+        raise LoopcertError(
+            f"--relative-to {relative_to} needs --decoder: it compares that decoder with this one"
+        )
     user = user_candidate(decoder, connect=results is None) if decoder else None
+    relative = user_candidate(relative_to, connect=results is None) if relative_to is not None else None
     t_start = time.perf_counter()
-    run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget, planned=planned)
+    run = CertifyRun(
+        plan, model_name, user, device, dtype, seed, say, time_budget, planned=planned, relative=relative
+    )
     dname = dtype_name(dtype)
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(
@@ -99,9 +111,16 @@ def certify(
         f"{device}, {dname}, seed {seed}{what}"
     )
     say("settings: " + "; ".join(c.label for c in run.candidates))
+    if run.sampler_order != TEMPERATURE_FIRST:
+        say(
+            f"the decoder declares sampler_order {run.sampler_order!r}: "
+            "the sampling cases are judged under it"
+        )
+    if relative is not None:
+        say(f"engine-relative check against {relative_to} (the same cases, both decoders)")
 
     units, assemble = plan_units(run, dname)
-    ident = identity(run, decoder, time_budget)
+    ident = identity(run, decoder, time_budget, relative_to)
     if given is not None:
         check_plan(given, ident, [u for u, _ in units])
         say(f"the plan of {given['_path']}: its cases and N, not chosen here")
@@ -139,6 +158,8 @@ def certify(
         skipped=skipped_of(checks),
         stamp=Stamp(
             **certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
+            sampler_order=run.sampler_order,
+            relative_to=relative_to,
             R=run.R,
             vocab_size=run.oracle.V,
             settings=tuple(c.label for c in run.candidates),
@@ -177,9 +198,12 @@ def pick_executor(name: str, jobs: int | None, device: str, ray_address: str | N
     return RayExecutor(jobs, device, ray_address)
 
 
-def identity(run: CertifyRun, decoder: str | None, time_budget: float | None) -> dict:
+def identity(
+    run: CertifyRun, decoder: str | None, time_budget: float | None, relative_to: str | None = None
+) -> dict:
     """What every shard of one run must share (proofs/run/shards.py IDENTITY)."""
     return {
+        "relative_to": relative_to,
         "commit": git_commit(),
         "plan": run.plan.mode,
         "plan_hash": plan_hash(run.plan),

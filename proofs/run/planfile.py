@@ -21,7 +21,18 @@ from refdec.files import read_json, write_json
 FORMAT = 1
 # what a plan file and the run given it must share (the shard identity but the time budget,
 # which does not choose cases)
-SAME = ("commit", "plan", "plan_hash", "model", "model_fingerprint", "seed", "decoder", "device", "dtype")
+SAME = (
+    "commit",
+    "plan",
+    "plan_hash",
+    "model",
+    "model_fingerprint",
+    "seed",
+    "decoder",
+    "device",
+    "dtype",
+    "relative_to",
+)
 
 
 def write_plan(path, identity: dict, units: list[str], sampling: dict) -> Path:

@@ -2,8 +2,8 @@
 
 A forked worker inherits the parent's run (proofs/run/jobs.py); a worker in another process tree
 (a Ray task: proofs/run/ray_executor.py) gets a `RunSpec` instead: what the run was asked
-(plan, model, decoder, device, dtype, seed, time budget) and what the parent computed once and
-ships with it: the models and their exact laws (RunModels) and every sampled model's
+(plan, model, decoder and --relative-to, device, dtype, seed, time budget) and what the parent
+computed once and ships with it: the models and their exact laws (RunModels) and every sampled model's
 SamplingSetup (the chosen cases, their views' bins and N). The worker builds its CertifyRun on
 these, so it never plans: a worker whose float64 kernels round otherwise (other SIMD) samples the
 parent's cases with the parent's N and bins, and a unit's raw result depends on the plan, the
@@ -46,6 +46,8 @@ class RunSpec:
     sampling_setups: Mapping[str, SamplingSetup]  # the parent's plan of every sampled model
     units: tuple[str, ...]  # the ids of the units the parent hands out
     http_options: HTTPOptions | None = None  # the parent's HTTP flags for an http:// decoder
+    relative_to: str | None = None  # --relative-to SPEC2 (the engine-relative check's reference)
+    relative_http_options: HTTPOptions | None = None  # its HTTP flags, when it is a server
 
     @classmethod
     def of(cls, run: CertifyRun, units) -> RunSpec:
@@ -62,13 +64,18 @@ class RunSpec:
             dict(run.sampling_setups),
             tuple(uid for uid, _ in units),
             http_options(run.user.label) if run.user and is_http_spec(run.user.label) else None,
+            run.relative.label if run.relative else None,
+            http_options(run.relative.label) if run.relative and is_http_spec(run.relative.label) else None,
         )
 
     def build(self, say: Progress) -> tuple[CertifyRun, dict[str, Callable[..., dict]]]:
         """(the run, {unit id: run it(share)}) in this process, on the shipped models and plan."""
         if self.http_options is not None:
             configure_http(self.decoder, self.http_options)
+        if self.relative_http_options is not None:
+            configure_http(self.relative_to, self.relative_http_options)
         user = user_candidate(self.decoder) if self.decoder else None
+        relative = user_candidate(self.relative_to) if self.relative_to else None
         run = CertifyRun(
             self.plan,
             self.model_name,
@@ -80,6 +87,7 @@ class RunSpec:
             self.time_budget,
             models=self.models,
             sampling_setups=self.sampling_setups,
+            relative=relative,
         )
         units = dict(plan_units(run, self.dtype)[0])
         lost = [uid for uid in self.units if uid not in units]

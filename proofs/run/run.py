@@ -7,7 +7,10 @@ Which model each check runs on, and why:
   enumerated whole: proofs/stats/views.py); FULL adds the tiny preset of its family as extra
   evidence, never as a replacement. N per case comes from the plan's target TV
   (proofs/checks/distribution.py); a case that cannot reach it fails as "no power"
-  (proofs/run/sampling_units.py runs those checks as work units);
+  (proofs/run/sampling_units.py runs those checks as work units). Every case is judged under
+  the sampler convention the certified decoder declares (`sampler_order`); with --relative-to
+  the same cases are drawn from both decoders for the engine-relative check
+  (proofs/run/relative_units.py);
 - mutation and false alarms: their own tiny preset (proofs/checks/mutation.py says why);
 - Theorems 1/2 and speed: the certified model.
 
@@ -34,23 +37,34 @@ from analysis.traces import depth_pairs, traces
 from fastdec.config import DecodeConfig
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.bitwise import check_bitwise
+from proofs.checks.convention import check_convention
 from proofs.checks.false_alarm import check_false_alarm
 from proofs.checks.greedy import check_greedy
 from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
 from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
-from proofs.decoders.protocol import Decoder, NotApplicable
+from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order
 from proofs.progress import Progress
 from proofs.prompts import model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
-from proofs.run.cases import SamplingSetup, chosen_cases, planned_cases, setup_record
+from proofs.run.cases import (
+    SamplingSetup,
+    chosen_cases,
+    planned_cases,
+    planned_relative,
+    recorded_order,
+    relative_plan,
+    setup_record,
+)
 from proofs.run.plan import CertifyPlan
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS
+from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
+from refdec.sampling import TEMPERATURE_FIRST
 
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
 
@@ -94,8 +108,10 @@ class CertifyRun:
         models: RunModels | None = None,
         sampling_setups: Mapping[str, SamplingSetup] | None = None,
         planned: Mapping[str, dict] | None = None,
+        relative: Candidate | None = None,
     ):
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
+        self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
         self.seed, self.say = seed, say
         self.models = m = models or RunModels.load(model_name, dtype, device)
@@ -130,7 +146,31 @@ class CertifyRun:
             models=self.models,
             sampling_setups=self.sampling_setups,
             planned=self.planned,
+            relative=self.relative,
         )
+
+    @functools.cached_property
+    def sampler_order(self) -> str:
+        """The sampler convention every sampling case is judged under: the one the certified
+        decoder declares (proofs.decoders.protocol.declared_sampler_order; fastdec's grid:
+        temperature-first). A plan made elsewhere (a --plan file, merged or shipped setups) says
+        it; else the candidate when it declares one without being built; else a decoder built on
+        the certified model once. A factory that cannot build one leaves the default: the checks
+        that build it then fail naming why."""
+        if self.user is None:
+            return TEMPERATURE_FIRST
+        for record in self.planned.values():
+            return recorded_order(record)
+        for setup in self.sampling_setups.values():
+            if setup.laws:
+                return setup.laws[0].case.sampling.order
+        if self.user.sampler_order is not None:
+            return self.user.sampler_order
+        try:
+            decoder = self.user.build(self.model_dt if self.model_dt is not None else self.model64)
+        except Exception:  # noqa: BLE001 - the checks building it report the failure
+            return TEMPERATURE_FIRST
+        return declared_sampler_order(decoder)
 
     def grid(self, R: int) -> list[Candidate]:
         return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full")
@@ -217,30 +257,57 @@ class CertifyRun:
         """The cases, their laws and N, and the model to sample, of model `name`: built once."""
         if name not in self.sampling_setups:
             o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
+            relative = None
             if name in self.planned:
                 laws, samples = planned_cases(o, name, self.planned[name])
+                relative = planned_relative(self.planned[name])
             else:
-                laws, samples = chosen_cases(o, name, self.plan)
+                laws, samples = chosen_cases(o, name, self.plan, self.sampler_order)
+            relative = relative or relative_plan(laws, self.plan)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
-            self.sampling_setups[name] = SamplingSetup(laws, samples, load(name, run_dtype, self.device))
+            self.sampling_setups[name] = SamplingSetup(
+                laws, samples, load(name, run_dtype, self.device), relative
+            )
         return self.sampling_setups[name]
 
     def sampling_record(self) -> dict[str, dict]:
-        """{model: its planning choices (setup_record)} of every model this run samples."""
+        """{model: its planning choices (setup_record)} of every model this run samples; the
+        engine-relative check's N too when the run has one."""
         setups = {name: self.sampling_setup(name) for name, _, _ in self.sampling_plan()}
-        return {name: setup_record(s.laws, s.samples) for name, s in setups.items()}
+        return {
+            name: setup_record(s.laws, s.samples, s.relative if self.relative else ())
+            for name, s in setups.items()
+        }
 
     def sampling_decoder(self, label: str, candidate: Candidate, model: str) -> Decoder | NotApplicable:
         """The decoder of sampling check `label` (candidate on model), built once per process; a
         factory declining a model other than the certified one is kept as the NotApplicable."""
         if label not in self.sampling_decoders:
             try:
-                self.sampling_decoders[label] = candidate.build(self.sampling_setup(model).model)
+                decoder = candidate.build(self.sampling_setup(model).model)
             except NotApplicable as e:
                 if model == self.model_name:
                     raise
                 self.sampling_decoders[label] = NotApplicable(str(e) or "declined by the factory")
+                return self.sampling_decoders[label]
+            declared = declared_sampler_order(decoder)
+            if declared != self.sampler_order:
+                raise LoopcertError(
+                    f"{candidate.label} declares sampler_order {declared!r}, but the run judges every "
+                    f"case under {self.sampler_order!r} (the certified decoder's convention)"
+                )
+            self.sampling_decoders[label] = decoder
         return self.sampling_decoders[label]
+
+    def sampler_convention(self) -> CheckResult:
+        """How far the other convention's laws lie from the ones judged, on every sampled case
+        (proofs/checks/convention.py): a finding, run when the decoder declares a convention
+        other than temperature-first."""
+        laws = {}
+        for name, _, _ in self.sampling_plan():
+            o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
+            laws[name] = (o, self.sampling_setup(name).laws)
+        return check_convention("sampler_convention", laws)
 
     # -- 3b. reproducibility ---------------------------------------------------------------------
     def reproducible(self) -> CheckResult:

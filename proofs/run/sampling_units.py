@@ -6,6 +6,11 @@ shard's, a worker's), its raw result a sample tally. The check is assembled from
 results, whichever process produced them: Holm across every view of its cases
 (proofs/checks/distribution.py evaluate). A unit samples for the time the run's SamplingPool
 hands it (proofs/run/budget.py).
+
+With --relative-to, each sampling check has an engine-relative twin (`relative_checks`): one unit
+per case (`relative/<model>/<setting>/<case>`) drawing the case from both decoders
+(proofs/run/relative_units.py runs and assembles them); its units share the pool, weighed by the
+draws of both decoders.
 """
 
 from __future__ import annotations
@@ -30,12 +35,12 @@ class WorkUnit:
     """One case of one setting on one model: deterministic given the plan and the seed, runnable on
     its own (shards), `id` stable across runs and machines."""
 
-    id: str  # "sampling/<model>/<setting>/<case>"
+    id: str  # "sampling/<model>/<setting>/<case>" (or "relative/...")
     check: str  # the check whose evaluation combines it
     model: str
     setting: str
     case: str
-    samples: int  # N, planned from the target TV
+    samples: int  # N, planned from the target TV (a relative unit: the draws of both decoders, 2N)
     base_seed: int  # sample i uses seed base_seed + i
     budget_s: float  # its proportional share of the sampling time budget
 
@@ -83,8 +88,61 @@ def _units(run: CertifyRun, name: str, setting: str, budget_s: float) -> tuple[W
     )
 
 
+@dataclass(frozen=True)
+class RelativeCheck:
+    """The engine-relative twin of one sampling check: the same cases, drawn from the candidate
+    and from the reference decoder (--relative-to)."""
+
+    label: str  # "relative_sampling[<model>: <setting>]"
+    model: str
+    candidate: Candidate
+    reference: Candidate
+    sampling_label: str  # its twin's label: the candidate's decoder is built (once) under it
+    why: str
+    budget_s: float
+    units: tuple[WorkUnit, ...]
+    not_applicable: str | None = None
+
+
+def relative_checks(run: CertifyRun) -> list[RelativeCheck]:
+    """One per sampling check when the run has a reference decoder (run.relative), else none."""
+    if run.relative is None:
+        return []
+    out = []
+    for chk in sampling_checks(run):
+        label = f"relative_sampling[{chk.model}: {chk.candidate.label}]"
+        na = chk.not_applicable
+        if not na and run.relative.own_model and chk.model != run.model_name:
+            na = f"{run.relative.label} serves only its own model"
+        units = ()
+        if not na:
+            s = run.sampling_setup(chk.model)
+            total = max(1, sum(s.relative))
+            units = tuple(
+                WorkUnit(
+                    f"relative/{chk.model}/{chk.candidate.label}/{law.case.name}",
+                    label,
+                    chk.model,
+                    chk.candidate.label,
+                    law.case.name,
+                    2 * n,
+                    run.seed,
+                    chk.budget_s * n / total,
+                )
+                for law, n in zip(s.laws, s.relative, strict=True)
+            )
+        out.append(
+            RelativeCheck(
+                label, chk.model, chk.candidate, run.relative, chk.label, chk.why, chk.budget_s, units, na
+            )
+        )
+    return out
+
+
 def units_by_id(run: CertifyRun) -> dict[str, WorkUnit]:
-    return {u.id: u for chk in sampling_checks(run) for u in chk.units}
+    """Every sampling unit of the run (the engine-relative ones included) by id."""
+    checks = [*sampling_checks(run), *relative_checks(run)]
+    return {u.id: u for chk in checks for u in chk.units}
 
 
 def pool_sampling(run: CertifyRun, unit_ids: Iterable[str] | None = None, workers: int = 1) -> SamplingPool:

@@ -38,6 +38,7 @@ IDENTITY = (
     "dtype",
     "time_budget",
     "sampling_plan",  # the cases, N and bins it sampled (give every shard --plan FILE: one plan)
+    "relative_to",  # --relative-to (None: no engine-relative check)
 )
 
 

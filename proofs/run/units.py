@@ -2,8 +2,11 @@
 
 Each unit has a stable id and runs on its own, deterministic given the plan and the seed: one
 per sampling case of each (model, setting) (`sampling/<model>/<setting>/<case>`,
-proofs/run/sampling_units.py), one per mutant (`mutant/<id>`), one per other check (`check/<name>`,
-its raw result the CheckResult as a dict). One assembly step per check turns the raw results,
+proofs/run/sampling_units.py), with --relative-to one more per case drawing it from both decoders
+(`relative/<model>/<setting>/<case>`, proofs/run/relative_units.py), one per mutant
+(`mutant/<id>`), one per other check (`check/<name>`, its raw result the CheckResult as a dict;
+`check/sampler_convention` when the decoder declares a convention other than
+temperature-first). One assembly step per check turns the raw results,
 from this process, its workers (proofs/run/jobs.py) or merged shards (proofs/run/shards.py),
 into the certificate's checks, in certificate order.
 """
@@ -17,8 +20,16 @@ from collections.abc import Callable
 from proofs.checks.theorem2 import check_theorem2_published
 from proofs.progress import Progress
 from proofs.result import CheckResult
+from proofs.run.relative_units import relative_result, relative_unit_result
 from proofs.run.run import CertifyRun
-from proofs.run.sampling_units import sampling_checks, sampling_result, sampling_unit_result, units_by_id
+from proofs.run.sampling_units import (
+    relative_checks,
+    sampling_checks,
+    sampling_result,
+    sampling_unit_result,
+    units_by_id,
+)
+from refdec.sampling import TEMPERATURE_FIRST
 
 Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)
 Assemble = Callable[[dict], CheckResult]  # {unit id: raw result} -> one check
@@ -89,6 +100,23 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
             )
 
         assemble.append(sampled)
+    for rel in relative_checks(run):
+        for u in rel.units:
+            units.append((u.id, lambda share=None, rel=rel, u=u: relative_unit_result(run, rel, u, share)))
+
+        def related(res, rel=rel) -> CheckResult:
+            raws = [res[u.id] for u in rel.units]
+            return guarded(
+                rel.label,
+                "relative_sampling",
+                lambda: relative_result(run, rel, raws),
+                run.say,
+                unit_seconds(raws),
+            )
+
+        assemble.append(related)
+    if run.sampler_order != TEMPERATURE_FIRST:
+        whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)
     library = run.mutant_library()
     for mt in library:

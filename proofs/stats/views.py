@@ -91,6 +91,24 @@ class View:
         b = self.token_bins[samples[mask, j]]
         return np.bincount(b[b >= 0], minlength=k)[:k]
 
+    def open_counts(self, samples: np.ndarray) -> np.ndarray:
+        """(N, n) well-formed samples -> (K + 1,) counts of the samples this view counts, the last
+        cell holding those outside this law's support (a token of probability 0 here, or a whole
+        sequence outside a fully enumerated head): the engine-relative check compares two
+        engines' samples, either of which may leave refdec's support (proofs/checks/relative.py)."""
+        k = self.probs.size
+        if self.seq_bins is not None:
+            idx = [self.seq_bins.get(tuple(row), self.rest) for row in samples.tolist()]
+            return np.bincount([k if i is None else i for i in idx], minlength=k + 1)[: k + 1]
+        j = self.position
+        mask = (
+            np.all(samples[:, :j] == np.asarray(self.prefix, dtype=samples.dtype), axis=1)
+            if j
+            else np.ones(len(samples), dtype=bool)
+        )
+        b = self.token_bins[samples[mask, j]]
+        return np.bincount(np.where(b >= 0, b, k), minlength=k + 1)[: k + 1]
+
     def binned(self, seq_law: dict) -> np.ndarray:
         """Another law of the case's sequences ({sequence: probability}) over this view's bins,
         conditional on the prefix (the law of what this view sees); mass outside the bins, i.e.
@@ -227,6 +245,24 @@ class CaseLaw:
             "samples": len(samples),
             "impossible": impossible,
             "counts": [v.bin_counts(arr).tolist() for v in self.views],
+        }
+
+    def open_tally(self, samples: Sequence[Sequence[int]]) -> dict:
+        """Counts of every view with its outside cell (View.open_counts), and the samples that break
+        the protocol (a wrong length, an id outside the vocabulary): the engine-relative check's
+        tally, which judges no sample impossible (the engine's law is not refdec's to judge)."""
+        n, good, malformed = self.case.n, [], 0
+        for s in samples:
+            s = tuple(s)
+            if len(s) != n or any(not 0 <= t < self.V for t in s):
+                malformed += 1
+            else:
+                good.append(s)
+        arr = np.asarray(good, dtype=np.int64).reshape(len(good), n)
+        return {
+            "samples": len(samples),
+            "malformed": malformed,
+            "counts": [v.open_counts(arr).tolist() for v in self.views],
         }
 
     def describe(self) -> str:

@@ -26,8 +26,8 @@ def elsewhere(monkeypatch):
     """Planning as on a machine whose float64 maths chose another case."""
     real = cases_mod.choose_case
 
-    def other(oracle, prompt, entry, plan):
-        law = real(oracle, prompt, entry, plan)
+    def other(oracle, prompt, entry, plan, *order):
+        law = real(oracle, prompt, entry, plan, *order)
         return replace(law, case=replace(law.case, name=law.case.name + "-elsewhere"))
 
     monkeypatch.setattr(cases_mod, "choose_case", other)
