@@ -14,7 +14,12 @@ import torch
 from mlx_models import DRAFT_SEED, MODEL_SEED, require_mlx, write_loopcoder
 
 import refdec
-from proofs.decoders.protocol import NotApplicable, declared_compute_dtype, declared_sampler_order
+from proofs.decoders.protocol import (
+    BatchDecoder,
+    NotApplicable,
+    declared_compute_dtype,
+    declared_sampler_order,
+)
 from refdec.sampling import FILTERS_FIRST, SamplingParams
 
 pytestmark = pytest.mark.mlx
@@ -66,6 +71,25 @@ def test_the_seed_decides_the_sample(model):
     runs = [dec.generate(PROMPT, 8, sp, s) for s in (5, 6, 5)]
     assert runs[0] == runs[2] and runs[0] != runs[1]
     assert len(runs[0]) == 8 and dec.generate(PROMPT, 0, sp, 5) == []
+
+
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(1.0), SamplingParams(1.5, top_p=0.9, order=FILTERS_FIRST)]
+)
+def test_a_batch_is_each_seed_alone(model, sampling):
+    """generate_batch shares each prompt's prefill: the tokens must be generate()'s, seed by seed,
+    for prompts past the window, short ones, a one-token one, mixed in one call."""
+    dec = decoder_for("mlx-lm", model)
+    assert isinstance(dec, BatchDecoder)
+    prompts = [PROMPT] * 4 + [SHORT] * 3 + [(7,)] * 2 + [PROMPT]
+    seeds = list(range(100, 100 + len(prompts)))
+    got = dec.generate_batch(prompts, 6, sampling, seeds)
+    assert got == [dec.generate(p, 6, sampling, s) for p, s in zip(prompts, seeds)]
+    assert len({tuple(t) for t in got[:4]}) > 1  # the seeds differ, so do the samples
+
+
+def test_speculative_decoding_is_not_batched(model):
+    assert not isinstance(decoder_for("mlx-lm:draft=self", model), BatchDecoder)
 
 
 def test_a_config_override_changes_what_mlx_computes(model):
