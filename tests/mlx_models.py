@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-MODEL_SEED, DRAFT_SEED = 0, 1  # the certified model's weights; the draft's (other weights)
+MODEL_SEED = 0  # the certified model's weights
+# The draft: the model's weights plus Gaussian noise of DRAFT_NOISE x each tensor's std (seed
+# DRAFT_SEED), a stand-in for a distilled or quantized draft: mlx-lm accepts about half its greedy
+# drafts (0.54 on the engines table's prompts), so both accepted and rejected drafts happen.
+DRAFT_SEED, DRAFT_NOISE = 1, 0.03
 
 
 def require_mlx() -> None:
@@ -29,10 +33,20 @@ def require_mlx() -> None:
     pytest.skip("mlx-lm is not installed here (tox -e mlx installs it)", allow_module_level=True)
 
 
-def write_loopcoder(folder: Path, seed: int) -> Path:
-    """tiny-loopcoder (loop window 8, loop_num 2) with weights from `seed`, in the published layout."""
+def write_loopcoder(folder: Path, seed: int = MODEL_SEED, noise: float = 0.0) -> Path:
+    """tiny-loopcoder (loop window 8, loop_num 2) with weights from `seed`, plus `noise` x each
+    tensor's std of Gaussian noise drawn from DRAFT_SEED, in the published layout."""
+    import torch
+
     import refdec
     from refdec.checkpoints import write_published
 
-    write_published(refdec.LoopedLM(refdec.get_preset("tiny-loopcoder")).init_weights(seed), folder)
+    model = refdec.LoopedLM(refdec.get_preset("tiny-loopcoder")).init_weights(seed)
+    if noise:
+        g = torch.Generator().manual_seed(DRAFT_SEED)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.numel() > 1:
+                    p.add_(torch.randn(p.shape, generator=g) * noise * p.std().clamp_min(1e-3))
+    write_published(model, folder)
     return folder

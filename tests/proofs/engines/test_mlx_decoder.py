@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mlx_models import DRAFT_SEED, MODEL_SEED, require_mlx, write_loopcoder
+from mlx_models import DRAFT_NOISE, DRAFT_SEED, require_mlx, write_loopcoder
 
 import refdec
 from proofs.decoders.protocol import (
@@ -36,7 +36,12 @@ GREEDY = SamplingParams()
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlx-loopcoder")
-    return write_loopcoder(root / "model", MODEL_SEED), write_loopcoder(root / "draft", DRAFT_SEED)
+    # the model; a near draft (its weights plus noise); a far draft (other weights: every draft rejected)
+    return (
+        write_loopcoder(root / "model"),
+        write_loopcoder(root / "draft", noise=DRAFT_NOISE),
+        write_loopcoder(root / "far", seed=DRAFT_SEED),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +103,14 @@ def test_a_config_override_changes_what_mlx_computes(model):
     assert wrong.generate(PROMPT, N, GREEDY, 0) != refdec.generate(model, PROMPT, N)
 
 
+def test_the_near_draft_is_accepted_about_half_the_time(folders, model):
+    """What makes the certify row's draft informative: both accepted and rejected drafts."""
+    dec = decoder_for(f"mlx-lm:draft={folders[1]},num_draft=3", model)
+    for p in (PROMPT, SHORT):
+        dec.generate(p, N, GREEDY, 0)
+    assert 0.2 < dec.stats.acceptance_rate < 0.9, dec.stats
+
+
 def test_speculative_self_draft_greedy_is_refdecs(model):
     dec = decoder_for("mlx-lm:draft=self,num_draft=3", model)
     for p in (PROMPT, SHORT):
@@ -110,9 +123,9 @@ def test_finding_rejected_drafts_stay_in_the_cache_once_the_window_is_reached(fo
     trims nothing unless every layer's cache is trimmable; a RotatingKVCache (the loop window's
     keys) is trimmable only while offset < max_size. Once the context reaches the window, the
     rejected drafts' keys stay in the global and the window caches, and the next token is computed
-    with them in context. Greedy, another model's weights as the draft: every rejection before the
-    window is rewound (tokens equal refdec's), the first one after it is not, and the tokens leave
-    refdec's right there. When mlx-lm fixes this, the last assertion fails: update the finding."""
+    with them in context. Greedy, other weights as the draft (every draft rejected): every rejection
+    before the window is rewound (tokens equal refdec's), the first one after it is not, and the
+    tokens leave refdec's there. When mlx-lm fixes this, the last assertion fails: update the finding."""
     import importlib
 
     import mlx.core as mx
@@ -120,7 +133,7 @@ def test_finding_rejected_drafts_stay_in_the_cache_once_the_window_is_reached(fo
     from mlx_lm.utils import load_model
 
     mlx_generate = importlib.import_module("mlx_lm.generate")  # the package binds `generate` to a function
-    target, draft = (load_model(f)[0] for f in folders)
+    target, draft = (load_model(f)[0] for f in (folders[0], folders[2]))
     trims = []  # (tokens yielded so far, tokens asked to trim, tokens trimmed) of the target's cache
     real = mlx_generate.trim_prompt_cache
     out: list[int] = []
