@@ -167,7 +167,7 @@ def certify(
             alpha=plan.alpha,
             target_tv=plan.tv,
             power=plan.power,
-            sampling_budget_s=run.sampling_budget_s,
+            sampling_budget_s=run.pool_budget_s,
             work_units=len(units),
             seconds=time.perf_counter() - t_start,
         ),

@@ -59,7 +59,7 @@ class RunSpec:
             run.device,
             dtype_name(run.dtype),
             run.seed,
-            run.sampling_budget_s,
+            run.pool_budget_s,  # the pool's (what a worker's own pool would hand out)
             run.models,
             dict(run.sampling_setups),
             tuple(uid for uid, _ in units),

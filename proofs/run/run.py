@@ -113,6 +113,7 @@ class CertifyRun:
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
+        self.budget_given = time_budget is not None  # --time-budget caps everything it samples
         self.seed, self.say = seed, say
         self.models = m = models or RunModels.load(model_name, dtype, device)
         self.model64, self.oracle, self.model_dt = m.model64, m.oracle, m.model_dt
@@ -269,6 +270,19 @@ class CertifyRun:
                 laws, samples, load(name, run_dtype, self.device), relative
             )
         return self.sampling_setups[name]
+
+    @functools.cached_property
+    def pool_budget_s(self) -> float:
+        """The sampling time of the run's pool: the sampling budget; with --relative-to and the
+        plan's budget (no --time-budget), that much more in proportion to the engine-relative
+        units' draws, so that the sampling checks keep the time the plan gives them (a given
+        --time-budget caps both)."""
+        if self.relative is None or self.budget_given:
+            return self.sampling_budget_s
+        setups = [self.sampling_setup(name) for name, _, _ in self.sampling_plan()]
+        one = sum(sum(s.samples) for s in setups)
+        two = sum(2 * sum(s.relative) for s in setups)
+        return self.sampling_budget_s * (one + two) / max(1, one)
 
     def sampling_record(self) -> dict[str, dict]:
         """{model: its planning choices (setup_record)} of every model this run samples; the

@@ -150,7 +150,7 @@ def pool_sampling(run: CertifyRun, unit_ids: Iterable[str] | None = None, worker
     hands out (None: every one), for `workers` processes sampling at once; it becomes run.pool."""
     planned = {uid: u.samples for uid, u in units_by_id(run).items()}
     run.pool = SamplingPool.over(
-        planned, planned if unit_ids is None else unit_ids, run.sampling_budget_s, workers
+        planned, planned if unit_ids is None else unit_ids, run.pool_budget_s, workers
     )
     return run.pool
 

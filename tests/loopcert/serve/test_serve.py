@@ -138,6 +138,8 @@ def test_a_stream_sends_text_while_the_choice_decodes(server):
         ({"prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"prompt": "x", "temperature": "0.5"}, "temperature"),
         ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
+        # loopcert serve samples temperature-first only: asking for another order is refused
+        ({"prompt": "x", "sampler_order": "filters-first"}, "sampler_order"),
         ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
         ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
         ({"prompt": "x", "best_of": 3}, "best_of"),

@@ -130,6 +130,10 @@ SP = "sampling_params"
         ({"input_ids": [1], "sampling_params": {"min_new_tokens": 9, "max_new_tokens": 4}}, "min_new_tokens"),
         ({"input_ids": [1], "sampling_params": {"sampling_seed": -1}}, "sampling_params.sampling_seed"),
         ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "sampling_params.bogus"),
+        (
+            {"input_ids": [1], "sampling_params": {"sampler_order": "filters-first"}},
+            "sampling_params.sampler_order",
+        ),
         ({"input_ids": [1], "sampling_params": 5}, "sampling_params"),
         ({"input_ids": [[1], [2]], "sampling_params": [{}, {"top_k": 0}]}, "sampling_params.1.top_k"),
         ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "sampling_params"),

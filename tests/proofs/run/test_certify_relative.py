@@ -128,3 +128,44 @@ def test_usage_errors_name_the_value(engines, tmp_path, capsys):
     assert "'nocolon'" in capsys.readouterr().err
     assert main([*argv[:-1], f"{ENGINES}:plain_engine", "--predict", "1", "--out", str(tmp_path)]) == 2
     assert "--predict does not predict the engine-relative check" in capsys.readouterr().err
+
+
+def test_a_ray_worker_rebuilds_the_relative_run_from_its_spec(engines):
+    """What a Ray task gets (proofs/run/remote.py RunSpec, pickled): the worker's run has the
+    reference decoder and the parent's relative units, planned under the parent's convention."""
+    import pickle
+
+    import torch
+
+    from proofs.decoders.candidates import user_candidate
+    from proofs.run.remote import RunSpec
+    from proofs.run.run import CertifyRun
+    from proofs.run.units import plan_units
+
+    parent = CertifyRun(
+        CONVENTION_PLAN,
+        "tiny-ouro",
+        user_candidate(f"{ENGINES}:speculative_ff_engine"),
+        "cpu",
+        torch.float32,
+        0,
+        lambda _m: None,
+        relative=user_candidate(f"{ENGINES}:plain_ff_engine"),
+    )
+    units, _ = plan_units(parent, "float32")
+    ids = [u for u, _ in units]
+    assert sum(u.startswith("relative/") for u in ids) == 2 and "check/sampler_convention" in ids
+    spec = pickle.loads(pickle.dumps(RunSpec.of(parent, units)))
+    assert spec.relative_to == f"{ENGINES}:plain_ff_engine"
+    worker, fns = spec.build(lambda _m: None)
+    assert list(fns) == ids and worker.relative.label == spec.relative_to
+    assert worker.sampler_order == parent.sampler_order == "filters-first"
+    # the plan's budget grows with the relative units' draws (about 4x the sampling units')
+    setup = parent.sampling_setup("tiny-ouro")
+    grown = 1 + 2 * sum(setup.relative) / sum(setup.samples)
+    assert parent.pool_budget_s == pytest.approx(parent.sampling_budget_s * grown) and grown > 4
+    capped = parent.__class__(
+        CONVENTION_PLAN, "tiny-ouro", parent.user, "cpu", torch.float32, 0, lambda _m: None, 100.0
+    )
+    capped.relative = parent.relative
+    assert capped.pool_budget_s == 100.0  # a given --time-budget caps both

@@ -66,13 +66,11 @@ def least_visible(p: np.ndarray, delta: float) -> np.ndarray:
     return q
 
 
-def test_level_and_power_by_simulation():
-    """2,000 replicates each, fixed seed. Level: same law on both sides, rejections at alpha
-    0.01 stay within 0.01 (+ 3 binomial sigmas). Power: the planned N per decoder for TV 0.08 at
-    alpha 0.01, power 0.9, against the least visible law at TV 0.08: rejections >= 0.9 (- 3
-    sigmas). Each side of the test fails with probability < 2e-3."""
+def simulate(alpha: float, power: float, tv: float, reps: int = 2000) -> tuple[float, float]:
+    """(false-alarm rate, power) of the homogeneity test at the planned N per decoder for `tv`,
+    over `reps` replicates (seed 7): the same law on both sides, and the least visible law at
+    binned TV `tv` against PROBS."""
     rng = np.random.default_rng(7)
-    alpha, power, tv, reps = 0.01, 0.9, 0.08, 2000
     n = 2 * required_samples(tv, PROBS, alpha, power)
     bins = two_sample_bins(PROBS, n, n)
     q = least_visible(PROBS, tv)
@@ -83,5 +81,23 @@ def test_level_and_power_by_simulation():
         null_rej += homogeneity(a, b, bins)["p_value"] <= alpha
         c = np.append(rng.multinomial(n, q), 0)
         alt_rej += homogeneity(a, c, bins)["p_value"] <= alpha
-    assert null_rej / reps <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps), null_rej
-    assert alt_rej / reps >= power - 3 * np.sqrt(power * (1 - power) / reps), alt_rej
+    return null_rej / reps, alt_rej / reps
+
+
+@pytest.mark.parametrize(
+    "alpha,power,tv",
+    [
+        (0.01, 0.9, 0.08),
+        # the quick plan's promise at its strictest Holm level; measured 0.002 and 0.9935 (N 8,412)
+        (1e-3, 0.99, 0.05),
+    ],
+)
+def test_level_and_power_by_simulation(alpha, power, tv):
+    """2,000 replicates each, fixed seed. Level: same law on both sides, rejections at alpha
+    stay within alpha + 3 binomial sigmas. Power: at the planned N per decoder for `tv`, against
+    the least visible law at TV `tv`, rejections >= power - 3 sigmas. Each side of the test
+    fails with probability < 2e-3 (normal approximation of the binomial)."""
+    reps = 2000
+    level, got = simulate(alpha, power, tv, reps)
+    assert level <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps), level
+    assert got >= power - 3 * np.sqrt(power * (1 - power) / reps), got
