@@ -104,7 +104,10 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
         name_or_path = DEFAULT_MODEL_DIR
     folder = Path(name_or_path)
     if folder.is_dir():
-        return load_folder(folder, dtype)
+        model = load_folder(folder, dtype)
+        # where it came from: an engine that loads checkpoints itself (mlx-lm) reads this folder
+        model.source_folder = folder.resolve()
+        return model
     raise LoopcertError(
         f"{name!r} is neither a preset ({sorted(PRESETS)}), 'default' (the shipped model) nor a model folder"
     )

@@ -45,7 +45,8 @@ def add_arguments(p) -> None:
         default=None,
         metavar="MODULE:FACTORY",
         help="certify factory(model) instead of fastdec's strategy grid; or a server: "
-        "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible; docs/decoders.md)",
+        "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible); or Apple's mlx-lm "
+        "in process: mlx-lm[:draft=DIR|self,num_draft=N] (docs/decoders.md)",
     )
     p.add_argument(
         "--relative-to",

