@@ -15,25 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proofs.run.shards import refuse_other_run
+from proofs.run.shards import IDENTITY, refuse_other_run
 from refdec.errors import LoopcertError
 from refdec.files import read_versioned, write_versioned
 
 FORMAT = 1
-# what a plan file and the run given it must share (the shard identity but the time budget,
-# which does not choose cases)
-SAME = (
-    "commit",
-    "plan",
-    "plan_hash",
-    "model",
-    "model_fingerprint",
-    "seed",
-    "decoder",
-    "device",
-    "dtype",
-    "relative_to",
-)
+# what a plan file and the run given it must share: the shard identity but the time budget,
+# which does not choose cases, and the sampling plan, which is the file's to give
+SAME = tuple(k for k in IDENTITY if k not in ("time_budget", "sampling_plan"))
 
 
 def write_plan(path, identity: dict, units: list[str], sampling: dict) -> Path:
