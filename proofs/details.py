@@ -156,6 +156,27 @@ class SamplingCase(CaseSpec):
     order: str = "temperature-first"  # the sampler convention of its law (refdec.sampling)
 
 
+def nothing_sampled(model: str, why_this_model: str, budget_s: float) -> dict:
+    """The fields that SamplingDetails and RelativeDetails share, for a check that sampled nothing
+    (not applicable, or a work unit failed): no level, no power, no case."""
+    return dict(
+        alpha=math.nan,
+        alpha_test=math.nan,
+        target_tv=math.nan,
+        power_level=math.nan,
+        detectable_tv=math.inf,
+        no_power=(),
+        rejected=(),
+        failed_samples=(),
+        samples=0,
+        sampling_seconds=0.0,
+        cases=(),
+        model=model,
+        why_this_model=why_this_model,
+        budget_s=budget_s,
+    )
+
+
 @dataclass(frozen=True)
 class SamplingDetails(Details):
     kind: ClassVar[str] = "sampling"
@@ -181,23 +202,7 @@ class SamplingDetails(Details):
     @classmethod
     def unsampled(cls, model: str, why_this_model: str, budget_s: float) -> SamplingDetails:
         """A check that sampled nothing (not applicable, or a work unit failed)."""
-        return cls(
-            alpha=math.nan,
-            alpha_test=math.nan,
-            target_tv=math.nan,
-            power_level=math.nan,
-            detectable_tv=math.inf,
-            no_power=(),
-            rejected=(),
-            failed_samples=(),
-            samples=0,
-            sampling_seconds=0.0,
-            samples_per_s=None,
-            cases=(),
-            model=model,
-            why_this_model=why_this_model,
-            budget_s=budget_s,
-        )
+        return cls(**nothing_sampled(model, why_this_model, budget_s), samples_per_s=None)
 
 
 # -- the engine-relative check (proofs/checks/relative.py) ----------------------------------------

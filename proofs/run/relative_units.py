@@ -15,7 +15,7 @@ import time
 
 from proofs.checks.relative import evaluate_relative, relative_tally
 from proofs.decoders.protocol import NotApplicable
-from proofs.details import RelativeDetails
+from proofs.details import RelativeDetails, nothing_sampled
 from proofs.result import CheckResult
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import RelativeCheck, WorkUnit, own_pool
@@ -28,20 +28,7 @@ def unsampled(check: RelativeCheck) -> RelativeDetails:
     return RelativeDetails(
         candidate=check.candidate.label,
         reference=check.reference.label,
-        alpha=math.nan,
-        alpha_test=math.nan,
-        target_tv=math.nan,
-        power_level=math.nan,
-        detectable_tv=math.inf,
-        no_power=(),
-        rejected=(),
-        failed_samples=(),
-        samples=0,
-        sampling_seconds=0.0,
-        cases=(),
-        model=check.model,
-        why_this_model=check.why,
-        budget_s=check.budget_s,
+        **nothing_sampled(check.model, check.why, check.budget_s),
     )
 
 
