@@ -160,6 +160,25 @@ def view_row(
     )
 
 
+def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float) -> dict:
+    """The verdict fields of a sampling check's details (SamplingDetails, RelativeDetails) from its
+    Holm-judged cases and the ones that failed on their samples (`fatal`). A case that failed on its
+    samples (rejected, impossible or malformed, an error) is named for that; "no power" names only
+    the cases that could have passed unseen. Passes iff all three lists are empty."""
+    rejected = sorted({v.case for c in cases for v in c.views if v.holm_rejected})
+    no_power = [c.case for c in cases if not c.has_power and c.case not in fatal and c.case not in rejected]
+    return dict(
+        alpha=target.alpha,
+        alpha_test=alpha_test,
+        target_tv=target.tv,
+        power_level=target.power,
+        detectable_tv=max((c.detectable_tv for c in cases), default=math.inf),
+        no_power=tuple(no_power),
+        rejected=tuple(rejected),
+        failed_samples=tuple(fatal),
+    )
+
+
 def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
     """The check from the work units' tallies (pure: shards can be combined here).
 
@@ -201,15 +220,9 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
         for law, t, views in zip(laws, tallies, per_case, strict=True)
     ]
     views = [v for c in cases for v in c.views]
-    fatal = [c.case for c in cases if c.impossible or c.error]
-    rejected_cases = sorted({v.case for v in views if v.holm_rejected})
-    # a case that failed on its samples (rejected, impossible, an error) is named for that; "no power"
-    # names only the cases that could have passed unseen
-    no_power = [
-        c.case for c in cases if not c.has_power and c.case not in fatal and c.case not in rejected_cases
-    ]
-    passed = not any(v.holm_rejected for v in views) and not no_power and not fatal
-    worst = max((c.detectable_tv for c in cases), default=math.inf)
+    verdict = judged(cases, [c.case for c in cases if c.impossible or c.error], target, alpha_test)
+    passed = not (verdict["rejected"] or verdict["no_power"] or verdict["failed_samples"])
+    worst = verdict["detectable_tv"]
     drawn = sum(c.samples for c in cases)
     seconds = sum(c.seconds for c in cases)
     power = (
@@ -218,14 +231,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
         f"{worst:.3g} (worst case); non-central chi-square"
     )
     details = SamplingDetails(
-        alpha=target.alpha,
-        alpha_test=alpha_test,
-        target_tv=target.tv,
-        power_level=target.power,
-        detectable_tv=worst,
-        no_power=tuple(no_power),
-        rejected=tuple(rejected_cases),
-        failed_samples=tuple(fatal),
+        **verdict,
         samples=drawn,
         sampling_seconds=seconds,
         samples_per_s=drawn / seconds if seconds > 0 else None,

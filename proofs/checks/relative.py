@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from proofs.checks.distribution import Target, alpha_per_test, case_spec, view_needs
+from proofs.checks.distribution import Target, alpha_per_test, case_spec, judged, view_needs
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
 from proofs.details import RelativeCase, RelativeDetails, RelativeView
@@ -149,13 +149,9 @@ def evaluate_relative(
             )
         )
     views = [v for c in rows for v in c.views]
-    fatal = [c.case for c in rows if any(c.errors) or any(c.malformed)]
-    rejected_cases = sorted({v.case for v in views if v.holm_rejected})
-    no_power = [
-        c.case for c in rows if not c.has_power and c.case not in fatal and c.case not in rejected_cases
-    ]
-    passed = not rejected_cases and not no_power and not fatal
-    worst = max((c.detectable_tv for c in rows), default=math.inf)
+    verdict = judged(rows, [c.case for c in rows if any(c.errors) or any(c.malformed)], target, alpha_test)
+    passed = not (verdict["rejected"] or verdict["no_power"] or verdict["failed_samples"])
+    worst = verdict["detectable_tv"]
     power = (
         f"every view must detect a binned TV >= {target.tv:g} between the two decoders' laws with "
         f"probability >= {target.power:g} at alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(views))} "
@@ -165,14 +161,7 @@ def evaluate_relative(
     details = RelativeDetails(
         candidate=candidate,
         reference=reference,
-        alpha=target.alpha,
-        alpha_test=alpha_test,
-        target_tv=target.tv,
-        power_level=target.power,
-        detectable_tv=worst,
-        no_power=tuple(no_power),
-        rejected=tuple(rejected_cases),
-        failed_samples=tuple(fatal),
+        **verdict,
         samples=sum(sum(c.samples) for c in rows),
         sampling_seconds=sum(sum(c.seconds) for c in rows),
         cases=tuple(rows),
