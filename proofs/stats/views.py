@@ -76,19 +76,24 @@ class View:
     def bins(self) -> int:
         return int(np.count_nonzero(self.probs > 0))
 
-    def bin_counts(self, samples: np.ndarray) -> np.ndarray:
-        """(N, n) valid samples -> (K,) counts of the samples this view counts."""
-        k = self.probs.size
+    def sample_bins(self, samples: np.ndarray) -> np.ndarray:
+        """(N, n) samples -> (M,) the bin of each sample this view counts (a whole-sequence view:
+        every sample; a token view: those with its prefix), -1 for one outside this law's support."""
         if self.seq_bins is not None:
             idx = [self.seq_bins.get(tuple(row), self.rest) for row in samples.tolist()]
-            return np.bincount([i for i in idx if i is not None], minlength=k)[:k]
+            return np.asarray([-1 if i is None else i for i in idx], dtype=np.int64)
         j = self.position
         mask = (
             np.all(samples[:, :j] == np.asarray(self.prefix, dtype=samples.dtype), axis=1)
             if j
             else np.ones(len(samples), dtype=bool)
         )
-        b = self.token_bins[samples[mask, j]]
+        return self.token_bins[samples[mask, j]]
+
+    def bin_counts(self, samples: np.ndarray) -> np.ndarray:
+        """(N, n) valid samples -> (K,) counts of the samples this view counts."""
+        k = self.probs.size
+        b = self.sample_bins(samples)
         return np.bincount(b[b >= 0], minlength=k)[:k]
 
     def open_counts(self, samples: np.ndarray) -> np.ndarray:
@@ -97,16 +102,7 @@ class View:
         sequence outside a fully enumerated head): the engine-relative check compares two
         engines' samples, either of which may leave refdec's support (proofs/checks/relative.py)."""
         k = self.probs.size
-        if self.seq_bins is not None:
-            idx = [self.seq_bins.get(tuple(row), self.rest) for row in samples.tolist()]
-            return np.bincount([k if i is None else i for i in idx], minlength=k + 1)[: k + 1]
-        j = self.position
-        mask = (
-            np.all(samples[:, :j] == np.asarray(self.prefix, dtype=samples.dtype), axis=1)
-            if j
-            else np.ones(len(samples), dtype=bool)
-        )
-        b = self.token_bins[samples[mask, j]]
+        b = self.sample_bins(samples)
         return np.bincount(np.where(b >= 0, b, k), minlength=k + 1)[: k + 1]
 
     def binned(self, seq_law: dict) -> np.ndarray:
@@ -226,21 +222,26 @@ class CaseLaw:
     V: int
     chosen: str = ""  # a plan path's choice among its options (proofs.run.cases.choose_case)
 
+    def _sorted_out(self, samples: Sequence[Sequence[int]], bad) -> tuple[np.ndarray, int]:
+        """The samples that keep the protocol (length n, ids in the vocabulary) and that `bad` (a
+        test of one such sample) does not flag, as an [N, n] array; and how many were left out."""
+        n, good, out = self.case.n, [], 0
+        for s in samples:
+            s = tuple(s)
+            if len(s) != n or any(not 0 <= t < self.V for t in s) or bad(s):
+                out += 1
+            else:
+                good.append(s)
+        return np.asarray(good, dtype=np.int64).reshape(len(good), n), out
+
     def tally(self, samples: Sequence[Sequence[int]]) -> dict:
         """Counts of every view, and the samples that are impossible under the law: a wrong length,
         an id outside the vocabulary, or a token of probability 0 at a prefix the law enumerated."""
-        n, good, impossible = self.case.n, [], 0
-        for s in samples:
-            s = tuple(s)
-            if (
-                len(s) != n
-                or any(not 0 <= t < self.V for t in s)
-                or any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(n))
-            ):
-                impossible += 1
-            else:
-                good.append(s)
-        arr = np.asarray(good, dtype=np.int64).reshape(len(good), n)
+        n = self.case.n
+        arr, impossible = self._sorted_out(
+            samples,
+            lambda s: any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(n)),
+        )
         return {
             "samples": len(samples),
             "impossible": impossible,
@@ -251,14 +252,7 @@ class CaseLaw:
         """Counts of every view with its outside cell (View.open_counts), and the samples that break
         the protocol (a wrong length, an id outside the vocabulary): the engine-relative check's
         tally, which judges no sample impossible (the engine's law is not refdec's to judge)."""
-        n, good, malformed = self.case.n, [], 0
-        for s in samples:
-            s = tuple(s)
-            if len(s) != n or any(not 0 <= t < self.V for t in s):
-                malformed += 1
-            else:
-                good.append(s)
-        arr = np.asarray(good, dtype=np.int64).reshape(len(good), n)
+        arr, malformed = self._sorted_out(samples, lambda s: False)
         return {
             "samples": len(samples),
             "malformed": malformed,
