@@ -89,32 +89,21 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     if run.model_dt is not None:
         whole(f"greedy_{dname}", "greedy", lambda: run.greedy_low(f"greedy_{dname}"))
     whole("bitwise_fixed_width", "bitwise", run.bitwise)
-    for chk in sampling_checks(run):
-        for u in chk.units:
-            units.append((u.id, lambda share=None, chk=chk, u=u: sampling_unit_result(run, chk, u, share)))
 
-        def sampled(res, chk=chk) -> CheckResult:
-            raws = [res[u.id] for u in chk.units]
-            return guarded(
-                chk.label, "sampling", lambda: sampling_result(run, chk, raws), run.say, unit_seconds(raws)
-            )
+    def per_case(checks, kind: str, unit_result, result) -> None:
+        """A sampling kind of check: one unit per case (unit_result), one assembly per check (result)."""
+        for chk in checks:
+            for u in chk.units:
+                units.append((u.id, lambda share=None, chk=chk, u=u: unit_result(run, chk, u, share)))
 
-        assemble.append(sampled)
-    for rel in relative_checks(run):
-        for u in rel.units:
-            units.append((u.id, lambda share=None, rel=rel, u=u: relative_unit_result(run, rel, u, share)))
+            def assembled(res, chk=chk) -> CheckResult:
+                raws = [res[u.id] for u in chk.units]
+                return guarded(chk.label, kind, lambda: result(run, chk, raws), run.say, unit_seconds(raws))
 
-        def related(res, rel=rel) -> CheckResult:
-            raws = [res[u.id] for u in rel.units]
-            return guarded(
-                rel.label,
-                "relative_sampling",
-                lambda: relative_result(run, rel, raws),
-                run.say,
-                unit_seconds(raws),
-            )
+            assemble.append(assembled)
 
-        assemble.append(related)
+    per_case(sampling_checks(run), "sampling", sampling_unit_result, sampling_result)
+    per_case(relative_checks(run), "relative_sampling", relative_unit_result, relative_result)
     if run.sampler_order != TEMPERATURE_FIRST:
         whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)
