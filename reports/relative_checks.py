@@ -4,9 +4,17 @@ samples against the same engine's plain decoder, one row per view of each case
 
 from __future__ import annotations
 
-from proofs.details import RelativeDetails
+from proofs.details import RelativeCase, RelativeDetails
 from proofs.result import CheckResult
-from reports.markdown import DASH, fmt, table, verdict
+from reports.markdown import fmt
+from reports.sampling_checks import (
+    JUDGED,
+    case_by_case,
+    failure_notes,
+    judged_cells,
+    no_power_note,
+    table_and_notes,
+)
 
 HEADERS = [
     "check",
@@ -16,12 +24,7 @@ HEADERS = [
     "counted (cand./ref.)",
     "bins",
     "statistic",
-    "p-value",
-    "Holm",
-    "detects TV >=",
-    "N needed",
-    "observed TV",
-    "result",
+    *JUDGED,
 ]
 
 
@@ -32,57 +35,29 @@ def sampled(c: CheckResult) -> RelativeDetails | None:
 
 def summary_notes(d: RelativeDetails) -> list[str]:
     """Why an engine-relative check failed, for the summary (rejected, broken, or no power)."""
+    return failure_notes(d, "the two decoders' laws differ", "decoder errors or malformed samples")
+
+
+def case_rows_and_notes(name: str, r: RelativeCase) -> tuple[list[list], list[str]]:
+    """One case's table rows (one per view) and its notes."""
+    broken = any(r.errors) or any(r.malformed)
+    drawn = f"{r.samples[0]}/{r.samples[1]}/{r.planned}"
+    rows = [
+        [name, r.case, v.view, drawn, f"{v.counted[0]}/{v.counted[1]}", v.dof + 1, v.stat]
+        + judged_cells(v, broken)
+        for v in r.views
+    ]
     notes = []
-    if d.rejected:
-        notes.append("the two decoders' laws differ: " + ", ".join(d.rejected))
-    if d.failed_samples:
-        notes.append("decoder errors or malformed samples: " + ", ".join(d.failed_samples))
-    if d.no_power:
-        notes.append("no power: " + ", ".join(d.no_power))
-    return notes
+    for side, err, bad in zip(("candidate", "reference"), r.errors, r.malformed, strict=True):
+        if err:
+            notes.append(f"- {name} {r.case}: the {side} failed: `{err}`")
+        if bad:
+            notes.append(f"- {name} {r.case}: {bad} malformed sample(s) from the {side}")
+    return rows, notes + no_power_note(name, r, f"{r.samples[0]}/{r.samples[1]} samples", " per decoder")
 
 
 def rows_and_notes(c: CheckResult) -> tuple[list[list], list[str]]:
-    d = sampled(c)
-    if c.not_applicable:
-        return [], [f"- {c.name}: not applicable: {c.not_applicable}"]
-    if d is None:
-        return [[c.name] + [DASH] * 11 + [verdict(c.passed)]], [f"- {c.name}: could not run: `{c.error}`"]
-    rows, notes = [], []
-    for r in d.cases:
-        broken = any(r.errors) or any(r.malformed)
-        for v in r.views:
-            ok = not v.holm_rejected and v.has_power and not broken
-            res = verdict(ok) if v.has_power or v.holm_rejected else "**FAIL** (no power)"
-            rows.append(
-                [
-                    c.name,
-                    r.case,
-                    v.view,
-                    f"{r.samples[0]}/{r.samples[1]}/{r.planned}",
-                    f"{v.counted[0]}/{v.counted[1]}",
-                    v.dof + 1,
-                    v.stat,
-                    v.p_value,
-                    "rejected" if v.holm_rejected else "kept",
-                    v.detectable_tv,
-                    v.needed_n,
-                    v.empirical_tv,
-                    res,
-                ]
-            )
-        for side, err, bad in zip(("candidate", "reference"), r.errors, r.malformed, strict=True):
-            if err:
-                notes.append(f"- {c.name} {r.case}: the {side} failed: `{err}`")
-            if bad:
-                notes.append(f"- {c.name} {r.case}: {bad} malformed sample(s) from the {side}")
-        if not r.has_power:
-            notes.append(
-                f"- {c.name} {r.case}: no power: reached TV {fmt(r.detectable_tv)} with "
-                f"{r.samples[0]}/{r.samples[1]} samples; needs N = {fmt(r.needed_n)} per decoder"
-            )
-    notes.append(f"- power of {c.name}: {fmt(c.power)}")
-    return rows, notes
+    return case_by_case(c, sampled(c), len(HEADERS), lambda r: case_rows_and_notes(c.name, r))
 
 
 def relative_section(checks: list[CheckResult]) -> str:
@@ -106,11 +81,5 @@ def relative_section(checks: list[CheckResult]) -> str:
             else ""
         )
     )
-    rows, notes = [], []
-    for c in checks:
-        r, n = rows_and_notes(c)
-        rows += r
-        notes += n
-    out.append(table(rows, HEADERS))
-    out.append("\n".join(notes))
+    out += table_and_notes(checks, rows_and_notes, HEADERS)
     return "\n\n".join(out)

@@ -4,25 +4,22 @@ short (docs/design.md section 7)."""
 
 from __future__ import annotations
 
-from proofs.details import SamplingDetails
+from collections.abc import Callable
+
+from proofs.details import (
+    RelativeCase,
+    RelativeDetails,
+    RelativeView,
+    SamplingCase,
+    SamplingDetails,
+    SamplingView,
+)
 from proofs.result import CheckResult
 from reports.markdown import DASH, fmt, table, verdict
 
-HEADERS = [
-    "check",
-    "case",
-    "view",
-    "N drawn/planned",
-    "counted",
-    "samples/s",
-    "bins",
-    "p-value",
-    "Holm",
-    "detects TV >=",
-    "N needed",
-    "observed TV",
-    "result",
-]
+# a Holm-judged view's last columns, in this table and the engine-relative check's (judged_cells)
+JUDGED = ["p-value", "Holm", "detects TV >=", "N needed", "observed TV", "result"]
+HEADERS = ["check", "case", "view", "N drawn/planned", "counted", "samples/s", "bins", *JUDGED]
 
 
 def sampled(c: CheckResult) -> SamplingDetails | None:
@@ -31,61 +28,105 @@ def sampled(c: CheckResult) -> SamplingDetails | None:
     return d if isinstance(d, SamplingDetails) and d.cases else None
 
 
+def failure_notes(d: SamplingDetails | RelativeDetails, rejected: str, failed: str) -> list[str]:
+    """Why a check that samples failed, for the summary: its rejected cases (named `rejected`), the
+    cases that failed on their samples (named `failed`), and the cases with no power; the three are
+    kept apart (proofs.checks.distribution.judged)."""
+    named = ((rejected, d.rejected), (failed, d.failed_samples), ("no power", d.no_power))
+    return [f"{label}: " + ", ".join(cases) for label, cases in named if cases]
+
+
 def summary_notes(d: SamplingDetails) -> list[str]:
     """Why a sampling check failed, for the summary: rejected on its samples is named as such,
-    never as "no power" (proofs.checks.distribution.evaluate keeps the two apart)."""
+    never as "no power"."""
+    return failure_notes(d, "rejected", "impossible samples or decoder errors")
+
+
+def case_by_case(
+    c: CheckResult,
+    d: SamplingDetails | RelativeDetails | None,
+    columns: int,
+    one_case: Callable[[SamplingCase | RelativeCase], tuple[list[list], list[str]]],
+    speed: Callable[[SamplingDetails | RelativeDetails], str] = lambda d: "",
+) -> tuple[list[list], list[str]]:
+    """One check's rows in a table of `columns` columns and its notes: those of each case of its
+    details `d` (`one_case`), then its power (and `speed`, said after it); or, when it sampled
+    nothing (`d` None), why: not applicable, or it could not run."""
+    if c.not_applicable:
+        return [], [f"- {c.name}: not applicable: {c.not_applicable}"]
+    if d is None:
+        return [[c.name] + [DASH] * (columns - 2) + [verdict(c.passed)]], [
+            f"- {c.name}: could not run: `{c.error}`"
+        ]
+    rows, notes = [], []
+    for r in d.cases:
+        case_rows, case_notes = one_case(r)
+        rows += case_rows
+        notes += case_notes
+    notes.append(f"- power of {c.name}: {fmt(c.power)}{speed(d)}")
+    return rows, notes
+
+
+def table_and_notes(checks: list[CheckResult], rows_and_notes, headers: list[str]) -> list[str]:
+    """The checks' rows (`rows_and_notes(c) -> (rows, notes)`) as one table under `headers`, then
+    all their notes: two paragraphs of a section."""
+    rows, notes = [], []
+    for c in checks:
+        r, n = rows_and_notes(c)
+        rows += r
+        notes += n
+    return [table(rows, headers), "\n".join(notes)]
+
+
+def judged_cells(v: SamplingView | RelativeView, broken: bool) -> list:
+    """A view's JUDGED cells: its p-value, Holm's decision, the TV it detects and the N it needs,
+    the TV observed, and its result (`broken`: its case failed on its samples, which fails it)."""
+    ok = not v.holm_rejected and v.has_power and not broken
+    res = verdict(ok) if v.has_power or v.holm_rejected else "**FAIL** (no power)"
+    return [
+        v.p_value,
+        "rejected" if v.holm_rejected else "kept",
+        v.detectable_tv,
+        v.needed_n,
+        v.empirical_tv,
+        res,
+    ]
+
+
+def no_power_note(name: str, r: SamplingCase | RelativeCase, drawn: str, per: str = "") -> list[str]:
+    """A case's note when it has no power: the TV it reached with `drawn` (what it drew), and the N it
+    needs (`per`: per what, when not per case); none when it has power."""
+    if r.has_power:
+        return []
+    reached = f"reached TV {fmt(r.detectable_tv)} with {drawn}"
+    return [f"- {name} {r.case}: no power: {reached}; needs N = {fmt(r.needed_n)}{per}"]
+
+
+def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[str]]:
+    """One case's table rows (one per view) and its notes."""
+    broken = bool(r.impossible or r.error)
+    rows = [
+        [name, r.case, v.view, f"{r.samples}/{r.planned}", v.counted, r.samples_per_s, v.bins]
+        + judged_cells(v, broken)
+        for v in r.views
+    ]
     notes = []
-    if d.rejected:
-        notes.append("rejected: " + ", ".join(d.rejected))
-    if d.failed_samples:
-        notes.append("impossible samples or decoder errors: " + ", ".join(d.failed_samples))
-    if d.no_power:
-        notes.append("no power: " + ", ".join(d.no_power))
-    return notes
+    if r.error:
+        notes.append(f"- {name} {r.case}: the decoder failed: `{r.error}`")
+    if r.impossible:
+        notes.append(f"- {name} {r.case}: {r.impossible} sample(s) of probability 0 under the reference law")
+    return rows, notes + no_power_note(name, r, f"{r.samples} samples in {fmt(r.seconds, 3)} s")
 
 
 def rows_and_notes(c: CheckResult) -> tuple[list[list], list[str]]:
     """One check's table rows (one per view of each case) and its notes."""
-    d = sampled(c)
-    if c.not_applicable:
-        return [], [f"- {c.name}: not applicable: {c.not_applicable}"]
-    if d is None:
-        return [[c.name] + [DASH] * 11 + [verdict(c.passed)]], [f"- {c.name}: could not run: `{c.error}`"]
-    rows, notes = [], []
-    for r in d.cases:
-        for v in r.views:
-            ok = not v.holm_rejected and v.has_power and not r.impossible and not r.error
-            res = verdict(ok) if v.has_power or v.holm_rejected else "**FAIL** (no power)"
-            rows.append(
-                [
-                    c.name,
-                    r.case,
-                    v.view,
-                    f"{r.samples}/{r.planned}",
-                    v.counted,
-                    r.samples_per_s,
-                    v.bins,
-                    v.p_value,
-                    "rejected" if v.holm_rejected else "kept",
-                    v.detectable_tv,
-                    v.needed_n,
-                    v.empirical_tv,
-                    res,
-                ]
-            )
-        if r.error:
-            notes.append(f"- {c.name} {r.case}: the decoder failed: `{r.error}`")
-        if r.impossible:
-            notes.append(
-                f"- {c.name} {r.case}: {r.impossible} sample(s) of probability 0 under the reference law"
-            )
-        if not r.has_power:
-            notes.append(
-                f"- {c.name} {r.case}: no power: reached TV {fmt(r.detectable_tv)} "
-                f"with {r.samples} samples in {fmt(r.seconds, 3)} s; needs N = {fmt(r.needed_n)}"
-            )
-    notes.append(f"- power of {c.name}: {fmt(c.power)}; {fmt(d.samples_per_s, 3)} samples/s")
-    return rows, notes
+    return case_by_case(
+        c,
+        sampled(c),
+        len(HEADERS),
+        lambda r: case_rows_and_notes(c.name, r),
+        lambda d: f"; {fmt(d.samples_per_s, 3)} samples/s",
+    )
 
 
 def laws_lines(group: list[CheckResult]) -> list[str]:
@@ -161,12 +202,6 @@ def sampling_section(checks: list[CheckResult]) -> str:
                 f"({fmt(head.alpha_test)} per view); sampling budget {fmt(head.budget_s, 3)} s "
                 "per setting."
             )
-        rows, notes = [], []
-        for c in group:
-            r, n = rows_and_notes(c)
-            rows += r
-            notes += n
-        out.append(table(rows, HEADERS))
-        out.append("\n".join(notes))
+        out += table_and_notes(group, rows_and_notes, HEADERS)
         out += laws_lines(group)
     return "\n\n".join(out)
