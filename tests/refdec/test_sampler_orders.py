@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from logit_laws import filter_settings, spread_logits
 from tolerances import approx
 
 from refdec.errors import LoopcertError
@@ -115,16 +116,9 @@ def reference_filters_first(x: torch.Tensor, p: SamplingParams) -> torch.Tensor:
 @pytest.mark.parametrize("V", [13, 1500, 65536])
 @pytest.mark.parametrize("spread", [0.3, 3.0, 30.0])
 def test_filters_first_equals_the_whole_vocabulary_reference(V, spread):
-    gen = torch.Generator().manual_seed(V)
-    x = torch.randn(V, generator=gen, dtype=torch.float64) * spread
-    for logits in (x, torch.round(x * 4) / 4):  # the second: many exact ties
-        for params in (
-            ff(1.0, top_k=4),
-            ff(0.7, top_p=0.9),
-            ff(1.5, top_p=0.5),
-            ff(0.3, top_p=0.999),
-            ff(2.0, top_k=40, top_p=0.8),
-        ):
+    _, laws = spread_logits(V, spread)
+    for logits in laws:
+        for params in filter_settings(V, FILTERS_FIRST):
             got, want = transform(logits, params), reference_filters_first(logits, params)
             assert torch.equal(got > 0, want > 0), (V, spread, params)
             assert torch.allclose(got, want, rtol=1e-12, atol=1e-300), (V, spread, params)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from logit_laws import filter_settings, spread_logits
 from tolerances import approx, assert_close
 
 from refdec.errors import LoopcertError
@@ -141,21 +142,9 @@ def test_ranked_head_filter_equals_a_sort_of_the_whole_vocabulary_bitwise(V, spr
     """top-k / top-p sort only the head that can be kept (refdec.sampling._filter); on laws from
     near-uniform (every head size fails, whole-vocabulary fallback) to concentrated, with ties
     (logits rounded to a coarse grid) at every boundary, the result is bitwise the full sort's."""
-    gen = torch.Generator().manual_seed(V)
-    x = torch.randn(V, generator=gen, dtype=torch.float64) * spread
-    for logits in (x, torch.round(x * 4) / 4):  # the second: many exact ties
-        for params in (
-            SamplingParams(1.0, top_k=1),
-            SamplingParams(0.7, top_k=4),
-            SamplingParams(1.0, top_k=50),
-            SamplingParams(1.0, top_k=V),
-            SamplingParams(1.0, top_k=V + 3),
-            SamplingParams(1.5, top_p=0.9),
-            SamplingParams(1.0, top_p=0.5),
-            SamplingParams(1.0, top_p=1.0),
-            SamplingParams(0.3, top_p=0.999),
-            SamplingParams(1.0, top_k=40, top_p=0.8),
-        ):
+    gen, laws = spread_logits(V, spread)
+    for logits in laws:
+        for params in filter_settings(V):
             got, want = transform(logits, params), transform_full_sort(logits, params)
             assert torch.equal(got, want), (V, spread, params, int((got != want).sum()))
     rows = torch.randn(3, V, generator=gen, dtype=torch.float64) * spread  # (R, V): row by row
