@@ -25,7 +25,7 @@ import numpy as np
 
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
-from proofs.details import CaseSpec, SamplingCase, SamplingDetails, SamplingView
+from proofs.details import CaseSpec, RelativeDetails, SamplingCase, SamplingDetails, SamplingView
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
@@ -179,6 +179,15 @@ def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float)
     )
 
 
+def judged_result(name: str, details: SamplingDetails | RelativeDetails, power: str) -> CheckResult:
+    """A sampling check's result from its details (their verdict fields: judged): measured = the
+    smallest p-value of its views, bound = the strictest Holm level; passes iff Holm rejects
+    nothing, no case failed on its samples and every view reached the target TV."""
+    passed = not (details.rejected or details.no_power or details.failed_samples)
+    measured = min((v.p_value for c in details.cases for v in c.views), default=0.0)
+    return CheckResult(name, measured, details.alpha_test, passed, details, power)
+
+
 def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
     """The check from the work units' tallies (pure: shards can be combined here).
 
@@ -221,7 +230,6 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     ]
     views = [v for c in cases for v in c.views]
     verdict = judged(cases, [c.case for c in cases if c.impossible or c.error], target, alpha_test)
-    passed = not (verdict["rejected"] or verdict["no_power"] or verdict["failed_samples"])
     worst = verdict["detectable_tv"]
     drawn = sum(c.samples for c in cases)
     seconds = sum(c.seconds for c in cases)
@@ -237,8 +245,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
         samples_per_s=drawn / seconds if seconds > 0 else None,
         cases=tuple(cases),
     )
-    measured = min((v.p_value for v in views), default=0.0)
-    return CheckResult(name, measured, alpha_test, passed, details, power)
+    return judged_result(name, details, power)
 
 
 def check_distribution(

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from proofs.checks.distribution import Target, alpha_per_test, case_spec, judged, view_needs
+from proofs.checks.distribution import Target, alpha_per_test, case_spec, judged, judged_result, view_needs
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
 from proofs.details import RelativeCase, RelativeDetails, RelativeView
@@ -150,7 +150,6 @@ def evaluate_relative(
         )
     views = [v for c in rows for v in c.views]
     verdict = judged(rows, [c.case for c in rows if any(c.errors) or any(c.malformed)], target, alpha_test)
-    passed = not (verdict["rejected"] or verdict["no_power"] or verdict["failed_samples"])
     worst = verdict["detectable_tv"]
     power = (
         f"every view must detect a binned TV >= {target.tv:g} between the two decoders' laws with "
@@ -166,8 +165,7 @@ def evaluate_relative(
         sampling_seconds=sum(sum(c.seconds) for c in rows),
         cases=tuple(rows),
     )
-    measured = min((v.p_value for v in views), default=0.0)
-    return CheckResult(name, measured, alpha_test, passed, details, power)
+    return judged_result(name, details, power)
 
 
 def check_relative(
