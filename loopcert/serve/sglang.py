@@ -38,7 +38,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from loopcert.serve import intake
 from loopcert.serve.api_errors import APIError
@@ -63,8 +63,9 @@ def _is_number(v, value) -> bool:
     return type(v) in (int, float) and v == value
 
 
-class SGLangSampling(BaseModel):
-    """One item's `sampling_params` (SGLang's SamplingParams fields; null means the default)."""
+class _SGLangImplemented(BaseModel):
+    """SGLang's SamplingParams fields that loopcert implements, and the validators of all of them
+    (SGLangSampling adds the unsupported ones, last)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -81,20 +82,6 @@ class SGLangSampling(BaseModel):
     spaces_between_special_tokens: bool | None = True
     no_stop_trim: bool | None = False
     stream_interval: int | None = None
-    # neutral values only (module docstring)
-    min_p: Any = None
-    frequency_penalty: Any = None
-    presence_penalty: Any = None
-    repetition_penalty: Any = None
-    stop: Any = None
-    stop_token_ids: Any = None
-    stop_regex: Any = None
-    json_schema: Any = None
-    regex: Any = None
-    ebnf: Any = None
-    structural_tag: Any = None
-    logit_bias: Any = None
-    custom_params: Any = None
 
     @field_validator("top_k")
     @classmethod
@@ -110,7 +97,7 @@ class SGLangSampling(BaseModel):
             raise ValueError("only n=1 is supported (send a batch of input_ids for more samples)")
         return v
 
-    @field_validator(*NEUTRAL)
+    @field_validator(*NEUTRAL, check_fields=False)
     @classmethod
     def _neutral(cls, v, info):
         neutral = NEUTRAL[info.field_name]
@@ -119,12 +106,22 @@ class SGLangSampling(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator(*ABSENT)
+    @field_validator(*ABSENT, check_fields=False)
     @classmethod
     def _absent(cls, v, info):
         if v is not None and v not in ([], {}):
             raise ValueError("is not supported on /generate (it would change what is decoded); omit it")
         return v
+
+
+# the fields loopcert implements, then those it takes only at a neutral value or absent (module
+# docstring): any type, judged by _SGLangImplemented's validators; one list of names, NEUTRAL and ABSENT
+SGLangSampling = create_model(
+    "SGLangSampling",
+    __base__=_SGLangImplemented,
+    __doc__="One item's `sampling_params` (SGLang's SamplingParams fields; null means the default).",
+    **{name: (Any, None) for name in (*NEUTRAL, *ABSENT)},
+)
 
 
 class GenerateRequest(BaseModel):
