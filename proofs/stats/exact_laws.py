@@ -53,7 +53,9 @@ class Oracle:
         key = tuple(int(t) for t in context)
         got = self._logits.get(key)
         if got is None:
-            got = self.model.depth_logits(list(key), list(range(1, self.R + 1)))[:, -1]
+            # clone: a view of the last row would keep the whole (R, T, V) readout alive, T times
+            # what is remembered (47 MB a context at V = 49,152 and T = 30: docs/scale.md)
+            got = self.model.depth_logits(list(key), list(range(1, self.R + 1)))[:, -1].clone()
             self._logits[key] = got
         return got
 

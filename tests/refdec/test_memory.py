@@ -72,3 +72,13 @@ def test_a_fitting_model_loads_and_holds_one_float64_copy(monkeypatch):
     assert len(float64) == len(list(run.model64.parameters()))
     run64 = CertifyRun(QUICK, "tiny-ouro", None, "cpu", torch.float64, 0, lambda _m: None)
     assert run64.model_dt is None and run64.sampling_setup("tiny-ouro").model is run64.model64
+
+
+def test_the_oracle_remembers_only_the_last_position():
+    """Oracle.logits keeps (R, V) per context, not the (R, T, V) readout its forward made."""
+    from proofs.stats.exact_laws import Oracle
+
+    o = Oracle(refdec.load_model("tiny-ouro"))
+    got = o.logits([1, 2, 3, 4, 5, 6, 7, 8])
+    assert got.shape == (o.R, o.V)
+    assert got.untyped_storage().nbytes() == o.R * o.V * 8
