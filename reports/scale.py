@@ -23,7 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-from refdec.memory import parameters_of
+from refdec.errors import LoopcertError
+from refdec.sizes import ouro_shape, parameters
 
 # certificate check -> part (the issue's: reference laws = setup, candidate sampling, greedy, ...)
 PART_OF = {
@@ -109,8 +110,10 @@ def extrapolated(logs: Path, name: str) -> dict | None:
             "l2": ref[1],
             f"l{LAYERS}": ref[0] + (LAYERS - 1) * (ref[1] - ref[0]),
         }
-    out["peak_rss_l2"] = cuts[2]["load"]["peak_rss"]
-    out["load1"] = [cuts[n]["load"]["load1"] for n in (1, 2)]
+    if not out:
+        return None
+    out["peak_rss"] = {f"l{n}": max(p.get("peak_rss", 0) for p in cuts[n].values()) for n in (1, 2)}
+    out["load1"] = {f"l{n}": [p.get("load1") for p in cuts[n].values()] for n in (1, 2)}
     return out
 
 
@@ -121,8 +124,10 @@ def _read(path: Path) -> str | None:
 def collect(logs: Path, names: list[str]) -> dict:
     sizes = []
     for name in names:
-        folder = Path("/work/scale-ckpt") / name
-        row = {"name": name, "parameters": parameters_of(folder) if folder.is_dir() else None}
+        m = re.fullmatch(r"ouro-w(\d+)", name)
+        if not m:
+            raise LoopcertError(f"sweep names are ouro-w<width> (refdec.sizes), got {name!r}")
+        row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
         row["certified"] = certified(logs, name)
         row["predicted"] = predicted(logs, name)
         row["extrapolated"] = extrapolated(logs, name)

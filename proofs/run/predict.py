@@ -37,7 +37,10 @@ from refdec.validate import check_number
 from refdec.values import dtype_name
 
 HOUR = 3600.0  # the run time past which a prediction names what to do instead
-GAUGE_SECONDS = 120.0  # slice_rate: a first chunk predicted dearer than this (at batch 1) is not drawn
+# slice_rate: a first chunk predicted dearer than this at batch 1 is not drawn. Generous: batching
+# runs 20-40x faster than one sample at a time on the sweep's small sizes (docs/scale.md), so a
+# batch-1 rate is only for models no plan can sample here anyway (Ouro-1.4B's shape on a CPU)
+GAUGE_SECONDS = 3600.0
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
 PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
 MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
@@ -233,8 +236,7 @@ def slice_rate(dec, law, n: int, seed: int, slice_seconds: float) -> tuple[int, 
     run's first chunk (FIRST_CHUNK samples, drawn whatever the deadline) would take over
     GAUGE_SECONDS at that one sample's rate, that rate (a model too large to sample here: batching
     only speeds it up, so the prediction errs high); else a slice drawn as a real run draws it
-    (a batch of FIRST_CHUNK samples runs many times faster than one at a time: 20x at 17M
-    parameters, docs/scale.md)."""
+    (a batch of FIRST_CHUNK samples runs many times faster than one at a time)."""
     c = law.case
     one = draw(dec, c.prompt, c.n, c.sampling, seed, 1)
     if one.error or not one.samples:
