@@ -6,8 +6,8 @@ Two steps, so that the figures the docs show are committed data, not a log folde
     python -m reports.scale table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
 
 `collect` reads, per sweep size NAME (ouro-w<width>): the certificate of its real quick run
-(cert-NAME/certificate.json), its peak RSS (certify-NAME.log, GNU time -v), its prediction
-(predict-NAME.json, proofs.run.scale predict) and the parts of its 1- and 2-layer cuts
+(cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), its
+prediction (predict-wW.json, proofs.run.scale predict) and the parts of its 1- and 2-layer cuts
 (parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
 in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
 embedding and the 49k-token head once, the layers 24 times). `table` fits log time = c + k log
@@ -91,30 +91,60 @@ def predicted(logs: Path, name: str) -> dict | None:
     }
 
 
+def macs_per_position(width: int, layers: int) -> int:
+    """Multiply-adds of one position at one depth of an Ouro-shaped model: every layer's
+    projections and MLP, and the 49k-token head (the embedding is a lookup)."""
+    cfg = ouro_shape(width, layers)
+    d, i = cfg.d_model, cfg.intermediate_size
+    attn = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim + cfg.n_heads * cfg.head_dim * d
+    return layers * (attn + 3 * d * i) + cfg.vocab_size * d
+
+
 def extrapolated(logs: Path, name: str) -> dict | None:
-    """Each part of the 1- and 2-layer cuts, a + b x layers, at LAYERS layers."""
+    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, scaled by the
+    multiply-adds of a position (macs_per_position): one estimate from each cut, and their
+    geometric mean. Scaling, not differencing: the two cuts ran at different loads (one took
+    longer with 1 layer than the other with 2), and a difference times 23 multiplies that noise."""
+    width = int(re.fullmatch(r"ouro-w(\d+)", name).group(1))
     cuts = {}
     for n in (1, 2):
         path = logs / f"parts-{name}-l{n}.json"
         if not path.is_file():
             return None
         cuts[n] = json.loads(path.read_text())["parts"]
+    full = macs_per_position(width, LAYERS)
+    factor = {n: full / macs_per_position(width, n) for n in (1, 2)}
     out = {}
     for part in sorted(set(cuts[1]) & set(cuts[2])):
-        t1, t2 = cuts[1][part]["seconds"], cuts[2][part]["seconds"]
-        out[part] = {"l1": t1, "l2": t2, f"l{LAYERS}": t1 + (LAYERS - 1) * (t2 - t1)}
-    ref = [cuts[n].get("reference", {}).get("per_token") for n in (1, 2)]
-    if all(r is not None for r in ref):
-        out["reference_per_token"] = {
-            "l1": ref[0],
-            "l2": ref[1],
-            f"l{LAYERS}": ref[0] + (LAYERS - 1) * (ref[1] - ref[0]),
+        if part in ("vocab", "sampling"):  # the vocabulary does not grow with layers; sampling below
+            continue
+        est = {n: cuts[n][part]["seconds"] * factor[n] for n in (1, 2)}
+        out[part] = {"l1": cuts[1][part]["seconds"], "l2": cuts[2][part]["seconds"], **_estimates(est)}
+    if all("reference" in cuts[n] for n in (1, 2)):
+        est = {n: cuts[n]["reference"]["per_token"] * factor[n] for n in (1, 2)}
+        out["reference_per_token"] = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)} | _estimates(est)
+    if all("sampling" in cuts[n] for n in (1, 2)):  # seconds a sample, every unit's mean
+        per = {
+            n: [1 / u["samples_per_s"] for u in cuts[n]["sampling"]["units"] if u["samples_per_s"]]
+            for n in (1, 2)
         }
+        est = {n: sum(per[n]) / len(per[n]) * factor[n] for n in (1, 2) if per[n]}
+        out["seconds_per_sample"] = _estimates(est)
+        # N: the quick plan's for the 1-layer cut (the 24-layer model's own N is not known here)
+        n = sum(u["N"] for u in cuts[1]["sampling"]["units"])
+        out["sampling"] = {"samples": n, f"l{LAYERS}": n * out["seconds_per_sample"][f"l{LAYERS}"]}
     if not out:
         return None
+    out["factor"] = factor
     out["peak_rss"] = {f"l{n}": max(p.get("peak_rss", 0) for p in cuts[n].values()) for n in (1, 2)}
     out["load1"] = {f"l{n}": [p.get("load1") for p in cuts[n].values()] for n in (1, 2)}
     return out
+
+
+def _estimates(est: dict[int, float]) -> dict:
+    vals = list(est.values())
+    geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and min(vals) > 0 else None
+    return {f"from_l{n}": v for n, v in est.items()} | {f"l{LAYERS}": geo}
 
 
 def _read(path: Path) -> str | None:
@@ -128,8 +158,9 @@ def collect(logs: Path, names: list[str]) -> dict:
         if not m:
             raise LoopcertError(f"sweep names are ouro-w<width> (refdec.sizes), got {name!r}")
         row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
-        row["certified"] = certified(logs, name)
-        row["predicted"] = predicted(logs, name)
+        short = name.removeprefix("ouro-")  # cert-w256/, certify-w256.log, predict-w256.json
+        row["certified"] = certified(logs, short)
+        row["predicted"] = predicted(logs, short)
         row["extrapolated"] = extrapolated(logs, name)
         sizes.append(row)
     return {"sizes": sizes}
@@ -186,7 +217,7 @@ def plot(data: dict, png: Path) -> None:
 
     rows = [s for s in data["sizes"] if s["certified"]]
     xs = [s["parameters"] for s in rows]
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     for part in (*PARTS, "total"):
         ys = [s["certified"]["seconds"] if part == "total" else s["certified"]["parts"][part] for s in rows]
         k = fit(xs, ys)
@@ -197,19 +228,21 @@ def plot(data: dict, png: Path) -> None:
     ext = [s for s in data["sizes"] if s["extrapolated"]]
     for s in ext:
         e = s["extrapolated"]
-        for part, mark in (("laws", "s"), ("greedy", "^"), ("sampling", "D")):
-            if part in e:
+        for part, mark in (("laws", "s"), ("greedy", "^"), ("sampling", "D"), ("load", "v")):
+            if part in e and e[part][f"l{LAYERS}"]:
                 ax.plot([s["parameters"]], [e[part][f"l{LAYERS}"]], marker=mark, color="k", ls="none")
     ax.plot([], [], marker="s", color="k", ls="none", label="exact laws, extrapolated (1-2 layer cuts)")
     ax.plot([], [], marker="^", color="k", ls="none", label="greedy, extrapolated")
     ax.plot([], [], marker="D", color="k", ls="none", label="sampling to TV 0.05, extrapolated")
+    ax.plot([], [], marker="v", color="k", ls="none", label="loading, extrapolated")
     ax.axhline(3600, color="grey", ls=":", lw=1)
+    ax.text(xs[0] if xs else 1e7, 3900, "1 hour", color="grey", fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("parameters (Ouro shape, 24 layers, V = 49,152, R = 4)")
     ax.set_ylabel("seconds (2 shared CPU cores, 1 thread)")
     ax.set_title("loopcert certify --quick: time per part vs parameters")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
