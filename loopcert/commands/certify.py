@@ -182,17 +182,27 @@ def run(args) -> int:
                 f"{args.relative_to} (it draws each case from both decoders, about 4x the sampling "
                 "check's draws)"
             )
-        got = predict(*what, slice_seconds=args.predict, jobs=jobs or default_jobs(), executor=args.executor)
+        got = predict(
+            *what,
+            slice_seconds=args.predict,
+            jobs=jobs or default_jobs(),
+            executor=args.executor,
+            time_budget=args.time_budget,
+        )
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
         print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
         for c in got["checks"]:
-            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']})")
+            within = c.get("budgeted_seconds")
+            capped = f"; {minutes(within)} within the budget" if within is not None else ""
+            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']}{capped})")
         print(
             f"predicted: {minutes(got['serial_seconds'])} in one process, "
             f"{minutes(got['wall_seconds'])} with {got['workers_label']} "
-            f"(sampling {minutes(got['predicted_seconds'])} of it; sampling budget "
-            f"{minutes(got['sampling_budget_s'])} per worker)"
+            f"(sampling within its budget of {minutes(got['sampling_budget_s'])} per worker; "
+            f"{minutes(got['predicted_seconds'])} of sampling to reach TV {got['target_tv']:g})"
         )
+        for w in got["warnings"]:
+            print(f"warning: {w}")
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
     if args.plan_out is not None:

@@ -20,8 +20,10 @@ from dataclasses import replace
 from proofs.checks.distribution import sample_tally
 from proofs.checks.mutation import Mutant
 from proofs.decoders.candidates import user_candidate
+from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
+from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
 from proofs.run.jobs import check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
@@ -34,6 +36,11 @@ from refdec.files import parse_dtype
 from refdec.validate import check_number
 from refdec.values import dtype_name
 
+HOUR = 3600.0  # the run time past which a prediction names what to do instead
+# slice_rate: a first chunk predicted dearer than this at batch 1 is not drawn. Generous: batching
+# runs 20-40x faster than one sample at a time on the sweep's small sizes (docs/scale.md), so a
+# batch-1 rate is only for models no plan can sample here anyway (Ouro-1.4B's shape on a CPU)
+GAUGE_SECONDS = 3600.0
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
 PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
 MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
@@ -92,8 +99,11 @@ def predict(
     slice_seconds: float = PREDICT_SECONDS,
     jobs: int = 1,
     executor: str = "local",
+    time_budget: float | None = None,
 ) -> dict:
-    """The prediction of the module docstring, as data. Setup (models, exact laws) is as measured;
+    """The prediction of the module docstring, as data. The run's time counts what each sampling
+    unit will sample within the budget (`time_budget`, default the plan's: budgeted); the sampling
+    time to reach the plan's TV is reported beside it. Setup (models, exact laws) is as measured;
     the wall time with `jobs` workers hands the units out in certify --jobs' order
     (dispatch_order, makespan), each worker at the rate measured here alone. With `executor`
     "ray" the `jobs` workers also each unpack the run once (proofs/run/remote.py RunSpec), timed
@@ -107,13 +117,20 @@ def predict(
     model_name = model_name or default_model_name()
     t0 = time.perf_counter()
     user = user_candidate(decoder) if decoder else None
-    run = CertifyRun(plan, model_name, user, device, dtype, seed, say)
+    run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = dtype_name(dtype)
     units, _ = plan_units(run, dname)  # builds the sampling setups: exact laws, N per case
     setup = time.perf_counter() - t0
     say(f"setup (models, exact laws, N per case): {setup:.1f}s")
     rows, unit_seconds, checks = sampled_rows(run, seed, slice_seconds)
-    sampling_s = sum(c["predicted_seconds"] for c in checks)
+    sampling_s = sum(c["predicted_seconds"] for c in checks)  # to reach the plan's TV, no budget
+    budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
+    used = budgeted(rows, budget_s, jobs)  # what the run will sample within its budget
+    for r in rows:
+        r["budgeted_seconds"] = used[r["unit"]]
+    for c in checks:
+        c["budgeted_seconds"] = sum(used[r["unit"]] for r in rows if r["check"] == c["check"])
+    unit_seconds.update(used)
 
     probe, scale = probe_plan(plan, run.mutant_library())
     probed, probe_seconds, mutant_s = probe_checks(run.with_plan(probe), scale, dname)
@@ -136,7 +153,7 @@ def predict(
         f"whole plan {serial / 60:.1f} min in one process, {wall / 60:.1f} min with {label}"
         + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
     )
-    return {
+    got = {
         "mode": plan.mode,
         "model": model_name,
         "target_tv": plan.tv,
@@ -151,8 +168,12 @@ def predict(
         "workers_label": label,
         "ship_seconds": ship,
         "wall_seconds": wall,
-        "sampling_budget_s": plan.sampling_budget_s,
+        "sampling_budget_s": budget_s,
     }
+    got["warnings"] = verdict(got)
+    for w in got["warnings"]:
+        say(f"warning: {w}")
+    return got
 
 
 def sampled_rows(
@@ -167,6 +188,8 @@ def sampled_rows(
         laws = run.sampling_setup(chk.model).laws
         for u, law in zip(chk.units, laws, strict=True):
             row = {
+                "unit": u.id,
+                "check": chk.label,
                 "model": chk.model,
                 "setting": chk.candidate.label,
                 "case": u.case,
@@ -177,12 +200,12 @@ def sampled_rows(
                 "no_power": u.samples == 0,
             }
             if u.samples and not isinstance(dec, NotApplicable):
-                t = sample_tally(dec, law, u.samples, seed, time.perf_counter() + slice_seconds)
-                rate = t["samples_per_s"] if t["samples"] else 0.0
+                got, rate = slice_rate(dec, law, u.samples, seed, slice_seconds)
                 row.update(
-                    slice=t["samples"],
+                    slice=got,
                     samples_per_s=rate,
                     predicted_seconds=u.samples / rate if rate > 0 else math.inf,
+                    first_chunk_seconds=min(u.samples, FIRST_CHUNK) / rate if rate > 0 else math.inf,
                 )
             rows.append(row)
             unit_seconds[u.id] = row["predicted_seconds"]
@@ -206,6 +229,68 @@ def sampled_rows(
         for chk in checks
     ]
     return rows, unit_seconds, predicted
+
+
+def slice_rate(dec, law, n: int, seed: int, slice_seconds: float) -> tuple[int, float]:
+    """(samples drawn, samples/s) of one (setting, case): one sample first, timed; when a real
+    run's first chunk (FIRST_CHUNK samples, drawn whatever the deadline) would take over
+    GAUGE_SECONDS at that one sample's rate, that rate (a model too large to sample here: batching
+    only speeds it up, so the prediction errs high); else a slice drawn as a real run draws it
+    (a batch of FIRST_CHUNK samples runs many times faster than one at a time)."""
+    c = law.case
+    one = draw(dec, c.prompt, c.n, c.sampling, seed, 1)
+    if one.error or not one.samples:
+        return 0, 0.0
+    if FIRST_CHUNK * one.seconds > GAUGE_SECONDS:
+        return 1, 1.0 / one.seconds
+    t = sample_tally(dec, law, n, seed, time.perf_counter() + slice_seconds)
+    return t["samples"], (t["samples_per_s"] if t["samples"] else 0.0)
+
+
+def budgeted(rows: Sequence[dict], budget_s: float, workers: int = 1) -> dict[str, float]:
+    """{unit id: seconds it will sample} under the run's sampling pool (proofs/run/budget.py), the
+    units served in plan order as a serial run serves them: each samples until it reaches N
+    (its predicted_seconds) or its share runs out, and always its first chunk (draw's first
+    generate_batch call does not look at the deadline)."""
+    planned = {r["unit"]: r["planned"] for r in rows if r["planned"]}
+    pool = SamplingPool.over(planned, planned, budget_s, workers)
+    used = {}
+    for r in rows:
+        uid = r["unit"]
+        if uid not in planned or not math.isfinite(r["predicted_seconds"]):
+            used[uid] = 0.0 if uid not in planned else pool.share(uid)
+            continue
+        share = pool.share(uid)
+        used[uid] = min(r["predicted_seconds"], max(share, r.get("first_chunk_seconds", 0.0)))
+        pool.spend(used[uid])
+    return used
+
+
+def verdict(got: dict, hour: float = HOUR) -> list[str]:
+    """What the prediction warns of, each naming the part and the flag that helps: sampling cut
+    short of the plan's TV by the budget (those cases fail as no power), and a run past an hour."""
+    out = []
+    short = [r for r in got["rows"] if r["planned"] and r["budgeted_seconds"] < r["predicted_seconds"]]
+    if short:
+        need = sum(r["predicted_seconds"] for r in got["rows"] if r["planned"])
+        out.append(
+            f"sampling: {len(short)} of {len(got['rows'])} (setting, case) units cannot reach TV "
+            f"{got['target_tv']:g} within the {got['sampling_budget_s'] / 60:.1f} min budget (they fail as "
+            f"no power); reaching it takes {need / 60:.0f} min of sampling: --time-budget {math.ceil(need)}, "
+            "spread over --jobs N, --shard I/N (loopcert merge) or --executor ray, or a GPU (--device cuda)"
+        )
+    if got["wall_seconds"] > hour:
+        part = max(
+            got["checks"] + [{"check": "setup", "predicted_seconds": got["setup_seconds"]}],
+            key=lambda c: c["predicted_seconds"],
+        )
+        out.append(
+            f"the run cannot finish within {hour / 3600:g} h ({got['wall_seconds'] / 3600:.1f} h predicted); "
+            f"its largest part is {part['check']} ({part['predicted_seconds'] / 60:.0f} min): "
+            "--shard I/N or --executor ray to spread it, --dtype float64 to hold one copy of the weights, "
+            "or a GPU (--device cuda)"
+        )
+    return out
 
 
 def probe_checks(

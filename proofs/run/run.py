@@ -70,8 +70,10 @@ from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS
 from refdec.errors import LoopcertError
+from refdec.memory import FREE_ENV, Need, check_fits, parameters_of
 from refdec.model import LoopedLM
 from refdec.sampling import TEMPERATURE_FIRST
+from refdec.values import dtype_name
 
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
 
@@ -91,9 +93,42 @@ class RunModels:
 
     @classmethod
     def load(cls, name: str, dtype: torch.dtype, device: str) -> RunModels:
+        check_fits(run_need(name, dtype, device), f"certifying {name}", FIT_HINT)
         model64 = load(name, torch.float64, device)
-        oracle = Oracle(model64)
+        oracle = Oracle.over(model64)  # on the CPU: the same float64 weights, not a second copy
         return cls(model64, oracle, None if dtype == torch.float64 else load(name, dtype, device))
+
+    def sampling_model(self, dtype: torch.dtype, device: str) -> LoopedLM | None:
+        """The copy the sampling decoders take (float64 in a float64 run, else float32) when this
+        run already holds it; None when it must be loaded (a bfloat16 run's float32 copy)."""
+        if dtype == torch.float64:
+            return self.model64
+        if self.model_dt is not None and dtype_of(self.model_dt) == torch.float32:
+            return self.model_dt
+        return None
+
+
+FIT_HINT = (
+    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference); "
+    "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
+    f"{FREE_ENV} caps the memory counted as free"
+)
+
+
+def run_need(name: str, dtype: torch.dtype, device: str) -> Need:
+    """What RunModels.load and the sampling setup hold in CPU memory, from the headers alone: the
+    float64 reference (on the CPU whatever the device: the exact laws), the run's dtype copy and a
+    float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU)."""
+    copies = [("float64 reference", 8)]
+    if torch.device(device).type == "cpu" and dtype != torch.float64:
+        copies.append((f"{dtype_name(dtype)} copy", torch.empty(0, dtype=dtype).element_size()))
+        if dtype != torch.float32:
+            copies.append(("float32 copy to sample", 4))
+    return Need(parameters_of(name), tuple(copies))
+
+
+def dtype_of(model: LoopedLM) -> torch.dtype:
+    return next(model.parameters()).dtype
 
 
 class CertifyRun:
@@ -134,6 +169,9 @@ class CertifyRun:
         # the decoders of the units it samples)
         self.sampling_decoders: dict[str, Decoder | NotApplicable] = {}
         self.pool: SamplingPool | None = None  # the sampling units' time (proofs/run/sampling_units.py)
+        # refdec's float64 greedy tokens by (oracle, prompt, n): greedy_float64 and greedy_<dtype>
+        # compare against the same reference decode, which at 1.4B parameters takes minutes
+        self.greedy_references: dict[tuple, list[int]] = {}
 
     def with_plan(self, plan: CertifyPlan) -> CertifyRun:
         """A run of `plan` otherwise like this one, sharing its models and sampling setups; `plan`
@@ -218,8 +256,16 @@ class CertifyRun:
                 runs.append((name, c.label, dec, o, torch.float64))
         prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
         result = check_greedy(
-            "greedy_float64", runs, lambda o: prompts[id(o)], self.plan.greedy_tokens, self.say
+            "greedy_float64",
+            runs,
+            lambda o: prompts[id(o)],
+            self.plan.greedy_tokens,
+            self.say,
+            references=self.greedy_references,
         )
+        # keep the certified model's only: the presets' oracles die here, and a key holds id(oracle)
+        mine = id(self.oracle)
+        self.greedy_references = {k: v for k, v in self.greedy_references.items() if k[0] == mine}
         return result.with_details(not_applicable=not_applicable)
 
     def greedy_low(self, name: str) -> CheckResult:
@@ -228,7 +274,14 @@ class CertifyRun:
             for c in self.candidates
         ]
         prompts = self.prompts(self.plan.greedy_prompts)
-        return check_greedy(name, runs, lambda _o: prompts, self.plan.greedy_tokens, self.say)
+        return check_greedy(
+            name,
+            runs,
+            lambda _o: prompts,
+            self.plan.greedy_tokens,
+            self.say,
+            references=self.greedy_references,
+        )
 
     # -- 2. bitwise -----------------------------------------------------------------------------
     def bitwise(self) -> CheckResult:
@@ -276,9 +329,9 @@ class CertifyRun:
                 laws, samples = chosen_cases(o, name, self.plan, self.sampler_order)
             relative = relative or relative_plan(laws, self.plan)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
-            self.sampling_setups[name] = SamplingSetup(
-                laws, samples, load(name, run_dtype, self.device), relative
-            )
+            held = self.models.sampling_model(run_dtype, self.device) if name == self.model_name else None
+            model = held if held is not None else load(name, run_dtype, self.device)
+            self.sampling_setups[name] = SamplingSetup(laws, samples, model, relative)
         return self.sampling_setups[name]
 
     @functools.cached_property

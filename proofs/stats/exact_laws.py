@@ -29,20 +29,33 @@ MAX_FULL_CONTEXTS = 400  # enumerate the whole tree when it has at most this man
 class Oracle:
     """float64 refdec logits at every depth 1..R of the last position of a context, remembered."""
 
-    def __init__(self, model):
-        self.model = copy.deepcopy(model).to(device="cpu", dtype=torch.float64).eval()
+    def __init__(self, model, *, share: bool = False):
+        """A float64 CPU copy of `model`; with `share` (a model already float64 on the CPU, that
+        nobody changes) the model itself: a 1.4B-parameter model's float64 copy is 11.5 GB, and
+        a run must not hold two (docs/scale.md)."""
+        if share and _is_float64_cpu(model):
+            self.model = model.eval()
+        else:
+            self.model = copy.deepcopy(model).to(device="cpu", dtype=torch.float64).eval()
         self.cfg = self.model.cfg
         self.R = self.cfg.recurrence
         self.V = self.cfg.vocab_size
         self._logits: dict[tuple[int, ...], torch.Tensor] = {}
         self._laws: dict[tuple, torch.Tensor] = {}
 
+    @classmethod
+    def over(cls, model) -> Oracle:
+        """The oracle of a model a run keeps unchanged: shares it when it is float64 on the CPU."""
+        return cls(model, share=True)
+
     def logits(self, context: Sequence[int]) -> torch.Tensor:
         """(R, V) float64: row r-1 is the depth-r logits of the token after `context`."""
         key = tuple(int(t) for t in context)
         got = self._logits.get(key)
         if got is None:
-            got = self.model.depth_logits(list(key), list(range(1, self.R + 1)))[:, -1]
+            # clone: a view of the last row would keep the whole (R, T, V) readout alive, T times
+            # what is remembered (47 MB a context at V = 49,152 and T = 30: docs/scale.md)
+            got = self.model.depth_logits(list(key), list(range(1, self.R + 1)))[:, -1].clone()
             self._logits[key] = got
         return got
 
@@ -57,9 +70,18 @@ class Oracle:
             self._laws[key] = got
         return got
 
+    def forget_laws(self) -> None:
+        """Drop the transformed laws, keep the logits: what a law costs beyond its forward pass
+        (proofs/run/scale.py's vocabulary figure)."""
+        self._laws.clear()
+
     @property
     def contexts_seen(self) -> int:
         return len(self._logits)
+
+
+def _is_float64_cpu(model) -> bool:
+    return all(t.dtype == torch.float64 and t.device.type == "cpu" for t in model.state_dict().values())
 
 
 IMPOSSIBLE = -1  # classify(): a sample the law gives probability zero

@@ -1,0 +1,279 @@
+"""The growth table and plot of docs/scale.md: certify time per part against parameters.
+
+Two steps, so that the figures the docs show are committed data, not a log folder:
+
+    python -m reports.scale collect /work/scale-logs --out docs/scale-data.json
+    python -m reports.scale table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
+
+`collect` reads, per sweep size NAME (ouro-w<width>): the certificate of its real quick run
+(cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), its
+prediction (predict-wW.json, proofs.run.scale predict) and the parts of its 1- and 2-layer cuts
+(parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
+in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
+embedding and the 49k-token head once, the layers 24 times). `table` fits log time = c + k log
+parameters per part over the sizes measured and writes the table and the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from refdec.errors import LoopcertError
+from refdec.sizes import ouro_shape, parameters
+
+# certificate check -> part (the issue's: reference laws = setup, candidate sampling, greedy, ...)
+PART_OF = {
+    "greedy_float64": "greedy",
+    "greedy_float32": "greedy",
+    "bitwise_fixed_width": "bitwise",
+    "reproducibility": "reproducibility",
+    "mutation": "mutants",
+    "speed": "speed",
+}
+PARTS = ("setup", "greedy", "bitwise", "sampling", "reproducibility", "mutants", "theorems", "speed")
+LAYERS = 24  # the published shape's; the cuts' figures are extrapolated to it
+
+
+def part_of(check: str) -> str:
+    if check.startswith("sampling["):
+        return "sampling"
+    if check.startswith("theorem"):
+        return "theorems"
+    return PART_OF.get(check, check)
+
+
+def peak_rss_of(log: Path) -> int | None:
+    """Bytes, from GNU time -v's 'Maximum resident set size (kbytes)'."""
+    if not log.is_file():
+        return None
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log.read_text(errors="replace"))
+    return int(m.group(1)) * 1024 if m else None
+
+
+def certified(logs: Path, name: str) -> dict | None:
+    """The measured quick run of one size: seconds per part, total, peak RSS, verdict."""
+    path = logs / f"cert-{name}" / "certificate.json"
+    if not path.is_file():
+        return None
+    cert = json.loads(path.read_text())
+    parts = dict.fromkeys(PARTS, 0.0)
+    for c in cert["checks"]:
+        parts[part_of(c["name"])] += float(c.get("seconds") or 0.0)
+    total = float(cert["stamp"]["seconds"])
+    parts["setup"] = total - sum(v for k, v in parts.items() if k != "setup")
+    return {
+        "seconds": total,
+        "parts": parts,
+        "peak_rss": peak_rss_of(logs / f"certify-{name}.log"),
+        "verdict": cert["verdict"],
+        "failed": cert["failed"],
+        "load": _read(logs / f"certify-{name}.uptime"),
+    }
+
+
+def predicted(logs: Path, name: str) -> dict | None:
+    path = logs / f"predict-{name}.json"
+    if not path.is_file():
+        return None
+    p = json.loads(path.read_text())
+    return {
+        "wall_seconds": p["wall_seconds"],
+        "sampling_to_target_s": p["predicted_seconds"],
+        "setup_seconds": p["setup_seconds"],
+        "warnings": p.get("warnings", []),
+        "predict_took": p.get("predict_wall"),
+        "load1": p.get("load1"),
+    }
+
+
+def macs_per_position(width: int, layers: int) -> int:
+    """Multiply-adds of one position at one depth of an Ouro-shaped model: every layer's
+    projections and MLP, and the 49k-token head (the embedding is a lookup)."""
+    cfg = ouro_shape(width, layers)
+    d, i = cfg.d_model, cfg.intermediate_size
+    attn = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim + cfg.n_heads * cfg.head_dim * d
+    return layers * (attn + 3 * d * i) + cfg.vocab_size * d
+
+
+def extrapolated(logs: Path, name: str) -> dict | None:
+    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, scaled by the
+    multiply-adds of a position (macs_per_position): one estimate from each cut, and their
+    geometric mean. Scaling, not differencing: the two cuts ran at different loads (one took
+    longer with 1 layer than the other with 2), and a difference times 23 multiplies that noise."""
+    width = int(re.fullmatch(r"ouro-w(\d+)", name).group(1))
+    cuts = {}
+    for n in (1, 2):
+        path = logs / f"parts-{name}-l{n}.json"
+        if not path.is_file():
+            return None
+        cuts[n] = json.loads(path.read_text())["parts"]
+    full = macs_per_position(width, LAYERS)
+    factor = {n: full / macs_per_position(width, n) for n in (1, 2)}
+    out = {}
+    for part in sorted(set(cuts[1]) & set(cuts[2])):
+        if part in ("vocab", "sampling"):  # the vocabulary does not grow with layers; sampling below
+            continue
+        est = {n: cuts[n][part]["seconds"] * factor[n] for n in (1, 2)}
+        out[part] = {"l1": cuts[1][part]["seconds"], "l2": cuts[2][part]["seconds"], **_estimates(est)}
+    if all("reference" in cuts[n] for n in (1, 2)):
+        est = {n: cuts[n]["reference"]["per_token"] * factor[n] for n in (1, 2)}
+        out["reference_per_token"] = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)} | _estimates(est)
+    if all("sampling" in cuts[n] for n in (1, 2)):  # seconds a sample, every unit's mean
+        per = {
+            n: [1 / u["samples_per_s"] for u in cuts[n]["sampling"]["units"] if u["samples_per_s"]]
+            for n in (1, 2)
+        }
+        est = {n: sum(per[n]) / len(per[n]) * factor[n] for n in (1, 2) if per[n]}
+        out["seconds_per_sample"] = _estimates(est)
+        # N: the quick plan's for the 1-layer cut (the 24-layer model's own N is not known here)
+        n = sum(u["N"] for u in cuts[1]["sampling"]["units"])
+        out["sampling"] = {"samples": n, f"l{LAYERS}": n * out["seconds_per_sample"][f"l{LAYERS}"]}
+    if not out:
+        return None
+    out["factor"] = factor
+    out["peak_rss"] = {f"l{n}": max(p.get("peak_rss", 0) for p in cuts[n].values()) for n in (1, 2)}
+    out["load1"] = {f"l{n}": [p.get("load1") for p in cuts[n].values()] for n in (1, 2)}
+    return out
+
+
+def _estimates(est: dict[int, float]) -> dict:
+    vals = list(est.values())
+    geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and min(vals) > 0 else None
+    return {f"from_l{n}": v for n, v in est.items()} | {f"l{LAYERS}": geo}
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text().strip() if path.is_file() else None
+
+
+def collect(logs: Path, names: list[str]) -> dict:
+    sizes = []
+    for name in names:
+        m = re.fullmatch(r"ouro-w(\d+)", name)
+        if not m:
+            raise LoopcertError(f"sweep names are ouro-w<width> (refdec.sizes), got {name!r}")
+        row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
+        short = name.removeprefix("ouro-")  # cert-w256/, certify-w256.log, predict-w256.json
+        row["certified"] = certified(logs, short)
+        row["predicted"] = predicted(logs, short)
+        row["extrapolated"] = extrapolated(logs, name)
+        sizes.append(row)
+    return {"sizes": sizes}
+
+
+def fit(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of log y on log x (the growth exponent); None under two points."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx > 0 else None
+
+
+def table(data: dict) -> str:
+    rows = [s for s in data["sizes"] if s["certified"]]
+    head = (
+        "| part | "
+        + " | ".join(f"{s['name']} ({s['parameters'] / 1e6:.0f}M)" for s in rows)
+        + " | exponent |"
+    )
+    lines = [head, "|---|" + "---:|" * (len(rows) + 1)]
+    xs = [s["parameters"] for s in rows]
+    for part in (*PARTS, "total"):
+        ys = [s["certified"]["seconds"] if part == "total" else s["certified"]["parts"][part] for s in rows]
+        k = fit(xs, ys)
+        cells = " | ".join(f"{y:.0f}" for y in ys)
+        lines.append(f"| {part} (s) | {cells} | {'' if k is None else f'{k:.2f}'} |")
+    rss = " | ".join(
+        f"{s['certified']['peak_rss'] / 2**30:.2f}" if s["certified"]["peak_rss"] else "-" for s in rows
+    )
+    lines.append(
+        f"| peak RSS (GiB) | {rss} | {fit(xs, [s['certified']['peak_rss'] or 0 for s in rows]) or 0:.2f} |"
+    )
+    pred = []
+    for s in rows:
+        p = s["predicted"]
+        pred.append(
+            "-"
+            if not p
+            else f"{p['wall_seconds']:.0f} ({p['wall_seconds'] / s['certified']['seconds']:.2f}x)"
+        )
+    lines.append(f"| --predict (s, predicted/measured) | {' | '.join(pred)} | |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [s for s in data["sizes"] if s["certified"]]
+    xs = [s["parameters"] for s in rows]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for part in (*PARTS, "total"):
+        ys = [s["certified"]["seconds"] if part == "total" else s["certified"]["parts"][part] for s in rows]
+        k = fit(xs, ys)
+        if all(y <= 0 for y in ys):
+            continue
+        label = f"{part} (k={k:.2f})" if k is not None else part
+        ax.plot(xs, ys, marker="o", lw=2.5 if part == "total" else 1.2, label=label)
+    ext = [s for s in data["sizes"] if s["extrapolated"]]
+    for s in ext:
+        e = s["extrapolated"]
+        for part, mark in (("laws", "s"), ("greedy", "^"), ("sampling", "D"), ("load", "v")):
+            if part in e and e[part][f"l{LAYERS}"]:
+                ax.plot([s["parameters"]], [e[part][f"l{LAYERS}"]], marker=mark, color="k", ls="none")
+    ax.plot([], [], marker="s", color="k", ls="none", label="exact laws, extrapolated (1-2 layer cuts)")
+    ax.plot([], [], marker="^", color="k", ls="none", label="greedy, extrapolated")
+    ax.plot([], [], marker="D", color="k", ls="none", label="sampling to TV 0.05, extrapolated")
+    ax.plot([], [], marker="v", color="k", ls="none", label="loading, extrapolated")
+    ax.axhline(3600, color="grey", ls=":", lw=1)
+    ax.text(xs[0] if xs else 1e7, 3900, "1 hour", color="grey", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("parameters (Ouro shape, 24 layers, V = 49,152, R = 4)")
+    ax.set_ylabel("seconds (2 shared CPU cores, 1 thread)")
+    ax.set_title("loopcert certify --quick: time per part vs parameters")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m reports.scale", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("logs", type=Path)
+    c.add_argument("--names", default="ouro-w128,ouro-w256,ouro-w512,ouro-w1024,ouro-w2048")
+    c.add_argument("--out", type=Path, required=True)
+    t = sub.add_parser("table")
+    t.add_argument("data", type=Path)
+    t.add_argument("--md", type=Path)
+    t.add_argument("--png", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        data = collect(a.logs, a.names.split(","))
+        a.out.write_text(json.dumps(data, indent=2) + "\n")
+        return 0
+    data = json.loads(a.data.read_text())
+    md = table(data)
+    if a.md:
+        a.md.write_text(md)
+    else:
+        print(md)
+    if a.png:
+        plot(data, a.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
