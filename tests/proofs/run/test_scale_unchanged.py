@@ -49,14 +49,7 @@ def undo_savings(monkeypatch) -> list:
     """Each saving undone; returns the list the reference decodes are counted in."""
     monkeypatch.setattr(Oracle, "over", classmethod(lambda cls, m: cls(m)))  # a deep copy again
     monkeypatch.setattr(RunModels, "sampling_model", lambda self, dtype, device: None)  # load a copy
-    calls = []
-    real = greedy_module.reference_tokens
-
-    def counted(model, prompt, n):
-        calls.append(tuple(prompt))
-        return real(model, prompt, n)
-
-    monkeypatch.setattr(greedy_module, "reference_tokens", counted)
+    calls = count_references(monkeypatch)
     original = CertifyRun.greedy_low
 
     def unshared(self, name):
