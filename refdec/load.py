@@ -108,7 +108,12 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
         # where it came from: an engine that loads checkpoints itself (mlx-lm) reads this folder
         model.source_folder = folder.resolve()
         return model
-    raise LoopcertError(
+    raise not_a_model(name)
+
+
+def not_a_model(name: str) -> LoopcertError:
+    """The error of a name that load_model cannot load: it lists every kind of name it takes."""
+    return LoopcertError(
         f"{name!r} is neither a preset ({sorted(PRESETS)}), 'default' (the shipped model) nor a model folder"
     )
 

@@ -85,6 +85,10 @@ def parameters_of(name_or_path) -> int:
     """The parameter count of a preset, "default" or a model folder, from config.json and the
     safetensors headers (refdec.checkpoints.describe): no weights are read."""
     from refdec.checkpoints import describe
-    from refdec.load import DEFAULT_MODEL_DIR
+    from refdec.config import PRESETS
+    from refdec.load import DEFAULT_MODEL_DIR, not_a_model
 
-    return describe(DEFAULT_MODEL_DIR if str(name_or_path) == "default" else name_or_path)["parameters"]
+    name = str(name_or_path)
+    if name not in PRESETS and name != "default" and not Path(name).is_dir():
+        raise not_a_model(name)  # load_model's words: "default" is a name too
+    return describe(DEFAULT_MODEL_DIR if name == "default" else name_or_path)["parameters"]
