@@ -1,11 +1,15 @@
 """The sampling time budget as one pool over a run's sampling units (docs/design.md section 8).
 
 The pool covers the sampling units this process runs (all of them, or a shard's: then the
-shard's part of the budget, by N). A unit may use up to SHARE_SLACK times its proportional share
-of what is left (in proportion to its N among the units left), never more than is left, and what
-it did not use stays in the pool: a fast setting's leftover helps the slow ones after it, and a
-slow unit that comes first is not cut at its bare proportion. Only how far a case gets before
-its deadline depends on the clock; N, seeds and samples do not.
+shard's part of the budget, by N). A unit is handed its proportional part of what is left (by its
+N among the units left) and may use up to SHARE_SLACK times that, but only out of what the units
+before it left unused: every unit after it keeps its floor, its proportional part of the whole
+budget (`floor`). What a unit does not use stays in the pool: a fast setting's leftover helps the
+slow ones after it, and a slow unit is not cut at its bare proportion when there is a leftover to
+give. When every unit is slow (a large model, a short budget) the pool splits in proportion to N:
+before the floor, each unit took twice its part of what was left, and the last setting of a
+24-layer, 49k-vocabulary model drew nothing (docs/scale.md). Only how far a case gets before its
+deadline depends on the clock; N, seeds and samples do not.
 
 Two ways to draw on it:
 - one process (serial): `share` when a unit starts, `spend` the time it sampled when it ends;
@@ -22,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 SHARE_SLACK = 2.0  # a sampling unit may use up to 2x its proportional share of the pool left
+# (out of what earlier units left unused: the units after it keep their floors)
 
 
 @dataclass
@@ -31,6 +36,8 @@ class SamplingPool:
     units: int  # sampling units not yet handed their share
     planned: Mapping[str, int]  # unit id -> N, every sampling unit the pool covers
     reserved: dict[str, float] = field(default_factory=dict)  # unit id -> seconds taken by reserve()
+    floors: dict[str, float] = field(default_factory=dict)  # unit id -> its part of the whole pool, by N
+    handed: set[str] = field(default_factory=set)  # units handed their share
 
     @classmethod
     def over(
@@ -42,16 +49,23 @@ class SamplingPool:
         mine = {uid: n for uid, n in planned.items() if uid in ids}
         total = sum(planned.values())
         seconds = budget_s * workers * (sum(mine.values()) / total if total else 1.0)
-        return cls(seconds, sum(mine.values()), len(mine), mine)
+        n = sum(mine.values())
+        floors = {uid: seconds * k / n for uid, k in mine.items()} if n else {}
+        return cls(seconds, n, len(mine), mine, floors=floors)
 
     def fair(self, uid: str) -> float:
         """This unit's proportional part of what is left: by its N among the units left."""
         return self.seconds * self.planned[uid] / self.samples if self.samples > 0 else 0.0
 
     def share(self, uid: str) -> float:
-        """Hand a unit its sampling time (at most SHARE_SLACK x its fair part, at most what is
-        left) and count it off; what it samples is paid with `spend`."""
-        share = min(self.seconds, SHARE_SLACK * self.fair(uid))
+        """Hand a unit its sampling time and count it off: its fair part, and up to SHARE_SLACK x
+        that out of what leaves the floors of the units after it whole; at most what is left.
+        What it samples is paid with `spend`."""
+        fair = self.fair(uid)
+        later = sum(f for u, f in self.floors.items() if u != uid and u not in self.handed)
+        slack = min(SHARE_SLACK * fair, self.seconds - later)
+        share = min(self.seconds, max(fair, slack))
+        self.handed.add(uid)
         self.samples = max(0, self.samples - self.planned[uid])
         self.units = max(0, self.units - 1)
         return share

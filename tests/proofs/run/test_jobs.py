@@ -83,9 +83,9 @@ def test_jobs_share_the_time_budget_as_wall_time():
     pool = pool_sampling(run, [u.id for u in units], workers=2)
     assert run.pool is pool and pool.seconds == pytest.approx(2 * SMALL_PLAN.sampling_budget_s)
     start = pool.seconds
-    first = pool.reserve(units[0].id)  # may use up to SHARE_SLACK x its proportion ...
+    first = pool.reserve(units[0].id)  # its proportion: no leftover yet, the others' floors kept ...
     fair = start / len(units)
-    assert first == pytest.approx(min(start, SHARE_SLACK * fair))
+    assert first == pytest.approx(fair) and SHARE_SLACK * fair > fair
     assert pool.seconds == pytest.approx(start - fair)  # ... but reserves only its proportion
     if len(units) > 1:  # a unit dispatched beside it still gets its own share, not what is left of 2x
         assert pool.reserve(units[1].id) > 0

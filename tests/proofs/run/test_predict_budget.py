@@ -27,13 +27,13 @@ def test_units_within_their_share_take_what_they_need():
 
 
 def test_a_short_budget_cuts_the_units_and_leftovers_go_to_the_next():
-    # 300 s for three units of equal N: the first needs 10 (its share is 2 x 100), the second gets
-    # 2 x its fair part of the 290 left, the third what is left
+    # 300 s for three units of equal N: the first needs 10 of its 100, the second gets its 100 and
+    # the first's 90 left over, the third its floor of 100 (before the floors: nothing)
     rows = [row("a", 100, 10.0), row("b", 100, 1000.0), row("c", 100, 1000.0)]
     used = budgeted(rows, 300.0)
     assert used["a"] == 10.0
-    assert used["b"] == pytest.approx(min(290.0, 2 * 290.0 / 2))
-    assert used["c"] == pytest.approx(0.0)
+    assert used["b"] == pytest.approx(190.0)
+    assert used["c"] == pytest.approx(100.0)
     assert sum(used.values()) == pytest.approx(300.0)
 
 
