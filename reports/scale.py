@@ -6,7 +6,9 @@ Two steps, so that the figures the docs show are committed data, not a log folde
     python -m reports.scale table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
 
 `collect` reads, per sweep size NAME (ouro-w<width>): the certificate of its real quick run
-(cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), its
+(cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), the
+certificate of its run with the --time-budget the plan needs where one was made
+(cert-wW-budget/certificate.json, cert-wW-budget.log), its
 prediction (predict-wW.json, proofs.run.scale predict) and the parts of its 1- and 2-layer cuts
 (parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
 in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
@@ -55,12 +57,19 @@ def peak_rss_of(log: Path) -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
-def certified(logs: Path, name: str) -> dict | None:
-    """The measured quick run of one size: seconds per part, total, peak RSS, verdict."""
+def certified(logs: Path, name: str, log: str | None = None) -> dict | None:
+    """The measured quick run of one size: seconds per part, total, peak RSS (from `log`, GNU time
+    -v; default certify-NAME.log), verdict, the sampling budget and the samples drawn of those
+    planned."""
     path = logs / f"cert-{name}" / "certificate.json"
     if not path.is_file():
         return None
     cert = json.loads(path.read_text())
+    planned = drawn = 0
+    for c in cert["checks"]:
+        for case in (c.get("details") or {}).get("cases", []) if c["name"].startswith("sampling[") else []:
+            planned += int(case.get("planned") or 0)
+            drawn += int(case.get("samples") or 0)
     parts = dict.fromkeys(PARTS, 0.0)
     for c in cert["checks"]:
         parts[part_of(c["name"])] += float(c.get("seconds") or 0.0)
@@ -69,10 +78,12 @@ def certified(logs: Path, name: str) -> dict | None:
     return {
         "seconds": total,
         "parts": parts,
-        "peak_rss": peak_rss_of(logs / f"certify-{name}.log"),
+        "peak_rss": peak_rss_of(logs / (log or f"certify-{name}.log")),
         "verdict": cert["verdict"],
         "failed": cert["failed"],
-        "load": _read(logs / f"certify-{name}.uptime"),
+        "load": _read(logs / f"{(log or f'certify-{name}.log').removesuffix('.log')}.uptime"),
+        "sampling_budget_s": cert["stamp"].get("sampling_budget_s"),
+        "samples": {"planned": planned, "drawn": drawn},
     }
 
 
@@ -160,6 +171,7 @@ def collect(logs: Path, names: list[str]) -> dict:
         row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
         short = name.removeprefix("ouro-")  # cert-w256/, certify-w256.log, predict-w256.json
         row["certified"] = certified(logs, short)
+        row["certified_full"] = certified(logs, f"{short}-budget", f"cert-{short}-budget.log")
         row["predicted"] = predicted(logs, short)
         row["extrapolated"] = extrapolated(logs, name)
         sizes.append(row)
@@ -206,6 +218,42 @@ def table(data: dict) -> str:
             else f"{p['wall_seconds']:.0f} ({p['wall_seconds'] / s['certified']['seconds']:.2f}x)"
         )
     lines.append(f"| --predict (s, predicted/measured) | {' | '.join(pred)} | |")
+    return "\n".join(lines) + "\n" + full_table(data)
+
+
+def full_table(data: dict) -> str:
+    """The runs given the --time-budget the plan needs (every case at its full N): their verdict,
+    time per part and the sampling exponent; empty when none was made."""
+    rows = [s for s in data["sizes"] if s.get("certified_full")]
+    if not rows:
+        return ""
+    xs = [s["parameters"] for s in rows]
+    lines = [
+        "",
+        "With the `--time-budget` the plan needs (every case at its full N):",
+        "",
+        "| | " + " | ".join(f"{s['name']} ({s['parameters'] / 1e6:.0f}M)" for s in rows) + " | exponent |",
+        "|---|" + "---:|" * (len(rows) + 1),
+    ]
+    full = [s["certified_full"] for s in rows]
+    lines.append("| verdict | " + " | ".join(f["verdict"] for f in full) + " | |")
+    lines.append(
+        "| --time-budget (s) | " + " | ".join(f"{f['sampling_budget_s']:.0f}" for f in full) + " | |"
+    )
+    lines.append(
+        "| samples drawn / planned | "
+        + " | ".join(f"{f['samples']['drawn']:,} / {f['samples']['planned']:,}" for f in full)
+        + " | |"
+    )
+    for part in ("sampling", "total"):
+        ys = [f["seconds"] if part == "total" else f["parts"][part] for f in full]
+        k = fit(xs, ys)
+        cells = " | ".join(f"{y:.0f}" for y in ys)
+        lines.append(f"| {part} (s) | {cells} | {'' if k is None else f'{k:.2f}'} |")
+    rss = [f["peak_rss"] for f in full]
+    cells = " | ".join(f"{r / 2**30:.2f}" if r else "-" for r in rss)
+    k = fit(xs, [r or 0 for r in rss])
+    lines.append(f"| peak RSS (GiB) | {cells} | {'' if k is None else f'{k:.2f}'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -57,3 +57,41 @@ def test_layer_extrapolation_scales_by_the_multiply_adds(tmp_path):
 def test_macs_count_the_published_shape():
     # Ouro-1.4B: 24 x (4 x 2048^2 + 3 x 2048 x 5632) + 49152 x 2048
     assert macs_per_position(2048, 24) == 24 * (4 * 2048**2 + 3 * 2048 * 5632) + 49152 * 2048
+
+
+def _certificate(path, seconds, sampling, planned, drawn, budget):
+    checks = [
+        {"name": "greedy_float64", "seconds": 10.0},
+        {
+            "name": "sampling[m: autoregressive]",
+            "seconds": sampling,
+            "details": {"cases": [{"planned": planned, "samples": drawn}]},
+        },
+    ]
+    stamp = {"seconds": seconds, "sampling_budget_s": budget}
+    path.mkdir(parents=True)
+    (path / "certificate.json").write_text(
+        json.dumps({"checks": checks, "stamp": stamp, "verdict": "PASS", "failed": []})
+    )
+
+
+def test_the_full_n_runs_get_their_own_table(tmp_path):
+    """A size certified with the budget its plan needs (cert-wW-budget/) is read beside its quick
+    run; the table says the verdict, the samples drawn of those planned, and the sampling exponent."""
+    from reports.scale import collect, table
+
+    for w, sampling in ((128, 100.0), (512, 800.0)):
+        _certificate(tmp_path / f"cert-w{w}", 300.0, 50.0, 8000, 400, 270)
+        _certificate(tmp_path / f"cert-w{w}-budget", sampling + 100.0, sampling, 8000, 8000, 6000)
+    (tmp_path / "cert-w512-budget.log").write_text("\tMaximum resident set size (kbytes): 1048576\n")
+    data = collect(tmp_path, ["ouro-w128", "ouro-w256", "ouro-w512"])
+    sizes = {s["name"]: s for s in data["sizes"]}
+    assert sizes["ouro-w256"]["certified_full"] is None
+    assert sizes["ouro-w512"]["certified_full"]["samples"] == {"planned": 8000, "drawn": 8000}
+    assert sizes["ouro-w512"]["certified_full"]["peak_rss"] == 2**30
+    md = table(data)
+    assert "With the `--time-budget` the plan needs" in md
+    assert "| samples drawn / planned | 8,000 / 8,000 | 8,000 / 8,000 | |" in md
+    k = fit([s["parameters"] for s in data["sizes"] if s["certified_full"]], [100.0, 800.0])
+    assert f"| sampling (s) | 100 | 800 | {k:.2f} |" in md
+    assert "| peak RSS (GiB) | - | 1.00 |" in md

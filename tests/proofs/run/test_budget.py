@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from proofs.run.budget import SHARE_SLACK, SamplingPool
+from proofs.run.budget import SamplingPool
 
 PLANNED = {"a": 100, "b": 300, "c": 600}  # unit id -> N
 
