@@ -4,6 +4,7 @@ short (docs/design.md section 7)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from proofs.details import (
@@ -165,6 +166,40 @@ def laws_lines(group: list[CheckResult]) -> list[str]:
     return out
 
 
+BUDGET_MARGIN = 1.25  # the budget advised over the sum of N / rate: a unit's share is its part of
+# the budget by N plus what the units before it left (proofs/run/budget.py), not its time needed
+
+
+def budget_advice(checks: list[CheckResult]) -> str | None:
+    """When the time budget stopped sampling short of N: what reaching every case's N takes at the
+    rates this run measured, and the --time-budget that gives it; None when no case was cut."""
+    cases = [c for d in filter(None, map(sampled, checks)) for c in d.cases]
+    cut = [c for c in cases if c.stopped_by_deadline]
+    if not cut:
+        return None
+    timed = [c for c in cases if c.samples_per_s]
+    need = sum(c.planned / c.samples_per_s for c in timed)
+    unknown = len(cases) - len(timed)
+    advice = (
+        f"**The time budget stopped sampling short of N in {len(cut)} of {len(cases)} case(s)** "
+        "(they FAIL as no power). "
+    )
+    if timed:
+        budget = math.ceil(BUDGET_MARGIN * need)
+        advice += (
+            f"At the rates this run measured, every case reaching its N takes about {need:,.0f} s "
+            f"({need / 60:.0f} min) of sampling in one process: rerun with `--time-budget {budget}` "
+            f"({BUDGET_MARGIN:g} x that), or spread it over `--jobs N`, `--shard I/N` with `loopcert "
+            "merge`, or `--executor ray`, or sample on a GPU (`--device cuda`). "
+        )
+    if unknown:
+        advice += (
+            f"{unknown} case(s) drew no sample, so their rate is unknown: `loopcert certify ... "
+            "--predict SECONDS` measures every case's rate and says the budget the plan needs."
+        )
+    return advice.rstrip()
+
+
 def sampling_section(checks: list[CheckResult]) -> str:
     out = ["## Distributional equality under sampling"]
     if not checks:
@@ -187,6 +222,8 @@ def sampling_section(checks: list[CheckResult]) -> str:
         "(fewer than 2 bins, or the time budget stopped sampling) FAILS as no power, with the N it "
         "would need."
     )
+    if advice := budget_advice(checks):
+        out.append(advice)
     groups: dict[str, list[CheckResult]] = {}
     for c in checks:
         model = c.details.model if isinstance(c.details, SamplingDetails) else None

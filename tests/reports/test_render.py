@@ -326,3 +326,21 @@ def test_a_check_that_stopped_before_measuring_shows_its_heading_and_error(kind,
     the error, never a half-rendered table (reports.markdown.section)."""
     md = render_certificate(certificate(result(kind, name, math.nan, math.nan, False, error="OSError: gone")))
     assert f"{title}: **FAIL**\n\nThe check could not run: `OSError: gone`" in md
+
+
+def test_a_budget_that_cut_sampling_short_says_the_budget_that_reaches_n():
+    """A case the deadline stopped fails as no power; the section says what reaching every case's N
+    takes at the measured rates (sum of N / rate, 4000/400 + 8000/20 = 410 s) and the budget to ask
+    for (1.25 x, rounded up); a case that drew nothing has no rate: --predict is named instead."""
+    cut = make.case(
+        case="T=1.5 top-p=0.9", planned=8000, samples=300, samples_per_s=20.0, stopped_by_deadline=True
+    )
+    d = make.sampling(cases=(make.case(), cut), no_power=("T=1.5 top-p=0.9",))
+    md = render_certificate(certificate(result(d, "sampling[tiny-raven: pipelined]", 0.2, 1e-4, False)))
+    assert "stopped sampling short of N in 1 of 2 case(s)" in md
+    assert "about 410 s" in md and "`--time-budget 513`" in md and "drew no sample" not in md
+    nothing = replace(cut, samples=0, samples_per_s=None)
+    d = make.sampling(cases=(make.case(), nothing), no_power=("T=1.5 top-p=0.9",))
+    md = render_certificate(certificate(result(d, "sampling[tiny-raven: pipelined]", 0.2, 1e-4, False)))
+    assert "1 case(s) drew no sample" in md and "--predict SECONDS" in md
+    assert "stopped sampling short" not in render_certificate(certificate(*checks(True)))
