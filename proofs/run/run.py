@@ -115,7 +115,8 @@ class RunModels:
 
 
 FIT_HINT = (
-    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference); "
+    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference), "
+    "but its decoders' KV caches are twice as large; "
     "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
     f"{FREE_ENV} caps the memory counted as free"
 )
