@@ -43,6 +43,34 @@ from __future__ import annotations
 import torch
 
 
+def timeline_bytes(
+    levels: int,
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    capacity: int,
+    n_side: int,
+    rows: int,
+    itemsize: int,
+) -> int:
+    """The bytes a Timeline of this shape allocates (k, v, side_k, side_v), before allocating it."""
+    main = rows * levels * layers * kv_heads * (capacity + 1) * head_dim
+    side = rows * (n_side + 1) * levels * layers * kv_heads * head_dim
+    return 2 * (main + side) * itemsize
+
+
+def kv_cache_bytes(
+    cfg, depth: int, n_readouts: int, capacity: int, n_side: int, itemsize: int, rows: int = 1
+) -> int:
+    """The bytes a KVCache of these arguments allocates (its three timelines), from the model's
+    config alone: what a Decoder weighs before it makes an engine, and what certify's memory check
+    counts before any weights are loaded (proofs/run/kv_need.py)."""
+    return sum(
+        timeline_bytes(levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, rows, itemsize)
+        for levels, layers in ((1, cfg.n_prelude), (depth, cfg.n_core), (n_readouts, cfg.n_coda))
+    )
+
+
 class Timeline:
     """Keys and values of one stack of attention layers at several levels, for B sequences.
 
@@ -79,6 +107,11 @@ class Timeline:
         heads = torch.arange(kv_heads, device=device)
         self._main_off = [((i * kv_heads + heads) * (capacity + 1))[None, :] for i in range(layers)]
         self._side_off = [(i * kv_heads + heads)[None, :] for i in range(layers)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its four buffers: timeline_bytes of its shape."""
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.side_k, self.side_v))
 
     @property
     def trash_pos(self) -> int:
@@ -259,6 +292,11 @@ class KVCache:
 
     def timelines(self):
         return (self.prelude, self.core, self.coda)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its buffers (kv_cache_bytes of its arguments)."""
+        return sum(t.nbytes for t in self.timelines())
 
     def promote(self, row: int, slot: int, pos: int) -> None:
         for t in self.timelines():

@@ -1,15 +1,19 @@
-"""fastdec.Decoder: the public API. Validates inputs, owns one Engine per (capacity, rows)."""
+"""fastdec.Decoder: the public API. Validates inputs, owns one Engine per (capacity, rows), keeping
+them under a byte limit on their KV caches (fastdec/kept.py)."""
 
 from __future__ import annotations
 
 import copy
+import gc
 from dataclasses import dataclass
 
 import torch
 
 from fastdec.batch import run_batch
+from fastdec.cache import kv_cache_bytes
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
+from fastdec.kept import check_cache_bytes, limit_for, to_evict
 from fastdec.strategies import STRATEGY, Prefills, Sequence
 from fastdec.telemetry import Stats
 from refdec.decode import check_generate_args, check_run_args
@@ -24,6 +28,7 @@ __all__ = ["LOSSLESS", "STRATEGIES", "Decoder", "GenerateResult"]
 FIXED_WIDTHS = WIDTHS  # fixed_width must be one of these
 MIN_CAPACITY = 64  # cache capacities are powers of two >= this: few distinct shapes (CUDA graphs)
 MAX_BATCH = 64  # default most sequences one generate_batch call decodes together
+COLLECT_BYTES = 64 << 20  # dropping this many bytes of caches frees them at once (Decoder.engine)
 
 
 @dataclass
@@ -38,6 +43,13 @@ def capacity_for(n_positions: int) -> int:
     while c < n_positions:
         c *= 2
     return c
+
+
+def engine_bytes(model_cfg, config: DecodeConfig, capacity: int, rows: int, itemsize: int) -> int:
+    """The KV cache bytes of a Decoder's engine of key (capacity, rows) on a model of `model_cfg`,
+    for a resolved `config`, in a dtype of `itemsize` bytes: from the configs alone."""
+    n_readouts = len(set(config.readout_depths) | {config.depth})  # Engine's readout levels
+    return kv_cache_bytes(model_cfg, config.depth, n_readouts, capacity, config.n_side, itemsize, rows)
 
 
 def rows_for(batch: int) -> int:
@@ -60,6 +72,13 @@ class Decoder:
     reads          "view" (strided views, eager) or "gather" (index gather, what graphs use)
     max_batch      the most sequences generate_batch decodes at once (cache rows); more wait
                    in a queue and take the rows of sequences that finish
+    cache_bytes    the most bytes of KV caches the decoder keeps between calls (an int >= 0): it
+                   keeps one engine per (capacity, rows) it has decoded at, and making one that
+                   would pass the limit first drops the least recently used (never the one in
+                   use; 0 keeps only that one). None (default): no limit with CUDA graphs (their
+                   capture is dear); else the largest engine made plus an eighth of it, at least
+                   1 GiB (fastdec/kept.py). Tokens never depend on it. `held_bytes` says what is
+                   kept, `cache_limit` the limit in force
 
     `config` is the resolved setting (depth and draft depth filled from the model); `label`
     names the setting as given.
@@ -84,6 +103,7 @@ class Decoder:
         cuda_graphs: bool | None = None,
         reads: str = "view",
         max_batch: int = MAX_BATCH,
+        cache_bytes: int | None = None,
         **settings,
     ):
         if not isinstance(model, LoopedLM):
@@ -107,6 +127,7 @@ class Decoder:
         if reads not in ("view", "gather"):
             raise LoopcertError(f"reads must be 'view' or 'gather', got {reads!r}")
         max_batch = check_int("max_batch", max_batch, 1)
+        cache_bytes = check_cache_bytes(cache_bytes)
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError) as e:
@@ -124,8 +145,10 @@ class Decoder:
         self.model = model.eval()
         self.config = config
         self.device, self.dtype, self.cuda_graphs, self.reads = device, dtype, bool(cuda_graphs), reads
-        self.fixed_width, self.max_batch = fixed_width, max_batch
-        self._engines: dict[tuple[int, int], Engine] = {}
+        self.fixed_width, self.max_batch, self.cache_bytes = fixed_width, max_batch, cache_bytes
+        self._engines: dict[tuple[int, int], Engine] = {}  # least recently used first
+        self._largest = 0  # bytes of the largest engine made (the default limit follows it)
+        self._in_use: set[tuple[int, int]] = set()  # keys of engines a call is decoding in
         self._prefills: dict[tuple[int, int], dict] = {}  # engine key -> Prefills.held
         self._step_hook = None  # tests: hook(engine, live lanes, {row: length}) before every step
         self.time_calls = False  # benchmarks (see the class docstring)
@@ -141,11 +164,39 @@ class Decoder:
     lossless = property(lambda self: self.config.lossless)
     readout_depths = property(lambda self: self.config.readout_depths)
 
+    @property
+    def cache_limit(self) -> int | None:
+        """The byte limit on kept caches now in force (None: none): see `cache_bytes`."""
+        return limit_for(self.cache_bytes, self.cuda_graphs, self._largest)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the KV caches of the engines this decoder keeps."""
+        return sum(e.cache_bytes for e in self._engines.values())
+
+    def engine_bytes(self, capacity: int, rows: int) -> int:
+        """The KV cache bytes of the engine of key (capacity, rows), before it is made."""
+        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        return engine_bytes(self.model.cfg, self.config, capacity, rows, itemsize)
+
     def engine(self, n_positions: int, batch: int = 1) -> Engine:
         key = (capacity_for(n_positions), rows_for(batch))
-        if key not in self._engines:
+        engine = self._engines.pop(key, None)
+        if engine is None:
+            size = self.engine_bytes(*key)
+            self._largest = max(self._largest, size)
+            kept = {k: e.cache_bytes for k, e in self._engines.items()}
+            dropped = to_evict(kept, size, self.cache_limit, self._in_use)
+            for k in dropped:  # before the new cache is allocated: the peak is the limit's
+                del self._engines[k], self._prefills[k]
+            # an Engine refers to itself (its attend partials): refcounts never free it, the cycle
+            # collector does. Run it now when the caches dropped are large (a full collection,
+            # ~0.1 s in a big process, is small beside filling that much memory and decoding in
+            # it); small ones wait for its next natural pass
+            if sum(kept[k] for k in dropped) >= COLLECT_BYTES:
+                gc.collect()
             c = self.config
-            self._engines[key] = Engine(
+            engine = Engine(
                 self.model,
                 c.depth,
                 c.readout_depths,
@@ -157,7 +208,8 @@ class Decoder:
                 rows=key[1],
             )
             self._prefills[key] = {}
-        return self._engines[key]
+        self._engines[key] = engine  # the most recently used last
+        return engine
 
     def forget_prefills(self) -> None:
         """Benchmarks: something other than a decode wrote the cache (a step-cost probe)."""
@@ -270,7 +322,8 @@ class Decoder:
         b = len(ids)
         rows = min(b, self.max_batch)
         engine = self.engine(max(len(p) + n for p, n in zip(ids, news)), rows)
-        memo = self._prefills[(engine.capacity, engine.rows)]
+        key = (engine.capacity, engine.rows)
+        memo = self._prefills[key]
         if not self.reuse_prefill:
             memo.clear()  # this call overwrites rows: hold nothing across calls
         prefills = Prefills(memo if self.reuse_prefill else None)
@@ -278,7 +331,13 @@ class Decoder:
             self.sequence(engine, prefills, p, n, sp, seed, eos_token_id, keep_logits)
             for p, n, sp, seed in zip(ids, news, samplings, seeds)
         ]
-        run_batch(engine, seqs, prefills, rows, self.time_calls, self._step_hook)
+        pinned = key not in self._in_use  # a step hook decoding with this decoder must not drop it
+        self._in_use.add(key)
+        try:
+            run_batch(engine, seqs, prefills, rows, self.time_calls, self._step_hook)
+        finally:
+            if pinned:
+                self._in_use.discard(key)
         return [GenerateResult(s.tokens, s.stats, s.target_logits) for s in seqs]
 
 

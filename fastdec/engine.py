@@ -307,6 +307,12 @@ class Engine:
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width, self.widths)
 
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of its KV cache (fastdec.cache.kv_cache_bytes of its shape): what a Decoder's
+        limit counts (the rope and Raven init tables beside it are (S + 1) x d, no rows)."""
+        return self.cache.nbytes
+
     # -- the step -----------------------------------------------------------------------------
     def advance(self, lanes, timed: bool = False) -> list[CallRecord]:
         """Every lane in `lanes` advances one recurrence -> the calls it took. timed: time each

@@ -30,7 +30,10 @@ def model_folder(name) -> Path | None:
     return p if p.is_dir() else None
 
 
-def model_prompts(model, name, k: int, max_len: int = 32) -> list[tuple[int, ...]]:
+PROMPT_LEN = 32  # the checks' prompts are cut to this many tokens (the speed check's: its workload's)
+
+
+def model_prompts(model, name, k: int, max_len: int = PROMPT_LEN) -> list[tuple[int, ...]]:
     """k prompts as token-id tuples, each cut to its last max_len tokens (refdec is uncached:
     its cost grows with the prompt, and the checks only need a context, not a long one)."""
     V = model.cfg.vocab_size

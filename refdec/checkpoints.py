@@ -221,9 +221,9 @@ def write_published(
     return folder
 
 
-def describe(name_or_path) -> dict:
-    """What a preset or model folder is recognised as, from config.json and the safetensors
-    headers (no weights loaded); the folder is checked as strictly as loading it would be."""
+def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool | None]:
+    """(config, source, stored dtype counts, files, has a tokenizer) of a preset or model folder,
+    from config.json and the safetensors headers (describe's reading; no weights loaded)."""
     name = str(name_or_path)
     folder = Path(name_or_path)
     stored_dtypes: dict[str, int] = {}
@@ -261,6 +261,13 @@ def describe(name_or_path) -> dict:
         tokenizer = (folder / "tokenizer.json").is_file()
     else:
         raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
+    return cfg, source, stored_dtypes, files, tokenizer
+
+
+def describe(name_or_path) -> dict:
+    """What a preset or model folder is recognised as, from config.json and the safetensors
+    headers (no weights loaded); the folder is checked as strictly as loading it would be."""
+    cfg, source, stored_dtypes, files, tokenizer = recognise(name_or_path)
     return {
         "source": source,
         "family": cfg.family,

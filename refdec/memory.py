@@ -52,10 +52,12 @@ def free_bytes() -> int | None:
 
 @dataclass(frozen=True)
 class Need:
-    """The memory a run will hold: its copies of the weights and a headroom beyond them."""
+    """The memory a run will hold: its copies of the weights, the buffers sized from the config
+    (certify's decoders' KV caches: proofs/run/kv_need.py) and a headroom beyond the weights."""
 
     parameters: int
     copies: tuple[tuple[str, int], ...]  # (what, bytes per parameter)
+    buffers: tuple[tuple[str, int], ...] = ()  # (what, bytes)
 
     @property
     def weights(self) -> int:
@@ -63,11 +65,13 @@ class Need:
 
     @property
     def total(self) -> int:
-        return self.weights + max(HEADROOM_MIN, int(HEADROOM * self.weights))
+        buffers = sum(b for _, b in self.buffers)
+        return self.weights + buffers + max(HEADROOM_MIN, int(HEADROOM * self.weights))
 
     def describe(self) -> str:
         parts = " + ".join(f"{what} {gib(self.parameters * b)}" for what, b in self.copies)
-        return f"{gib(self.total)} ({self.parameters / 1e6:,.1f}M parameters: {parts}, + headroom)"
+        buffers = "".join(f", + {what} {gib(b)}" for what, b in self.buffers)
+        return f"{gib(self.total)} ({self.parameters / 1e6:,.1f}M parameters: {parts}{buffers}, + headroom)"
 
 
 def check_fits(need: Need, what: str, hint: str = "") -> None:
@@ -85,10 +89,22 @@ def parameters_of(name_or_path) -> int:
     """The parameter count of a preset, "default" or a model folder, from config.json and the
     safetensors headers (refdec.checkpoints.describe): no weights are read."""
     from refdec.checkpoints import describe
+
+    return describe(_source(name_or_path))["parameters"]
+
+
+def config_of(name_or_path):
+    """The ModelConfig of a preset, "default" or a model folder, read as parameters_of reads it."""
+    from refdec.checkpoints import recognise
+
+    return recognise(_source(name_or_path))[0]
+
+
+def _source(name_or_path):
     from refdec.config import PRESETS
     from refdec.load import DEFAULT_MODEL_DIR, not_a_model
 
     name = str(name_or_path)
     if name not in PRESETS and name != "default" and not Path(name).is_dir():
         raise not_a_model(name)  # load_model's words: "default" is a name too
-    return describe(DEFAULT_MODEL_DIR if name == "default" else name_or_path)["parameters"]
+    return DEFAULT_MODEL_DIR if name == "default" else name_or_path

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from proofs.checks.distribution import Target
 from proofs.speed.report import PLANS as BENCH_PLANS
 from proofs.speed.timing import Workload
-from refdec.config import TINY_PRESETS
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
 from refdec.sampling import SamplingParams
 
 CaseSpec = tuple[str, SamplingParams, int]  # (name, params, n tokens)
+REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
 
 
 @dataclass(frozen=True)
@@ -117,3 +118,12 @@ PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monk
 def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
     """One entry of CertifyPlan.sampling_cases -> its cases in order of preference."""
     return (entry,) if isinstance(entry[0], str) else tuple(entry)
+
+
+def sampling_preset(plan: CertifyPlan, model_name: str, family: str) -> str | None:
+    """The tiny preset a plan also samples beside the certified model (the FULL plan: its family's,
+    as extra evidence), or None (the QUICK plan, or a tiny preset certified)."""
+    tinies = TINY_PRESETS + (TINY_LOOPCODER,)  # every family's: LoopCoder's stands apart there
+    if not plan.sampling_presets or model_name in tinies:
+        return None
+    return next(t for t in tinies if get_preset(t).family == family)

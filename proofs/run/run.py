@@ -65,17 +65,15 @@ from proofs.run.cases import (
     relative_plan,
     setup_record,
 )
-from proofs.run.plan import CertifyPlan
+from proofs.run.kv_need import certify_caches
+from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
-from refdec.config import TINY_LOOPCODER, TINY_PRESETS
 from refdec.errors import LoopcertError
-from refdec.memory import FREE_ENV, Need, check_fits, parameters_of
+from refdec.memory import FREE_ENV, Need, check_fits, config_of, parameters_of
 from refdec.model import LoopedLM
 from refdec.sampling import TEMPERATURE_FIRST
 from refdec.values import dtype_name
-
-REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
 
 
 def load(name: str, dtype: torch.dtype, device: str) -> LoopedLM:
@@ -92,8 +90,16 @@ class RunModels:
     model_dt: LoopedLM | None  # in the run's dtype; None in a float64 run
 
     @classmethod
-    def load(cls, name: str, dtype: torch.dtype, device: str) -> RunModels:
-        check_fits(run_need(name, dtype, device), f"certifying {name}", FIT_HINT)
+    def load(
+        cls,
+        name: str,
+        dtype: torch.dtype,
+        device: str,
+        plan: CertifyPlan | None = None,
+        fastdec_grid: bool = True,
+    ) -> RunModels:
+        """The models, after run_need(name, dtype, device, plan, fastdec_grid) is found to fit."""
+        check_fits(run_need(name, dtype, device, plan, fastdec_grid), f"certifying {name}", FIT_HINT)
         model64 = load(name, torch.float64, device)
         oracle = Oracle.over(model64)  # on the CPU: the same float64 weights, not a second copy
         return cls(model64, oracle, None if dtype == torch.float64 else load(name, dtype, device))
@@ -109,22 +115,28 @@ class RunModels:
 
 
 FIT_HINT = (
-    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference); "
+    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference), "
+    "but its decoders' KV caches are twice as large; "
     "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
     f"{FREE_ENV} caps the memory counted as free"
 )
 
 
-def run_need(name: str, dtype: torch.dtype, device: str) -> Need:
+def run_need(
+    name: str, dtype: torch.dtype, device: str, plan: CertifyPlan | None = None, fastdec_grid: bool = True
+) -> Need:
     """What RunModels.load and the sampling setup hold in CPU memory, from the headers alone: the
     float64 reference (on the CPU whatever the device: the exact laws), the run's dtype copy and a
-    float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU)."""
+    float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU);
+    with a plan, the KV caches its fastdec decoders hold at once (proofs/run/kv_need.py;
+    fastdec_grid: the certified decoder is fastdec's grid, not a --decoder)."""
     copies = [("float64 reference", 8)]
     if torch.device(device).type == "cpu" and dtype != torch.float64:
         copies.append((f"{dtype_name(dtype)} copy", torch.empty(0, dtype=dtype).element_size()))
         if dtype != torch.float32:
             copies.append(("float32 copy to sample", 4))
-    return Need(parameters_of(name), tuple(copies))
+    caches = 0 if plan is None else certify_caches(config_of(name), name, plan, dtype, device, fastdec_grid)
+    return Need(parameters_of(name), tuple(copies), (("KV caches", caches),) if caches else ())
 
 
 def dtype_of(model: LoopedLM) -> torch.dtype:
@@ -157,7 +169,7 @@ class CertifyRun:
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
         self.budget_given = time_budget is not None  # --time-budget caps everything it samples
         self.seed, self.say = seed, say
-        self.models = m = models or RunModels.load(model_name, dtype, device)
+        self.models = m = models or RunModels.load(model_name, dtype, device, plan, user is None)
         self.model64, self.oracle, self.model_dt = m.model64, m.oracle, m.model_dt
         self.R = self.model64.cfg.recurrence
         self.candidates = self.grid(self.R)
@@ -304,10 +316,9 @@ class CertifyRun:
                 f"the certified model, at its own vocabulary (V={self.oracle.V})",
             )
         ]
-        tinies = TINY_PRESETS + (TINY_LOOPCODER,)  # every family's: LoopCoder's stands apart there
-        if self.plan.sampling_presets and self.model_name not in tinies:
+        tiny = sampling_preset(self.plan, self.model_name, self.model64.cfg.family)
+        if tiny is not None:
             family = self.model64.cfg.family
-            tiny = next(t for t in tinies if refdec.get_preset(t).family == family)
             out.append(
                 (
                     tiny,

@@ -82,3 +82,83 @@ def test_the_oracle_remembers_only_the_last_position():
     got = o.logits([1, 2, 3, 4, 5, 6, 7, 8])
     assert got.shape == (o.R, o.V)
     assert got.untyped_storage().nbytes() == o.R * o.V * 8
+
+
+def test_the_caches_are_counted_and_refused_before_loading(monkeypatch):
+    """A cap between what the weights need and what the weights and certify's KV caches need
+    refuses the run before any model is built, naming the caches; the weights alone would fit."""
+    weights = run_need("tiny-ouro", torch.float32, "cpu")
+    need = run_need("tiny-ouro", torch.float32, "cpu", QUICK)
+    caches = dict(need.buffers)["KV caches"]
+    assert need.total == weights.total + caches and caches > 0
+    cap = weights.total + caches // 2
+    monkeypatch.setenv(FREE_ENV, str(cap))
+
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded before the memory check refused it")
+
+    monkeypatch.setattr(run_module, "load", no_loading)
+    monkeypatch.setattr(refdec, "load_model", no_loading)
+    for start in (
+        lambda: RunModels.load("tiny-ouro", torch.float32, "cpu", QUICK),
+        lambda: CertifyRun(QUICK, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None),
+    ):
+        with pytest.raises(LoopcertError) as e:
+            start()
+        msg = str(e.value)
+        assert "certifying tiny-ouro does not fit" in msg
+        assert f"needs {need.total / 2**30:.2f} GiB" in msg and f"+ KV caches {caches / 2**30:.2f} GiB" in msg
+
+
+@pytest.mark.parametrize("floor", ["default", 0])
+def test_the_counted_caches_bound_what_certify_decoders_hold(floor, monkeypatch):
+    """certify's sampling decoders (the quick grid, built as certify builds them), fed chunks of
+    seeds as proofs.decoders.draw feeds them, and a check's decoders beside them, hold at most the
+    count. Past the default floor (floor 0: a model whose engines are large) the count is tight
+    enough to matter: unbounded decoders fed the same exceed it (the control)."""
+    import fastdec.kept as kept
+    from proofs.decoders.candidates import fastdec_grid
+    from proofs.prompts import PROMPT_LEN
+    from proofs.run.kv_need import certify_caches
+    from refdec.memory import config_of
+
+    if floor == 0:
+        monkeypatch.setattr(kept, "AUTO_FLOOR", 0)
+    model = refdec.load_model("tiny-ouro")
+    count = certify_caches(config_of("tiny-ouro"), "tiny-ouro", QUICK, torch.float32, "cpu")
+    prompt = [(3 * i) % model.cfg.vocab_size for i in range(PROMPT_LEN)]
+    n = max(c[2] for c in QUICK.sampling_cases)
+    sp = QUICK.sampling_cases[0][1]
+
+    def feed(decoders):
+        for dec in decoders:
+            for b in (64, 37, 100, 32, 16, 5, 2, 1):
+                dec.generate_batch([prompt] * b, n, sp, list(range(b)))
+        checks = [c.build(model) for c in fastdec_grid(model.cfg.recurrence, False)]
+        for dec in checks:  # e.g. reproducibility: one sequence at a time
+            dec.generate(prompt, 6, sp, 0)
+        return sum(d.held_bytes for d in [*decoders, *checks])
+
+    held = feed([c.build(model) for c in fastdec_grid(model.cfg.recurrence, False)])
+    assert 0 < held <= count
+    if floor == 0:
+        from fastdec import Decoder
+        from proofs.decoders.candidates import fastdec_configs
+
+        configs = fastdec_configs(model.cfg.recurrence, False)  # the grid's settings
+        assert feed([Decoder(model, c, cache_bytes=2**62) for c in configs]) > count
+
+
+def test_the_caches_of_a_published_shape():
+    """Ouro-1.4B's shape (a preset: sized without weights): the quick plan's three sampling
+    decoders each hold at least one 64-row engine (24 layers x 4 levels x 16 KV heads x 65
+    positions x 128 dims, K and V, float32: 6.5 GB); on an accelerator none is in CPU memory."""
+    from proofs.run.kv_need import certify_caches
+    from refdec.memory import config_of
+
+    cfg = config_of("ouro-1.4b")
+    one = 2 * 64 * 4 * 24 * 16 * 65 * 128 * 4
+    caches = certify_caches(cfg, "ouro-1.4b", QUICK, torch.float32, "cpu")
+    assert 3 * one <= caches <= 3 * one * 9 // 8 + 3 * one // 8  # the sampling decoders + one check's
+    assert certify_caches(cfg, "ouro-1.4b", QUICK, torch.float32, "cuda") == 0
+    assert "KV caches" in run_need("ouro-1.4b", torch.float32, "cpu", QUICK).describe()
