@@ -21,6 +21,7 @@ tiny models and are not estimated (seconds to minutes: docs/scale.md's table).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -155,7 +156,8 @@ def time_cut(
     settings: Sequence[Candidate],
     seed: int = 0,
 ) -> dict[str, float]:
-    """{quantity: seconds} of one cut (QUANTITIES): building it in float64; one float64 forward of
+    """{quantity: seconds} of one cut (QUANTITIES; "sample" as "sample_rows" and "sample_chunk",
+    with_sample picks): building it in float64; one float64 forward of
     the first of `prompts` at every depth; refdec's reference decode per token from the second
     (the greedy checks' mean context); per token, summed over `settings`, their greedy decode
     in float64 and in the run's dtype, and the autoregressive baseline's; and one sample of `case`
@@ -192,10 +194,20 @@ def time_cut(
     def per_sample(rows: int) -> float:
         return best(lambda: chunk(rows), clock) / rows
 
-    got["sample"] = per_sample(SAMPLE_ROWS)
-    if FIRST_CHUNK * got["sample"] <= CUT_SAMPLE_SECONDS:
-        got["sample"] = per_sample(FIRST_CHUNK)
+    got["sample_rows"] = per_sample(SAMPLE_ROWS)
+    if FIRST_CHUNK * got["sample_rows"] <= CUT_SAMPLE_SECONDS:
+        got["sample_chunk"] = per_sample(FIRST_CHUNK)
     return got
+
+
+def with_sample(timings: Mapping[int, Mapping[str, float]]) -> dict[int, dict[str, float]]:
+    """The cuts' timings with "sample" at one batch for both: the certify batch where every cut
+    timed it, else SAMPLE_ROWS (a fit across two batches would read batching as layers)."""
+    chunk = all("sample_chunk" in t for t in timings.values())
+    return {
+        k: {**t, "sample": t.get("sample", t["sample_chunk"] if chunk else t.get("sample_rows"))}
+        for k, t in timings.items()
+    }
 
 
 def copies(dtype: torch.dtype, device: str) -> tuple[torch.dtype, ...]:
@@ -339,7 +351,9 @@ def estimate(
         timings = {}
         for k in CUT_LAYERS:
             timings[k] = time_cut(cfg, k, dtype, device, (prompt, mean_context), case, settings)
+            gc.collect()  # the cut's decoders hold it in reference cycles: free it before the next
             say(f"{k}-layer cut: " + ", ".join(f"{q} {v:.3g}s" for q, v in timings[k].items()))
+    timings = with_sample(timings)
     fits = {q: Linear.fit(timings[1][q], timings[2][q]) for q in QUANTITIES}
     at = {q: fits[q].at(layers) for q in QUANTITIES}
     load_s, load_how = (

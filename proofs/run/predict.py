@@ -1,6 +1,11 @@
 """The whole plan's time, predicted per check before running it (`loopcert certify --predict
 SECONDS`, docs/design.md section 8); nothing is certified.
 
+First, before the model is loaded, the layer-cut estimate (proofs/run/cut_estimate.py, cut_first):
+where it says this measured prediction would take past PREDICT_LIMIT or the run past an hour,
+the prediction stops there, naming the largest part and the flags that help, unless asked for
+the rest (`measured`, --predict-measured). Then the measured prediction:
+
 Sampling: N per case from the plan's target TV, at the samples/s measured on a slice of each
 (setting, case): the time to reach the target without a budget cutting it. Every other check: run
 by a probe run of the plan cut to about 1/PROBE_DIVISOR of its size (probe_plan), its time scaled

@@ -106,6 +106,14 @@ def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
     assert cheap["parts"]["sampling"] == pytest.approx(270.0)
 
 
+def test_sampling_is_fitted_at_one_batch_for_both_cuts():
+    """A cut too slow to time the certify batch leaves both at SAMPLE_ROWS' rate."""
+    both = {1: {"sample_rows": 2.0, "sample_chunk": 1.0}, 2: {"sample_rows": 3.0, "sample_chunk": 1.5}}
+    assert [t["sample"] for t in ce.with_sample(both).values()] == [1.0, 1.5]
+    one = {1: {"sample_rows": 2.0, "sample_chunk": 1.0}, 2: {"sample_rows": 3.0}}
+    assert [t["sample"] for t in ce.with_sample(one).values()] == [2.0, 3.0]
+
+
 def est_of(parts: dict, wall: float) -> dict:
     return {"parts": parts, "wall_seconds": wall, "jobs": 1}
 
