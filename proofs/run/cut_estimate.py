@@ -8,15 +8,19 @@ repeated-layer field (`n_core`: Ouro's and LoopCoder's whole stack, a Raven mode
 a prelude and coda stay as they are) cut to 1 and 2 layers, the same width, heads, vocabulary and R.
 On each cut it times, in the run's dtypes, what each part of a run repeats: one float64 forward of
 a context at every depth (the exact laws, the depth traces), refdec's uncached reference decode per
-token, a candidate's greedy decode per token in float64 and in the run's dtype, and fastdec's
-sampling per sample at the certify batch. Each is extrapolated linearly in layers, cost = fixed +
-per_layer x layers (Linear.fit from the two cuts), and multiplied by what the plan does
-(run_parts); the load is timed on a slice of the checkpoint's own bytes (load_seconds).
+token, each setting's greedy decode per token in float64 and in the run's dtype, and fastdec's
+sampling per sample at the certify batch, in process time on a one-thread CPU run (cut_clock).
+Each is extrapolated linearly in layers, cost = fixed + per_layer x layers (Linear.fit from the two
+cuts), and multiplied by what the plan does (run_parts); the load is timed on a slice of the
+checkpoint's own bytes (load_seconds). The slope is the difference of two timings one layer apart,
+times the layers beyond: at Ouro-1.4B's shape on a shared host estimates of one run moved 2x
+(docs/measurements.md, "--predict from layer cuts"): enough to tell minutes from hours.
 
 Random weights cost what trained ones do (dense maths), but a trained model's law decides how many
-contexts the exact laws enumerate: SETUP_CONTEXTS is the count measured on the quick plan at
-V = 49,152. Mutants, false alarms and the random and searched Theorem 1 cases run on their own
-tiny models and are not estimated (seconds to minutes: docs/scale.md's table).
+contexts the exact laws enumerate (setup_contexts: the count measured on the quick plan at
+V = 49,152), and how many drafts a draft setting's target accepts. Mutants, false alarms and the
+random and searched Theorem 1 cases run on their own tiny models and are not estimated (seconds to
+minutes: docs/scale.md's table).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from fastdec.config import DecodeConfig
 from proofs.checks.greedy import GREEDY
@@ -229,8 +234,6 @@ def load_seconds(name, dtypes: Sequence[torch.dtype], build: Linear, layers: int
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     if not files:
         return build.at(layers) * len(dtypes), "random weights built, from the cuts"
-    from safetensors import safe_open
-
     total = sum(f.stat().st_size for f in files)
     sizes = []  # (bytes, file, key)
     for f in files:

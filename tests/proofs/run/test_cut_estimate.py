@@ -53,6 +53,10 @@ def test_the_config_of_a_folder_is_read_from_its_files(tmp_path):
     got = ce.model_config(folder)
     assert got == cfg.replace(name=got.name)
     assert ce.model_config("tiny-raven") is PRESETS["tiny-raven"]
+    # its load is timed on its own stored tensors, once per copy; a preset's from the cuts' builds
+    seconds, how = ce.load_seconds(folder, (torch.float64, torch.float32), ce.Linear(0.0, 0.0), 2)
+    assert seconds > 0 and "stored read in" in how
+    assert ce.load_seconds("tiny-ouro", (torch.float64,) * 2, ce.Linear(1.0, 2.0), 2)[0] == 10.0
     with pytest.raises(Exception, match="neither a preset"):
         ce.model_config(tmp_path / "missing")
 
