@@ -135,7 +135,7 @@ def cut_clock(device: str) -> Callable[[], float]:
 
 def best(fn: Callable[[], object], clock: Callable[[], float]) -> float:
     """The fastest of REPEATS timed calls, or of as many more (up to MAX_REPEATS) as fit in
-    TIMING_SECONDS, in seconds of `clock`: the cuts differ by one layer, 5-15% of a forward at
+    TIMING_SECONDS, in seconds of `clock`: the cuts differ by one layer, 10-30% of a forward at
     the sweep's widths, and a single call's noise is as large."""
     out, spent, k = math.inf, 0.0, 0
     while k < REPEATS or (k < MAX_REPEATS and spent < TIMING_SECONDS):
