@@ -93,7 +93,16 @@ def add_arguments(p) -> None:
         metavar="SECONDS",
         help="certify nothing: predict the whole plan's time, per check: sample each (setting, "
         "case) for SECONDS (N per case, samples/s), run every other check at ~1/8 of its size; "
-        "the wall time with --jobs",
+        "the wall time with --jobs. First, before the model is loaded, it times 1- and 2-layer "
+        "cuts of the model and estimates each part; where that says the prediction would take "
+        "over 10 min or the run over an hour, it stops there, naming the largest part and the "
+        "flags that help",
+    )
+    p.add_argument(
+        "--predict-measured",
+        action="store_true",
+        help="with --predict: go on to the measured prediction even when the layer-cut estimate "
+        "says it would take over 10 min or the run over an hour",
     )
     p.add_argument(
         "--jobs",
@@ -143,6 +152,32 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
+# a check's name -> the part of the layer-cut estimate it is (sampling checks: "sampling[...]")
+CUT_PARTS = {"theorem1_traces": "traces", "theorem2_traces": "traces"}
+
+
+def print_estimate(mode: str, model: str, est: dict) -> None:
+    """The layer-cut estimate (proofs/run/cut_estimate.py), part by part."""
+    at = est["at_layers"]
+    print(
+        f"{mode} plan on {model}, estimated from 1- and 2-layer cuts ({est['layer_field']} "
+        f"{est['layers']}; {est['estimate_seconds']:.0f}s), one process:"
+    )
+    how = {
+        "load": est["load_how"],
+        "exact laws": f"{est['contexts']} contexts x {at['forward64']:.3g}s",
+        "greedy_float64": f"reference {at['reference_token']:.3g}s a token",
+        "sampling": f"{at['sample']:.3g}s a sample, the budget's share or a first chunk per unit",
+    }
+    for part, t in est["parts"].items():
+        print(f"  {part}: {minutes(t)}" + (f" ({how[part]})" if part in how else ""))
+    print(
+        f"estimated: {minutes(est['serial_seconds'])} in one process, {minutes(est['wall_seconds'])} "
+        f"with {est['jobs']} worker(s) (not counted: mutants, false alarms, the Theorem 1 cases: "
+        f"tiny models); the measured prediction: {minutes(est['prediction_seconds'])}"
+    )
+
+
 def command_line(args, model: str) -> str:
     """The effective command, defaults spelled out, so the stamp says how to rerun it."""
     parts = ["loopcert certify", model]
@@ -175,6 +210,8 @@ def run(args) -> int:
     configure_http(args)
     # the run both certify() and predict() take: what, with what, where, which plan and seed
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
+    if args.predict_measured and args.predict is None:
+        raise LoopcertError("--predict-measured goes with --predict SECONDS: give both, or neither")
     if args.predict is not None:
         if args.relative_to is not None:
             raise LoopcertError(
@@ -188,19 +225,32 @@ def run(args) -> int:
             jobs=jobs or default_jobs(),
             executor=args.executor,
             time_budget=args.time_budget,
+            measured=args.predict_measured,
         )
+        est = got["estimate"]
+        print_estimate(got["mode"], got["model"], est)
+        if got["stopped"]:
+            for w in got["warnings"]:
+                print(f"stopped: {w}")
+            return 0
+        parts = est["parts"]
         print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
-        print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}")
+        cut = f"; cut estimate {minutes(parts['load'] + parts['exact laws'])}"
+        print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}{cut}")
         for c in got["checks"]:
             within = c.get("budgeted_seconds")
             capped = f"; {minutes(within)} within the budget" if within is not None else ""
-            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']}{capped})")
+            beside = parts.get(CUT_PARTS.get(c["check"].split("[")[0], c["check"]))
+            cut = f"; cut estimate {minutes(beside)}" if beside is not None else ""
+            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']}{capped}{cut})")
         print(
             f"predicted: {minutes(got['serial_seconds'])} in one process, "
             f"{minutes(got['wall_seconds'])} with {got['workers_label']} "
             f"(sampling within its budget of {minutes(got['sampling_budget_s'])} per worker; "
             f"{minutes(got['predicted_seconds'])} of sampling to reach TV {got['target_tv']:g})"
         )
+        for w in est["warnings"]:
+            print(f"estimate: {w}")
         for w in got["warnings"]:
             print(f"warning: {w}")
         return 0

@@ -213,3 +213,13 @@ def run_units(units: Sequence[tuple[str, Callable[..., dict]]], jobs: int, budge
             conn.close()
         _WORK.clear()
     return results
+
+
+def makespan(seconds: Sequence[float], jobs: int) -> float:
+    """Wall time of units of these durations handed out in this order to `jobs` workers, each to
+    the first one free (what run_units does: --predict and its cut estimate)."""
+    free = [0.0] * max(1, jobs)
+    for t in seconds:
+        k = free.index(min(free))
+        free[k] += t
+    return max(free)

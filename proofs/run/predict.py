@@ -1,6 +1,11 @@
 """The whole plan's time, predicted per check before running it (`loopcert certify --predict
 SECONDS`, docs/design.md section 8); nothing is certified.
 
+First, before the model is loaded, the layer-cut estimate (proofs/run/cut_estimate.py, cut_first):
+where it says this measured prediction would take past PREDICT_LIMIT or the run past an hour,
+the prediction stops there, naming the largest part and the flags that help, unless asked for
+the rest (`measured`, --predict-measured). Then the measured prediction:
+
 Sampling: N per case from the plan's target TV, at the samples/s measured on a slice of each
 (setting, case): the time to reach the target without a budget cutting it. Every other check: run
 by a probe run of the plan cut to about 1/PROBE_DIVISOR of its size (probe_plan), its time scaled
@@ -18,25 +23,27 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from proofs.checks.distribution import sample_tally
-from proofs.checks.mutation import Mutant
-from proofs.decoders.candidates import user_candidate
+from proofs.checks.mutation import LIBRARY, Mutant
+from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
+from proofs.run import cut_estimate
 from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
-from proofs.run.jobs import check_jobs
+from proofs.run.cut_estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
+from proofs.run.jobs import check_jobs, makespan
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.remote import RunSpec
-from proofs.run.run import CertifyRun
+from proofs.run.run import FIT_HINT, CertifyRun, run_need
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
 from refdec.files import parse_dtype
+from refdec.memory import check_fits
 from refdec.validate import check_number
 from refdec.values import dtype_name
 
-HOUR = 3600.0  # the run time past which a prediction names what to do instead
 # slice_rate: a first chunk predicted dearer than this at batch 1 is not drawn. Generous: batching
 # runs 20-40x faster than one sample at a time on the sweep's small sizes (docs/scale.md), so a
 # batch-1 rate is only for models no plan can sample here anyway (Ouro-1.4B's shape on a CPU)
@@ -78,16 +85,6 @@ def probe_plan(
     return replace(plan, **cut), scale
 
 
-def makespan(seconds: Sequence[float], jobs: int) -> float:
-    """Wall time of units of these durations handed out in this order to `jobs` workers, each to
-    the first one free (what proofs/run/jobs.py does)."""
-    free = [0.0] * max(1, jobs)
-    for t in seconds:
-        k = free.index(min(free))
-        free[k] += t
-    return max(free)
-
-
 def predict(
     model_name: str | None = None,
     decoder: str | None = None,
@@ -100,14 +97,20 @@ def predict(
     jobs: int = 1,
     executor: str = "local",
     time_budget: float | None = None,
+    measured: bool = False,
 ) -> dict:
-    """The prediction of the module docstring, as data. The run's time counts what each sampling
-    unit will sample within the budget (`time_budget`, default the plan's: budgeted); the sampling
-    time to reach the plan's TV is reported beside it. Setup (models, exact laws) is as measured;
-    the wall time with `jobs` workers hands the units out in certify --jobs' order
-    (dispatch_order, makespan), each worker at the rate measured here alone. With `executor`
-    "ray" the `jobs` workers also each unpack the run once (proofs/run/remote.py RunSpec), timed
-    here as one pickle round trip of it; Ray's own start (a local cluster's) is not counted."""
+    """The prediction of the module docstring, as data, after the layer-cut estimate
+    (proofs/run/cut_estimate.py, under "estimate"): where that says the measured prediction would
+    take past PREDICT_LIMIT or the run past an hour, it stops there ("stopped": True, "warnings"
+    naming the largest part and the flags that help) unless `measured` asks for the rest.
+
+    The run's time counts what each sampling unit will sample within the budget (`time_budget`,
+    default the plan's: budgeted); the sampling time to reach the plan's TV is reported beside it.
+    Setup (models, exact laws) is as measured; the wall time with `jobs` workers hands the units
+    out in certify --jobs' order (dispatch_order, makespan), each worker at the rate measured here
+    alone. With `executor` "ray" the `jobs` workers also each unpack the run once
+    (proofs/run/remote.py RunSpec), timed here as one pickle round trip of it; Ray's own start (a
+    local cluster's) is not counted."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
@@ -115,8 +118,20 @@ def predict(
     check_jobs(jobs, device, executor)
     plan, dtype = PLANS[mode], parse_dtype(dtype)
     model_name = model_name or default_model_name()
-    t0 = time.perf_counter()
+    budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
+    check_fits(run_need(model_name, dtype, device), f"certifying {model_name}", FIT_HINT)  # before the cuts
     user = user_candidate(decoder) if decoder else None
+    est = cut_first(model_name, plan, dtype, device, user, budget_s, jobs, slice_seconds, say)
+    if est["warnings"] and not measured:
+        return {
+            "mode": plan.mode,
+            "model": model_name,
+            "target_tv": plan.tv,
+            "stopped": True,
+            "estimate": est,
+            "warnings": est["warnings"],
+        }
+    t0 = time.perf_counter()
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = dtype_name(dtype)
     units, _ = plan_units(run, dname)  # builds the sampling setups: exact laws, N per case
@@ -124,7 +139,6 @@ def predict(
     say(f"setup (models, exact laws, N per case): {setup:.1f}s")
     rows, unit_seconds, checks = sampled_rows(run, seed, slice_seconds)
     sampling_s = sum(c["predicted_seconds"] for c in checks)  # to reach the plan's TV, no budget
-    budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
     used = budgeted(rows, budget_s, jobs)  # what the run will sample within its budget
     for r in rows:
         r["budgeted_seconds"] = used[r["unit"]]
@@ -169,11 +183,58 @@ def predict(
         "ship_seconds": ship,
         "wall_seconds": wall,
         "sampling_budget_s": budget_s,
+        "stopped": False,
+        "estimate": est,
     }
     got["warnings"] = verdict(got)
     for w in got["warnings"]:
         say(f"warning: {w}")
     return got
+
+
+# probe_plan's check names -> cut_estimate.run_parts' part names
+PROBE_PARTS = {"greedy_low": "greedy_{dtype}", "theorem1_traces": "traces"}
+
+
+def cut_first(
+    model_name: str,
+    plan: CertifyPlan,
+    dtype,
+    device: str,
+    user,
+    budget_s: float,
+    jobs: int,
+    slice_seconds: float,
+    say: Progress,
+) -> dict:
+    """The layer-cut estimate (proofs/run/cut_estimate.py) of the run, what the measured
+    prediction would spend (its probes at probe_plan's fractions), and what decide() says of both.
+    The settings are fastdec's grid; fastdec's autoregressive decoder stands in for a `user` one
+    (it decodes the cuts: a server serves its own model)."""
+    cfg = model_config(model_name)
+    settings = fastdec_grid(cfg.recurrence, plan.mode == "full")
+    if user is not None:
+        settings = [cut_estimate.BASELINE]
+    say(
+        f"layer-cut estimate: {cut_estimate.LAYER_FIELD} cut to {cut_estimate.CUT_LAYERS}, of {cfg.name}'s "
+        f"{getattr(cfg, cut_estimate.LAYER_FIELD)}"
+    )
+    est = cut_estimate.estimate(model_name, plan, dtype, device, settings, budget_s, jobs, say)
+    _, scale = probe_plan(plan, [mt for mt in LIBRARY if plan.mutant_ids is None or mt.id in plan.mutant_ids])
+    probe = {
+        PROBE_PARTS.get(check, check).format(dtype=dtype_name(dtype)): 1.0 / factor
+        for check, (_, factor) in scale.items()
+    }
+    at = est["at_layers"]
+    est["prediction_seconds"] = cut_estimate.prediction_seconds(
+        est["parts"], at, plan, len(settings), slice_seconds, probe, GAUGE_SECONDS
+    )
+    _, est["warnings"] = cut_estimate.decide(est, est["prediction_seconds"])
+    say(
+        f"layer-cut estimate ({est['estimate_seconds']:.0f}s): the run {est['serial_seconds'] / 60:.1f} min "
+        f"in one process, the measured prediction {est['prediction_seconds'] / 60:.1f} min"
+    )
+    return est
 
 
 def sampled_rows(

@@ -17,6 +17,9 @@ run stopped by its time limit keeps what it reached:
 
     python -m proofs.run.scale parts /work/scale-ckpt/ouro-w2048 --dtype float64 --out rec.json
     python -m proofs.run.scale predict /work/scale-ckpt/ouro-w256 --out pred.json
+    python -m proofs.run.scale cut /work/scale-ckpt/ouro-w2048 --dtype float64 --out cut.json
+
+`cut` is --predict's layer-cut estimate alone (proofs/run/cut_estimate.py): nothing is loaded.
 
 The table and plot: reports/scale.py.
 """
@@ -37,7 +40,7 @@ from proofs.checks.distribution import sample_tally
 from proofs.decoders.protocol import NotApplicable
 from proofs.run.cases import chosen_cases
 from proofs.run.plan import PLANS
-from proofs.run.predict import predict
+from proofs.run.predict import cut_first, predict
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from refdec.decode import generate
@@ -170,6 +173,11 @@ def main(argv=None) -> int:
     q.add_argument("--dtype", default="float32")
     q.add_argument("--slice", type=float, default=3.0, help="seconds of sampling per (setting, case)")
     q.add_argument("--out", required=True, type=Path)
+    c = sub.add_parser("cut", help="--predict's layer-cut estimate of the quick plan, as a JSON record")
+    c.add_argument("model")
+    c.add_argument("--dtype", default="float32")
+    c.add_argument("--slice", type=float, default=3.0, help="--predict's SECONDS (the prediction's cost)")
+    c.add_argument("--out", required=True, type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "parts":
         parts = tuple(x for x in a.parts.split(",") if x)
@@ -180,7 +188,8 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "predict":
         t0 = time.perf_counter()
-        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, lambda m: print(m, flush=True), a.slice, 1)
+        say = lambda m: print(m, flush=True)  # noqa: E731
+        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True)
         got.update(
             predict_wall=time.perf_counter() - t0,
             peak_rss=peak_rss(),
@@ -190,6 +199,24 @@ def main(argv=None) -> int:
         )
         a.out.write_text(json.dumps(got, indent=2, default=str) + "\n")
         return 0
+    if a.cmd == "cut":
+        plan = PLANS["quick"]
+        say = lambda m: print(m, flush=True)  # noqa: E731
+        est = cut_first(
+            a.model, plan, parse_dtype(a.dtype), "cpu", None, plan.sampling_budget_s, 1, a.slice, say
+        )
+        est.update(
+            dtype=a.dtype,
+            peak_rss=peak_rss(),
+            load1=load_average(),
+            parameters=parameters_of(a.model),
+            date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        )
+        for part, t in est["parts"].items():
+            print(f"  {part}: {t:.0f}s")
+        for w in est["warnings"]:
+            print(f"stop: {w}")
+        a.out.write_text(json.dumps(est, indent=2, default=str) + "\n")
     return 0
 
 

@@ -299,8 +299,14 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     assert main(["certify", "tiny-ouro", "--predict", "0.3", "--jobs", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "quick plan on tiny-ouro, predicted per check" in out and "with --jobs 2" in out
+    # the layer-cut estimate first (tests/proofs/run/test_cut_estimate.py), then beside each part
+    assert "quick plan on tiny-ouro, estimated from 1- and 2-layer cuts (n_core 2" in out
+    assert out.index("estimated from 1- and 2-layer cuts") < out.index("predicted per check")
+    assert "; cut estimate " in out and "stopped: " not in out
     assert not (tmp_path / "certificate.json").exists()
     got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, jobs=2)
+    assert not got["stopped"] and not got["estimate"]["warnings"]
+    assert set(got["estimate"]["parts"]) >= {"load", "exact laws", "greedy_float64", "sampling", "speed"}
     assert len(got["rows"]) == 3 and got["target_tv"] == TEST_PLAN.tv
     for r in got["rows"]:
         assert r["planned"] > 0 and r["slice"] > 0 and r["samples_per_s"] > 0

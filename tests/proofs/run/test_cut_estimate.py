@@ -1,0 +1,191 @@
+"""--predict's layer-cut estimate (proofs/run/cut_estimate.py): the cuts are the model's own config
+but for its repeated layers, the extrapolation is linear in layers, and --predict stops before
+loading the model, naming the largest part and the flags that help, when the estimate says the
+measured prediction or the run would take too long. Timings are injected: no assertion reads a
+clock (tests/proofs/run/test_certify.py runs the real, timed path end to end)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from plans import SMALL_PLAN
+
+import proofs.run.plan as plan_mod
+from loopcert.cli import main
+from proofs.decoders.candidates import fastdec_grid
+from proofs.run import cut_estimate as ce
+from proofs.run import predict as predict_mod
+from proofs.run import run as run_mod
+from proofs.run.plan import QUICK
+from refdec.checkpoints import meta_model
+from refdec.config import PRESETS
+from refdec.sizes import write_checkpoint
+
+FLAGS = (
+    "--time-budget",
+    "--jobs N",
+    "--shard I/N",
+    "loopcert merge",
+    "--executor ray",
+    "--dtype",
+    "--device cuda",
+)
+
+
+@pytest.mark.parametrize("name", ["tiny-ouro", "tiny-raven", "tiny-loopcoder", "ouro-1.4b", "huginn-0125"])
+@pytest.mark.parametrize("layers", ce.CUT_LAYERS)
+def test_a_cut_is_the_config_but_its_repeated_layers(name, layers):
+    cfg = PRESETS[name]
+    cut = ce.cut_config(cfg, layers)
+    assert cut.n_core == layers
+    changed = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(cut, f.name)}
+    assert changed <= {"n_core", "name"}  # tiny presets already have 2 core layers: then only the name
+    m, c = meta_model(cfg), meta_model(cut)
+    assert len(c.core) == layers and len(c.prelude) == len(m.prelude) and len(c.coda) == len(m.coda)
+    assert c.embed_tokens.weight.shape == m.embed_tokens.weight.shape  # width and vocabulary as they are
+
+
+def test_the_config_of_a_folder_is_read_from_its_files(tmp_path):
+    cfg = PRESETS["tiny-ouro"]
+    folder = write_checkpoint(cfg, tmp_path / "ouro")
+    got = ce.model_config(folder)
+    assert got == cfg.replace(name=got.name)
+    assert ce.model_config("tiny-raven") is PRESETS["tiny-raven"]
+    # its load is timed on its own stored tensors, once per copy; a preset's from the cuts' builds
+    seconds, how = ce.load_seconds(folder, (torch.float64, torch.float32), ce.Linear(0.0, 0.0), 2)
+    assert seconds > 0 and "stored read in" in how
+    assert ce.load_seconds("tiny-ouro", (torch.float64,) * 2, ce.Linear(1.0, 2.0), 2)[0] == 10.0
+    with pytest.raises(Exception, match="neither a preset"):
+        ce.model_config(tmp_path / "missing")
+
+
+def test_linear_fit_recovers_a_line_and_keeps_both_terms_non_negative():
+    fit = ce.Linear.fit(3.0, 5.0)  # fixed 1 + 2 a layer
+    assert (fit.fixed, fit.per_layer) == (1.0, 2.0) and fit.at(24) == 49.0
+    for fixed, per in ((0.0, 1.5), (10.0, 0.25), (0.5, 40.0)):
+        assert ce.Linear.fit(fixed + per, fixed + 2 * per).at(24) == pytest.approx(fixed + 24 * per)
+    # the load moved between the cuts: the 2-layer time below the 1-layer one, or past twice it
+    assert ce.Linear.fit(5.0, 4.0) == ce.Linear(5.0, 0.0)
+    assert ce.Linear.fit(1.0, 3.0) == ce.Linear(0.0, 2.0)
+
+
+def cut_timings(fixed: float, per_layer: float) -> dict[int, dict[str, float]]:
+    """Every quantity costs fixed + per_layer x layers on each cut."""
+    return {k: dict.fromkeys(ce.QUANTITIES, fixed + per_layer * k) for k in ce.CUT_LAYERS}
+
+
+def estimate_of(dtype, timings, jobs=1, load=1.0):
+    """The estimate of the quick plan at Ouro-1.4B's config, 3 settings, from these timings."""
+    settings = fastdec_grid(4, False)
+    return ce.estimate(
+        "ouro-1.4b", QUICK, dtype, "cpu", settings, 270.0, jobs, timings=timings, load=(load, "given")
+    )
+
+
+def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
+    est = estimate_of(torch.float32, cut_timings(1.0, 2.0), load=60.0)
+    assert est["layers"] == 24 and est["layer_field"] == "n_core"
+    at = 1.0 + 2.0 * 24
+    assert est["at_layers"] == dict.fromkeys(ce.QUANTITIES, pytest.approx(at))
+    p = est["parts"]
+    assert p["load"] == 60.0
+    assert est["contexts"] == 6 + ce.CONTEXTS_PER_CASE * 2
+    assert p["exact laws"] == pytest.approx(est["contexts"] * at)
+    # 2 prompts x 12 tokens: the reference, then every setting (greedy64_token is their sum)
+    assert p["greedy_float64"] == pytest.approx(2 * 12 * (at + at))
+    assert p["greedy_float32"] == pytest.approx(2 * 12 * at)
+    assert p["speed"] == pytest.approx(2 * 32 * 3 * (at + at))  # the settings and the baseline
+    # 6 (setting, case) units, each its first chunk of 64 samples: 64 x 49 s is past 270 / 6
+    assert p["sampling"] == pytest.approx(6 * 64 * at)
+    assert est["serial_seconds"] == pytest.approx(sum(p.values()))
+    assert est["wall_seconds"] == pytest.approx(est["serial_seconds"])  # one worker
+    two = estimate_of(torch.float32, cut_timings(1.0, 2.0), jobs=2, load=60.0)
+    assert est["parts"]["load"] + est["parts"]["exact laws"] < two["wall_seconds"] < est["wall_seconds"]
+    f64 = estimate_of(torch.float64, cut_timings(1.0, 2.0))
+    assert [k for k in f64["parts"] if k.startswith("greedy_")] == ["greedy_float64"]
+    # sampling cheap enough: each unit takes its share of the budget, the budget in all
+    cheap = estimate_of(torch.float32, cut_timings(1e-4, 1e-6))
+    assert cheap["parts"]["sampling"] == pytest.approx(270.0)
+
+
+def test_sampling_is_fitted_at_one_batch_for_both_cuts():
+    """A cut too slow to time the certify batch leaves both at SAMPLE_ROWS' rate."""
+    both = {1: {"sample_rows": 2.0, "sample_chunk": 1.0}, 2: {"sample_rows": 3.0, "sample_chunk": 1.5}}
+    assert [t["sample"] for t in ce.with_sample(both).values()] == [1.0, 1.5]
+    one = {1: {"sample_rows": 2.0, "sample_chunk": 1.0}, 2: {"sample_rows": 3.0}}
+    assert [t["sample"] for t in ce.with_sample(one).values()] == [2.0, 3.0]
+
+
+def est_of(parts: dict, wall: float) -> dict:
+    return {"parts": parts, "wall_seconds": wall, "jobs": 1}
+
+
+def test_decide_stops_past_the_limit_or_the_hour_naming_the_part_and_the_flags():
+    parts = {"load": 900.0, "exact laws": 3800.0, "sampling": 300.0}
+    go, said = ce.decide(est_of(parts, 5000.0), prediction_s=5000.0)
+    assert not go and len(said) == 3
+    assert "measured prediction would take ~83 min, past the 10-min limit" in said[0]
+    assert "cannot finish within 1 h (~1.4 h" in said[1]
+    assert all("its largest part is exact laws (63 min)" in s for s in said[:2])
+    assert all(flag in said[2] for flag in FLAGS) and "--predict-measured" in said[2]
+    # only the prediction too dear, or only the run
+    go, said = ce.decide(est_of(parts, 3000.0), prediction_s=ce.PREDICT_LIMIT + 1)
+    assert not go and "past the 10-min limit" in said[0] and "cannot finish" not in " ".join(said)
+    go, said = ce.decide(est_of(parts, ce.HOUR + 1), prediction_s=ce.PREDICT_LIMIT)
+    assert not go and "cannot finish within 1 h" in said[0]
+    assert ce.decide(est_of(parts, ce.HOUR), prediction_s=ce.PREDICT_LIMIT) == (True, [])
+
+
+@pytest.fixture
+def small_plan(monkeypatch):
+    monkeypatch.setitem(plan_mod.PLANS, "quick", SMALL_PLAN)
+
+
+@pytest.fixture
+def slow_cuts(monkeypatch):
+    """Each cut's quantities 110 s on the 1-layer cut, 210 s on the 2-layer one."""
+    monkeypatch.setattr(ce, "time_cut", lambda cfg, k, *a, **kw: cut_timings(10.0, 100.0)[k])
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Loading the model fails loudly: only a stop that comes before loading passes."""
+
+    def refuse(*_a, **_kw):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(run_mod.RunModels, "load", refuse)
+
+
+def test_predict_stops_before_loading_when_the_estimate_says_so(
+    small_plan, slow_cuts, no_load, tmp_path, capsys
+):
+    got = predict_mod.predict("tiny-ouro", slice_seconds=1.0)
+    assert got["stopped"] and got["warnings"] == got["estimate"]["warnings"]
+    assert "past the 10-min limit" in got["warnings"][0]
+    assert main(["certify", "tiny-ouro", "--predict", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "quick plan on tiny-ouro, estimated from 1- and 2-layer cuts (n_core 2" in out
+    assert "  exact laws: " in out and "the measured prediction: " in out
+    stops = [line for line in out.splitlines() if line.startswith("stopped: ")]
+    assert "its largest part is" in stops[0] and all(flag in stops[-1] for flag in FLAGS)
+    assert "predicted per check" not in out and not (tmp_path / "certificate.json").exists()
+
+
+def test_predict_measured_goes_on_past_the_estimate(small_plan, slow_cuts):
+    got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, measured=True)
+    assert not got["stopped"] and got["estimate"]["warnings"] and got["rows"]
+
+
+def test_predict_measured_needs_predict(tmp_path, capsys):
+    assert main(["certify", "tiny-ouro", "--predict-measured", "--out", str(tmp_path)]) == 2
+    assert "--predict-measured goes with --predict SECONDS" in capsys.readouterr().err
+
+
+def test_a_cut_that_does_not_fit_is_refused_before_it_is_built(monkeypatch):
+    monkeypatch.setenv("LOOPCERT_MEMORY_FREE", "1M")
+    monkeypatch.setattr(ce, "time_cut", lambda *a, **kw: pytest.fail("a cut was built"))
+    with pytest.raises(Exception, match="the 2-layer cut of ouro-1.4b does not fit"):
+        ce.estimate("ouro-1.4b", QUICK, torch.float32, "cpu", fastdec_grid(4, False), 270.0)
