@@ -97,11 +97,17 @@ def relative_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
 
 
 def sample_tally(
-    decoder: Decoder, law: CaseLaw, n_samples: int, base_seed: int, deadline: float | None = None
+    decoder: Decoder,
+    law: CaseLaw,
+    n_samples: int,
+    base_seed: int,
+    deadline: float | None = None,
+    max_rows: int | None = None,
 ) -> dict:
-    """Sample one case and count it through every view (what a work unit returns)."""
+    """Sample one case and count it through every view (what a work unit returns); max_rows caps
+    the seeds of one generate_batch call (proofs.decoders.draw)."""
     c = law.case
-    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline)
+    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows)
     return {
         **law.tally(d.samples),
         "planned": n_samples,

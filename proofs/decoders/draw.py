@@ -42,13 +42,18 @@ def draw(
     base_seed: int,
     n_samples: int,
     deadline: float | None = None,
+    max_rows: int | None = None,
 ) -> Draw:
-    """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter())."""
+    """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter()),
+    at most `max_rows` seeds a generate_batch call (None: what the decoder declares): certify caps
+    it where the KV caches of a full batch would not fit (proofs/run/run.py sampling_rows)."""
     t0 = time.perf_counter()
     batched = isinstance(decoder, BatchDecoder)
     out: list[list[int]] = []
     limit = batch_call_limit(decoder) if batched else None
     cap = MAX_CHUNK if limit is None else min(MAX_CHUNK, limit)
+    if max_rows is not None:
+        cap = max(1, min(cap, max_rows))
     chunk = min(FIRST_CHUNK, cap) if batched else 1
     stopped = False
     while len(out) < n_samples:

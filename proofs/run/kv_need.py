@@ -58,10 +58,12 @@ def certify_caches(
     dtype: torch.dtype,
     device: str,
     fastdec_grid: bool = True,
+    rows: int = MAX_BATCH,
 ) -> int:
     """Bytes of KV caches in CPU memory a certify run of `plan` holds at most at once (0 on an
     accelerator, where the caches live in its memory). fastdec_grid: the certified decoder is
-    fastdec's grid (no --decoder)."""
+    fastdec's grid (no --decoder); rows: the most seeds one sampling call decodes together (certify
+    lowers it from MAX_BATCH where those caches would not fit: proofs/run/run.py sampling_rows)."""
     if torch.device(device).type != "cpu":
         return 0
     full = plan.mode == "full"
@@ -77,9 +79,7 @@ def certify_caches(
     if tiny is not None:
         sampled.append(get_preset(tiny))
     positions = PROMPT_LEN + max(tokens)
-    sampling = sum(
-        decoder_bound(c, s, sample_size, positions, MAX_BATCH) for c in sampled for s in settings(c)
-    )
+    sampling = sum(decoder_bound(c, s, sample_size, positions, rows) for c in sampled for s in settings(c))
     presets = [get_preset(p) for p in plan.greedy_presets if p != model_name]
     greedy = PROMPT_LEN + plan.greedy_tokens
     checks = {  # check -> [(model config, setting, itemsize, positions)], rows 1 each

@@ -261,7 +261,7 @@ def sampled_rows(
                 "no_power": u.samples == 0,
             }
             if u.samples and not isinstance(dec, NotApplicable):
-                got, rate = slice_rate(dec, law, u.samples, seed, slice_seconds)
+                got, rate = slice_rate(dec, law, u.samples, seed, slice_seconds, run.models.sampling_rows)
                 row.update(
                     slice=got,
                     samples_per_s=rate,
@@ -292,7 +292,9 @@ def sampled_rows(
     return rows, unit_seconds, predicted
 
 
-def slice_rate(dec, law, n: int, seed: int, slice_seconds: float) -> tuple[int, float]:
+def slice_rate(
+    dec, law, n: int, seed: int, slice_seconds: float, max_rows: int | None = None
+) -> tuple[int, float]:
     """(samples drawn, samples/s) of one (setting, case): one sample first, timed; when a real
     run's first chunk (FIRST_CHUNK samples, drawn whatever the deadline) would take over
     GAUGE_SECONDS at that one sample's rate, that rate (a model too large to sample here: batching
@@ -304,7 +306,7 @@ def slice_rate(dec, law, n: int, seed: int, slice_seconds: float) -> tuple[int, 
         return 0, 0.0
     if FIRST_CHUNK * one.seconds > GAUGE_SECONDS:
         return 1, 1.0 / one.seconds
-    t = sample_tally(dec, law, n, seed, time.perf_counter() + slice_seconds)
+    t = sample_tally(dec, law, n, seed, time.perf_counter() + slice_seconds, max_rows)
     return t["samples"], (t["samples_per_s"] if t["samples"] else 0.0)
 
 

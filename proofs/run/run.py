@@ -36,6 +36,7 @@ import torch
 import refdec
 from analysis.traces import depth_pairs, traces
 from fastdec.config import DecodeConfig
+from fastdec.decoder import MAX_BATCH
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.bitwise import check_bitwise
 from proofs.checks.convention import check_convention
@@ -70,7 +71,7 @@ from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_pre
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
-from refdec.memory import FREE_ENV, Need, check_fits, config_of, parameters_of
+from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
 from refdec.model import LoopedLM
 from refdec.sampling import TEMPERATURE_FIRST
 from refdec.values import dtype_name
@@ -88,6 +89,9 @@ class RunModels:
     model64: LoopedLM  # float64, on the run's device
     oracle: Oracle  # exact float64 laws of model64 (on the CPU)
     model_dt: LoopedLM | None  # in the run's dtype; None in a float64 run
+    # the most seeds one sampling call decodes together, where the KV caches of fastdec's MAX_BATCH
+    # would not fit (sampling_rows); None: the decoder's own limit. Samples do not depend on it.
+    sampling_rows: int | None = None
 
     @classmethod
     def load(
@@ -98,11 +102,16 @@ class RunModels:
         plan: CertifyPlan | None = None,
         fastdec_grid: bool = True,
     ) -> RunModels:
-        """The models, after run_need(name, dtype, device, plan, fastdec_grid) is found to fit."""
-        check_fits(run_need(name, dtype, device, plan, fastdec_grid), f"certifying {name}", FIT_HINT)
+        """The models, after run_need(name, dtype, device, plan, fastdec_grid) is found to fit at
+        the sampling rows that fit (sampling_rows)."""
+        rows = sampling_rows(name, dtype, device, plan, fastdec_grid)
+        need = run_need(name, dtype, device, plan, fastdec_grid, rows or MAX_BATCH)
+        check_fits(
+            need, f"certifying {name}" + (f" (sampling {rows} row(s) a call)" if rows else ""), FIT_HINT
+        )
         model64 = load(name, torch.float64, device)
         oracle = Oracle.over(model64)  # on the CPU: the same float64 weights, not a second copy
-        return cls(model64, oracle, None if dtype == torch.float64 else load(name, dtype, device))
+        return cls(model64, oracle, None if dtype == torch.float64 else load(name, dtype, device), rows)
 
     def sampling_model(self, dtype: torch.dtype, device: str) -> LoopedLM | None:
         """The copy the sampling decoders take (float64 in a float64 run, else float32) when this
@@ -115,27 +124,52 @@ class RunModels:
 
 
 FIT_HINT = (
-    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference), "
-    "but its decoders' KV caches are twice as large; "
+    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference; "
+    "its decoders' KV caches are float64, and certify already samples as few rows a call as needed); "
     "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
     f"{FREE_ENV} caps the memory counted as free"
 )
 
 
+def sampling_rows(
+    name: str, dtype: torch.dtype, device: str, plan: CertifyPlan | None, fastdec_grid: bool = True
+) -> int | None:
+    """The most seeds a sampling call may decode together so that the run fits the memory free:
+    None (fastdec's MAX_BATCH) when that fits or nothing is known, else the largest power of two
+    below it that fits, 1 when none does (then the memory check refuses the run at 1 row). Fewer
+    rows cost throughput, not a figure: sample i always uses seed base + i (proofs.decoders.draw),
+    and on a CPU a model whose 64-row caches do not fit gains little from batching anyway."""
+    free = free_bytes()
+    if plan is None or free is None or torch.device(device).type != "cpu" or not fastdec_grid:
+        return None
+    rows = MAX_BATCH
+    while rows > 1 and run_need(name, dtype, device, plan, fastdec_grid, rows).total > free:
+        rows //= 2
+    return None if rows == MAX_BATCH else rows
+
+
 def run_need(
-    name: str, dtype: torch.dtype, device: str, plan: CertifyPlan | None = None, fastdec_grid: bool = True
+    name: str,
+    dtype: torch.dtype,
+    device: str,
+    plan: CertifyPlan | None = None,
+    fastdec_grid: bool = True,
+    rows: int = MAX_BATCH,
 ) -> Need:
     """What RunModels.load and the sampling setup hold in CPU memory, from the headers alone: the
     float64 reference (on the CPU whatever the device: the exact laws), the run's dtype copy and a
     float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU);
     with a plan, the KV caches its fastdec decoders hold at once (proofs/run/kv_need.py;
-    fastdec_grid: the certified decoder is fastdec's grid, not a --decoder)."""
+    fastdec_grid: the certified decoder is fastdec's grid, not a --decoder; rows: the most seeds a
+    sampling call decodes together)."""
     copies = [("float64 reference", 8)]
     if torch.device(device).type == "cpu" and dtype != torch.float64:
         copies.append((f"{dtype_name(dtype)} copy", torch.empty(0, dtype=dtype).element_size()))
         if dtype != torch.float32:
             copies.append(("float32 copy to sample", 4))
-    caches = 0 if plan is None else certify_caches(config_of(name), name, plan, dtype, device, fastdec_grid)
+    caches = (
+        0 if plan is None else certify_caches(config_of(name), name, plan, dtype, device, fastdec_grid, rows)
+    )
     return Need(parameters_of(name), tuple(copies), (("KV caches", caches),) if caches else ())
 
 
@@ -171,6 +205,11 @@ class CertifyRun:
         self.seed, self.say = seed, say
         self.models = m = models or RunModels.load(model_name, dtype, device, plan, user is None)
         self.model64, self.oracle, self.model_dt = m.model64, m.oracle, m.model_dt
+        if m.sampling_rows is not None:
+            say(
+                f"sampling {m.sampling_rows} sequence(s) a call: the KV caches of {MAX_BATCH} do not fit the "
+                "memory free (the samples do not depend on it)"
+            )
         self.R = self.model64.cfg.recurrence
         self.candidates = self.grid(self.R)
         self.sampling_setups: dict[str, SamplingSetup] = dict(sampling_setups or {})  # model name -> setup

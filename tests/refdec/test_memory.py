@@ -9,7 +9,7 @@ import torch
 import proofs.run.run as run_module
 import refdec
 from proofs.run.plan import QUICK
-from proofs.run.run import CertifyRun, RunModels, run_need
+from proofs.run.run import CertifyRun, RunModels, run_need, sampling_rows
 from refdec.errors import LoopcertError
 from refdec.memory import FREE_ENV, HEADROOM_MIN, free_bytes, parse_bytes
 
@@ -85,10 +85,11 @@ def test_the_oracle_remembers_only_the_last_position():
 
 
 def test_the_caches_are_counted_and_refused_before_loading(monkeypatch):
-    """A cap between what the weights need and what the weights and certify's KV caches need
-    refuses the run before any model is built, naming the caches; the weights alone would fit."""
+    """A cap between what the weights need and what the weights and certify's KV caches need,
+    sampling one sequence a call, refuses the run before any model is built, naming the caches;
+    the weights alone would fit."""
     weights = run_need("tiny-ouro", torch.float32, "cpu")
-    need = run_need("tiny-ouro", torch.float32, "cpu", QUICK)
+    need = run_need("tiny-ouro", torch.float32, "cpu", QUICK, rows=1)
     caches = dict(need.buffers)["KV caches"]
     assert need.total == weights.total + caches and caches > 0
     cap = weights.total + caches // 2
@@ -106,7 +107,7 @@ def test_the_caches_are_counted_and_refused_before_loading(monkeypatch):
         with pytest.raises(LoopcertError) as e:
             start()
         msg = str(e.value)
-        assert "certifying tiny-ouro does not fit" in msg
+        assert "certifying tiny-ouro (sampling 1 row(s) a call) does not fit" in msg
         assert f"needs {need.total / 2**30:.2f} GiB" in msg and f"+ KV caches {caches / 2**30:.2f} GiB" in msg
 
 
@@ -162,3 +163,42 @@ def test_the_caches_of_a_published_shape():
     assert 3 * one <= caches <= 3 * one * 9 // 8 + 3 * one // 8  # the sampling decoders + one check's
     assert certify_caches(cfg, "ouro-1.4b", QUICK, torch.float32, "cuda") == 0
     assert "KV caches" in run_need("ouro-1.4b", torch.float32, "cpu", QUICK).describe()
+
+
+def test_sampling_rows_shrink_to_fit_and_change_no_sample(monkeypatch):
+    """Where the KV caches of fastdec's 64 rows do not fit but those of 8 do, certify samples 8
+    sequences a call (and says so) instead of refusing; each sample still uses seed base + i, so a
+    unit's tally is the one the unbounded run draws, count for count."""
+    from plans import SMALL_PLAN
+
+    from proofs.run.sampling_units import decoder_of, run_unit, sampling_checks
+
+    f32 = torch.float32
+    monkeypatch.setenv(FREE_ENV, str(run_need("tiny-ouro", f32, "cpu", SMALL_PLAN, rows=16).total - 1))
+    assert sampling_rows("tiny-ouro", f32, "cpu", SMALL_PLAN) == 8
+    assert sampling_rows("tiny-ouro", f32, "cpu", None) is None  # no plan: no caches counted
+    said = []
+    capped = CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", f32, 0, said.append)
+    assert capped.models.sampling_rows == 8 and any("sampling 8 sequence(s) a call" in m for m in said)
+    monkeypatch.setenv(FREE_ENV, "64G")
+    free_run = CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", f32, 0, lambda _m: None)
+    assert free_run.models.sampling_rows is None
+    chk = sampling_checks(capped)[0]
+    unit = chk.units[0]
+    assert unit.samples > 8
+    dec, calls = decoder_of(capped, chk), []
+    real = dec.generate_batch
+
+    def spy(prompts, *a, **k):
+        calls.append(len(prompts))
+        return real(prompts, *a, **k)
+
+    monkeypatch.setattr(dec, "generate_batch", spy)
+    got = run_unit(capped, unit, dec, budget_s=600.0)
+    assert calls and max(calls) == 8  # a control: the unbounded run's first call holds 64
+    want = run_unit(free_run, unit, decoder_of(free_run, sampling_checks(free_run)[0]), budget_s=600.0)
+    assert got["samples"] == want["samples"] == unit.samples
+    timing = ("seconds", "samples_per_s")
+    assert {k: v for k, v in got.items() if k not in timing} == {
+        k: v for k, v in want.items() if k not in timing
+    }
