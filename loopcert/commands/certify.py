@@ -95,14 +95,14 @@ def add_arguments(p) -> None:
         "case) for SECONDS (N per case, samples/s), run every other check at ~1/8 of its size; "
         "the wall time with --jobs. First, before the model is loaded, it times 1- and 2-layer "
         "cuts of the model and estimates each part; where that says the prediction would take "
-        "over 10 min or the run over an hour, it stops there, naming the largest part and the "
+        "over 20 min or the run over an hour, it stops there, naming the largest part and the "
         "flags that help",
     )
     p.add_argument(
         "--predict-measured",
         action="store_true",
         help="with --predict: go on to the measured prediction even when the layer-cut estimate "
-        "says it would take over 10 min or the run over an hour",
+        "says it would take over 20 min or the run over an hour",
     )
     p.add_argument(
         "--jobs",

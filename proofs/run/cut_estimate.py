@@ -57,7 +57,9 @@ from refdec.memory import Need, check_fits
 from refdec.sizes import random_model
 from refdec.values import dtype_name
 
-PREDICT_LIMIT = 600.0  # a measured prediction estimated dearer than this is not started unless asked
+PREDICT_LIMIT = 1200.0  # a measured prediction estimated dearer than this is not started unless asked:
+# 20 min, a third of a run that fits within the hour (ouro-w1024 on one thread: prediction ~14-25
+# min, run ~30-45); Ouro-1.4B's shape (~40 min of prediction) stops
 HOUR = 3600.0  # a run estimated past this is not predicted further unless asked
 CUT_LAYERS = (1, 2)  # the cuts timed; Linear.fit reads exactly these two
 LAYER_FIELD = "n_core"  # the repeated layers (refdec.config.ModelConfig; refdec.sizes cuts the same)

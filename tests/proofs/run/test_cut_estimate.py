@@ -126,13 +126,13 @@ def test_decide_stops_past_the_limit_or_the_hour_naming_the_part_and_the_flags()
     parts = {"load": 900.0, "exact laws": 3800.0, "sampling": 300.0}
     go, said = ce.decide(est_of(parts, 5000.0), prediction_s=5000.0)
     assert not go and len(said) == 3
-    assert "measured prediction would take ~83 min, past the 10-min limit" in said[0]
+    assert "measured prediction would take ~83 min, past the 20-min limit" in said[0]
     assert "cannot finish within 1 h (~1.4 h" in said[1]
     assert all("its largest part is exact laws (63 min)" in s for s in said[:2])
     assert all(flag in said[2] for flag in FLAGS) and "--predict-measured" in said[2]
     # only the prediction too dear, or only the run
     go, said = ce.decide(est_of(parts, 3000.0), prediction_s=ce.PREDICT_LIMIT + 1)
-    assert not go and "past the 10-min limit" in said[0] and "cannot finish" not in " ".join(said)
+    assert not go and "past the 20-min limit" in said[0] and "cannot finish" not in " ".join(said)
     go, said = ce.decide(est_of(parts, ce.HOUR + 1), prediction_s=ce.PREDICT_LIMIT)
     assert not go and "cannot finish within 1 h" in said[0]
     assert ce.decide(est_of(parts, ce.HOUR), prediction_s=ce.PREDICT_LIMIT) == (True, [])
@@ -164,7 +164,7 @@ def test_predict_stops_before_loading_when_the_estimate_says_so(
 ):
     got = predict_mod.predict("tiny-ouro", slice_seconds=1.0)
     assert got["stopped"] and got["warnings"] == got["estimate"]["warnings"]
-    assert "past the 10-min limit" in got["warnings"][0]
+    assert "past the 20-min limit" in got["warnings"][0]
     assert main(["certify", "tiny-ouro", "--predict", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "quick plan on tiny-ouro, estimated from 1- and 2-layer cuts (n_core 2" in out
