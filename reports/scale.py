@@ -9,11 +9,19 @@ Two steps, so that the figures the docs show are committed data, not a log folde
 (cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), the
 certificate of its run with the --time-budget the plan needs where one was made
 (cert-wW-budget/certificate.json, cert-wW-budget.log), its
-prediction (predict-wW.json, proofs.run.scale predict) and the parts of its 1- and 2-layer cuts
+prediction (predict-wW.json, proofs.run.scale predict), --predict's layer-cut estimate
+(cut-wW.json, proofs.run.scale cut: the figure --predict gives where it does not go on to the
+measured prediction, as at the 1.4B shape) and the parts of its 1- and 2-layer cuts
 (parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
 in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
 embedding and the 49k-token head once, the layers 24 times). `table` fits log time = c + k log
 parameters per part over the sizes measured and writes the table and the plot.
+
+A logs folder is one machine's and does not last; the committed data does. `collect --update
+docs/scale-data.json` keeps every size and every figure the logs do not hold anew, so one new run
+(one size's certificate, one estimate) is added without the logs of the others:
+
+    python -m reports.scale collect /work/logs --update docs/scale-data.json --out docs/scale-data.json
 """
 
 from __future__ import annotations
@@ -102,6 +110,22 @@ def predicted(logs: Path, name: str) -> dict | None:
     }
 
 
+def estimated(logs: Path, name: str) -> dict | None:
+    """--predict's layer-cut estimate of one size (cut-wW.json, `proofs.run.scale cut`): the run in
+    one process, per part, and what it cost to make."""
+    path = logs / f"cut-{name}.json"
+    if not path.is_file():
+        return None
+    e = json.loads(path.read_text())
+    return {
+        "serial_seconds": e["serial_seconds"],
+        "parts": e["parts"],
+        "dtype": e.get("dtype"),
+        "estimate_took": e.get("estimate_seconds"),
+        "load1": e.get("load1"),
+    }
+
+
 def macs_per_position(width: int, layers: int) -> int:
     """Multiply-adds of one position at one depth of an Ouro-shaped model: every layer's
     projections and MLP, and the 49k-token head (the embedding is a lookup)."""
@@ -173,9 +197,20 @@ def collect(logs: Path, names: list[str]) -> dict:
         row["certified"] = certified(logs, short)
         row["certified_full"] = certified(logs, f"{short}-budget", f"cert-{short}-budget.log")
         row["predicted"] = predicted(logs, short)
+        row["estimated"] = estimated(logs, short)
         row["extrapolated"] = extrapolated(logs, name)
         sizes.append(row)
     return {"sizes": sizes}
+
+
+def updated(old: dict, new: dict) -> dict:
+    """`new` over `old`, size by size and figure by figure: a figure the new logs do not hold (None)
+    keeps its old value; sizes of either stay, in the sweep's order (by parameters)."""
+    rows = {s["name"]: dict(s) for s in old.get("sizes", [])}
+    for s in new["sizes"]:
+        row = rows.setdefault(s["name"], {})
+        row.update({k: v for k, v in s.items() if v is not None or k not in row})
+    return {"sizes": sorted(rows.values(), key=lambda s: s["parameters"])}
 
 
 def fit(xs: list[float], ys: list[float]) -> float | None:
@@ -218,6 +253,16 @@ def table(data: dict) -> str:
             else f"{p['wall_seconds']:.0f} ({p['wall_seconds'] / s['certified']['seconds']:.2f}x)"
         )
     lines.append(f"| --predict (s, predicted/measured) | {' | '.join(pred)} | |")
+    if any(s.get("estimated") for s in rows):
+        cut = []
+        for s in rows:
+            e = s.get("estimated")
+            cut.append(
+                "-"
+                if not e
+                else f"{e['serial_seconds']:.0f} ({e['serial_seconds'] / s['certified']['seconds']:.2f}x)"
+            )
+        lines.append(f"| --predict's layer-cut estimate (s, estimated/measured) | {' | '.join(cut)} | |")
     return "\n".join(lines) + "\n" + full_table(data)
 
 
@@ -303,6 +348,12 @@ def main(argv=None) -> int:
     c.add_argument("logs", type=Path)
     c.add_argument("--names", default="ouro-w128,ouro-w256,ouro-w512,ouro-w1024,ouro-w2048")
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument(
+        "--update",
+        type=Path,
+        metavar="DATA",
+        help="a scale-data.json whose sizes and figures stay where the logs have none anew",
+    )
     t = sub.add_parser("table")
     t.add_argument("data", type=Path)
     t.add_argument("--md", type=Path)
@@ -310,7 +361,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         data = collect(a.logs, a.names.split(","))
-        a.out.write_text(json.dumps(data, indent=2) + "\n")
+        if a.update is not None:
+            if not a.update.is_file():
+                raise LoopcertError(f"--update {a.update}: no such file (a scale-data.json to update)")
+            data = updated(json.loads(a.update.read_text()), data)
+        tmp = a.out.with_name(a.out.name + ".tmp")  # atomic: a failed collect keeps the old data
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(a.out)
         return 0
     data = json.loads(a.data.read_text())
     md = table(data)

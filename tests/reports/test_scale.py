@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from refdec.errors import LoopcertError
 from reports.scale import LAYERS, PARTS, extrapolated, fit, macs_per_position, part_of
 
 
@@ -95,3 +96,42 @@ def test_the_full_n_runs_get_their_own_table(tmp_path):
     k = fit([s["parameters"] for s in data["sizes"] if s["certified_full"]], [100.0, 800.0])
     assert f"| sampling (s) | 100 | 800 | {k:.2f} |" in md
     assert "| peak RSS (GiB) | - | 1.00 |" in md
+
+
+def test_update_keeps_what_the_new_logs_do_not_hold(tmp_path):
+    """collect --update: a new size's certificate and estimate join the committed data; the other
+    sizes, and the figures of a size the new logs lack (its prediction), keep their old values."""
+    from reports.scale import collect, table, updated
+
+    old_logs, new_logs = tmp_path / "old", tmp_path / "new"
+    _certificate(old_logs / "cert-w128", 300.0, 50.0, 8000, 400, 270)
+    _certificate(old_logs / "cert-w512", 900.0, 50.0, 8000, 400, 270)
+    (old_logs / "predict-w512.json").write_text(
+        json.dumps({"wall_seconds": 800.0, "predicted_seconds": 1.0, "setup_seconds": 1.0})
+    )
+    old = collect(old_logs, ["ouro-w128", "ouro-w512"])
+    _certificate(new_logs / "cert-w512", 1000.0, 50.0, 8000, 400, 270)  # w512 again, no prediction
+    _certificate(new_logs / "cert-w2048", 3000.0, 50.0, 8000, 400, 270)
+    (new_logs / "cut-w2048.json").write_text(
+        json.dumps({"serial_seconds": 2400.0, "parts": {"load": 10.0}, "dtype": "float64"})
+    )
+    data = updated(old, collect(new_logs, ["ouro-w512", "ouro-w2048"]))
+    sizes = {s["name"]: s for s in data["sizes"]}
+    assert [s["name"] for s in data["sizes"]] == ["ouro-w128", "ouro-w512", "ouro-w2048"]
+    assert sizes["ouro-w128"]["certified"]["seconds"] == 300.0  # not in the new logs: kept
+    assert sizes["ouro-w512"]["certified"]["seconds"] == 1000.0  # measured anew: replaced
+    assert sizes["ouro-w512"]["predicted"]["wall_seconds"] == 800.0  # the new logs have none: kept
+    assert sizes["ouro-w2048"]["estimated"]["serial_seconds"] == 2400.0
+    md = table(data)
+    assert "| --predict (s, predicted/measured) | - | 800 (0.80x) | - | |" in md
+    assert "| --predict's layer-cut estimate (s, estimated/measured) | - | - | 2400 (0.80x) | |" in md
+
+
+def test_collect_update_names_a_missing_file_and_keeps_the_old_data(tmp_path):
+    from reports.scale import main
+
+    out = tmp_path / "scale-data.json"
+    out.write_text('{"sizes": []}\n')
+    with pytest.raises(LoopcertError, match="--update .*missing.json: no such file"):
+        main(["collect", str(tmp_path), "--update", str(tmp_path / "missing.json"), "--out", str(out)])
+    assert out.read_text() == '{"sizes": []}\n'
