@@ -18,6 +18,11 @@ row count up to its rows, every capacity up to its longest sequence), so the sum
 decoders' bounds and the largest check's is an upper bound of what the caches hold. A user's
 decoder (--decoder) is not fastdec: only the fastdec baselines it is compared with are counted.
 The mutation and false-alarm checks decode tiny presets (caches of kilobytes, within the headroom).
+A check may also load a copy of the weights for itself while it runs: bitwise's fixed-width float32
+copy in a float64 run (a float32 run uses its own copy; a bfloat16 or float16 run the float32 copy
+it samples with). That copy is counted with its check's caches (certify_buffers' own_copies), so the
+largest check is the one whose caches and copy together are largest: at Ouro-1.4B's shape in float64
+that is bitwise, 5.34 GiB of float32 weights beside the float64 reference.
 Prompts are the checks' (proofs.prompts: PROMPT_LEN tokens, the speed workload's prompt_len).
 """
 
@@ -51,21 +56,19 @@ def decoder_bound(cfg: ModelConfig, config: DecodeConfig, itemsize: int, positio
     return held_bound(None, False, sizes)
 
 
-def certify_caches(
+def _caches(
     cfg: ModelConfig,
     model_name: str,
     plan: CertifyPlan,
     dtype: torch.dtype,
     device: str,
-    fastdec_grid: bool = True,
-    rows: int = MAX_BATCH,
-) -> int:
-    """Bytes of KV caches in CPU memory a certify run of `plan` holds at most at once (0 on an
-    accelerator, where the caches live in its memory). fastdec_grid: the certified decoder is
-    fastdec's grid (no --decoder); rows: the most seeds one sampling call decodes together (certify
-    lowers it from MAX_BATCH where those caches would not fit: proofs/run/run.py sampling_rows)."""
+    fastdec_grid: bool,
+    rows: int,
+) -> tuple[int, dict[str, int]]:
+    """(bytes the sampling decoders hold, {check: bytes its decoders hold}), all at their bounds;
+    0 and zeros on an accelerator."""
     if torch.device(device).type != "cpu":
-        return 0
+        return 0, {"none": 0}
     full = plan.mode == "full"
 
     def settings(c: ModelConfig) -> list[DecodeConfig]:
@@ -92,5 +95,48 @@ def certify_caches(
             for s in [BASELINE, *(s for s in settings(cfg) if s != BASELINE)]
         ],
     }
-    one = max(sum(decoder_bound(c, s, size, n, 1) for c, s, size, n in runs) for runs in checks.values())
-    return sampling + one
+    held = {
+        name: sum(decoder_bound(c, s, size, n, 1) for c, s, size, n in runs) for name, runs in checks.items()
+    }
+    return sampling, held
+
+
+def certify_buffers(
+    cfg: ModelConfig,
+    model_name: str,
+    plan: CertifyPlan,
+    dtype: torch.dtype,
+    device: str,
+    fastdec_grid: bool = True,
+    rows: int = MAX_BATCH,
+    own_copies: dict[str, tuple[str, int]] | None = None,
+) -> tuple[tuple[str, int], ...]:
+    """What a certify run of `plan` holds in CPU memory beyond the weights it keeps for the whole
+    run, at most at once, as refdec.memory.Need's buffers: the KV caches of the sampling decoders
+    and of the largest check beside them, and that check's own copy of the weights where it loads
+    one (own_copies: check -> (what, bytes); the check is largest by caches and copy together)."""
+    sampling, held = _caches(cfg, model_name, plan, dtype, device, fastdec_grid, rows)
+    own = own_copies or {}
+    largest = max(held, key=lambda name: held[name] + own.get(name, ("", 0))[1])
+    out = [("KV caches", sampling + held[largest])]
+    if largest in own:
+        what, size = own[largest]
+        out.append((f"{what} while {largest} runs", size))
+    return tuple((what, size) for what, size in out if size)
+
+
+def certify_caches(
+    cfg: ModelConfig,
+    model_name: str,
+    plan: CertifyPlan,
+    dtype: torch.dtype,
+    device: str,
+    fastdec_grid: bool = True,
+    rows: int = MAX_BATCH,
+) -> int:
+    """Bytes of KV caches in CPU memory a certify run of `plan` holds at most at once (0 on an
+    accelerator, where the caches live in its memory). fastdec_grid: the certified decoder is
+    fastdec's grid (no --decoder); rows: the most seeds one sampling call decodes together (certify
+    lowers it from MAX_BATCH where those caches would not fit: proofs/run/run.py sampling_rows)."""
+    sampling, held = _caches(cfg, model_name, plan, dtype, device, fastdec_grid, rows)
+    return sampling + max(held.values())

@@ -66,7 +66,7 @@ from proofs.run.cases import (
     relative_plan,
     setup_record,
 )
-from proofs.run.kv_need import certify_caches
+from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
@@ -159,18 +159,26 @@ def run_need(
     """What RunModels.load and the sampling setup hold in CPU memory, from the headers alone: the
     float64 reference (on the CPU whatever the device: the exact laws), the run's dtype copy and a
     float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU);
-    with a plan, the KV caches its fastdec decoders hold at once (proofs/run/kv_need.py;
+    with a plan, the KV caches its fastdec decoders hold at once and, in a float64 run on the CPU,
+    the float32 copy the bitwise check loads for itself beside its caches (proofs/run/kv_need.py;
     fastdec_grid: the certified decoder is fastdec's grid, not a --decoder; rows: the most seeds a
     sampling call decodes together)."""
     copies = [("float64 reference", 8)]
-    if torch.device(device).type == "cpu" and dtype != torch.float64:
+    cpu = torch.device(device).type == "cpu"
+    if cpu and dtype != torch.float64:
         copies.append((f"{dtype_name(dtype)} copy", torch.empty(0, dtype=dtype).element_size()))
         if dtype != torch.float32:
             copies.append(("float32 copy to sample", 4))
-    caches = (
-        0 if plan is None else certify_caches(config_of(name), name, plan, dtype, device, fastdec_grid, rows)
+    n = parameters_of(name)
+    # bitwise runs at fixed-width float32: a float64 run loads that copy for the check alone
+    # (CertifyRun.float32_model); a float32 run has its own, a bfloat16 run the one it samples with
+    own = {"bitwise": ("float32 copy", 4 * n)} if cpu and dtype == torch.float64 else {}
+    buffers = (
+        ()
+        if plan is None
+        else certify_buffers(config_of(name), name, plan, dtype, device, fastdec_grid, rows, own)
     )
-    return Need(parameters_of(name), tuple(copies), (("KV caches", caches),) if caches else ())
+    return Need(n, tuple(copies), buffers)
 
 
 def dtype_of(model: LoopedLM) -> torch.dtype:
@@ -336,13 +344,24 @@ class CertifyRun:
 
     # -- 2. bitwise -----------------------------------------------------------------------------
     def bitwise(self) -> CheckResult:
-        m32 = self.model_dt
-        if self.dtype != torch.float32:
-            m32 = load(self.model_name, torch.float32, self.device)
+        m32 = self.float32_model()
         prompts = self.prompts(self.plan.bitwise_prompts)
         return check_bitwise(
             "bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens, progress=self.say
         )
+
+    def float32_model(self) -> LoopedLM:
+        """The float32 weights of the bitwise check: the run's own copy (a float32 run), the copy
+        a bfloat16 or float16 run samples with when its setup holds it (one float32 copy, as
+        run_need counts), else a copy loaded for this check and dropped after it (a float64 run:
+        run_need counts it beside the check's KV caches). The same weights whichever: the same
+        figures."""
+        if self.model_dt is not None and dtype_of(self.model_dt) == torch.float32:
+            return self.model_dt
+        setup = self.sampling_setups.get(self.model_name)
+        if setup is not None and dtype_of(setup.model) == torch.float32:
+            return setup.model
+        return load(self.model_name, torch.float32, self.device)
 
     # -- 3. sampling (the checks themselves are work units: proofs/run/sampling_units.py) ---------------
     def sampling_plan(self) -> list[tuple[str, list[Candidate], str]]:

@@ -202,3 +202,56 @@ def test_sampling_rows_shrink_to_fit_and_change_no_sample(monkeypatch):
     assert {k: v for k, v in got.items() if k not in timing} == {
         k: v for k, v in want.items() if k not in timing
     }
+
+
+def test_a_float64_run_counts_the_float32_copy_bitwise_loads():
+    """bitwise runs at fixed-width float32: a float64 run loads that copy for the check alone, so
+    the memory check counts it with bitwise's caches, and the largest check is the one whose
+    caches and copy together are largest (Ouro-1.4B's float64 run was killed by the kernel in
+    bitwise when it was not counted); a float32 run has its own copy, a bfloat16 run samples with
+    one, and neither counts another."""
+    n = refdec.checkpoints.describe("ouro-1.4b")["parameters"]
+    need = run_need("ouro-1.4b", torch.float64, "cpu", QUICK, rows=1)
+    assert dict(need.buffers)["float32 copy while bitwise runs"] == 4 * n
+    assert "+ float32 copy while bitwise runs 5.34 GiB" in need.describe()
+    for dt in (torch.float32, torch.bfloat16):
+        assert not any("bitwise" in what for what, _ in run_need("ouro-1.4b", dt, "cpu", QUICK).buffers)
+    assert run_need("ouro-1.4b", torch.float64, "cuda", QUICK).buffers == ()  # on the GPU
+
+    # tiny-ouro: the copy is small and another check's caches are larger: the max, not the sum
+    from proofs.run.kv_need import _caches, certify_buffers
+    from refdec.memory import config_of
+
+    cfg, m = config_of("tiny-ouro"), refdec.checkpoints.describe("tiny-ouro")["parameters"]
+    sampling, held = _caches(cfg, "tiny-ouro", QUICK, torch.float64, "cpu", True, 64)
+    own = {"bitwise": ("float32 copy", 4 * m)}
+    got = sum(b for _, b in certify_buffers(cfg, "tiny-ouro", QUICK, torch.float64, "cpu", own_copies=own))
+    assert got == sampling + max(held[c] + (4 * m if c == "bitwise" else 0) for c in held)
+    big = {"bitwise": ("float32 copy", 2**40)}  # a copy larger than any check's caches
+    buffers = dict(certify_buffers(cfg, "tiny-ouro", QUICK, torch.float64, "cpu", own_copies=big))
+    assert buffers == {"KV caches": sampling + held["bitwise"], "float32 copy while bitwise runs": 2**40}
+
+
+@pytest.mark.parametrize("dtype, loads", [(torch.float32, 0), (torch.bfloat16, 0), (torch.float64, 1)])
+def test_bitwise_takes_the_float32_copy_the_run_holds(dtype, loads, monkeypatch):
+    """The float32 weights bitwise decodes: the run's own (float32), the sampling copy (bfloat16,
+    once its setup holds it), a copy loaded for the check alone only in a float64 run."""
+    from plans import SMALL_PLAN
+
+    run = CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", dtype, 0, lambda _m: None)
+    run.sampling_setup("tiny-ouro")
+    real, calls = run_module.load, []
+
+    def counted(name, dt, device):
+        calls.append(dt)
+        return real(name, dt, device)
+
+    monkeypatch.setattr(run_module, "load", counted)
+    m32 = run.float32_model()
+    assert next(m32.parameters()).dtype == torch.float32
+    assert calls == [torch.float32] * loads
+    if dtype == torch.bfloat16:
+        assert m32 is run.sampling_setup("tiny-ouro").model
+    from refdec.load import model_fingerprint
+
+    assert model_fingerprint(m32) == model_fingerprint(run.model64)  # the same weights
