@@ -105,6 +105,8 @@ def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
     assert est["parts"]["load"] + est["parts"]["exact laws"] < two["wall_seconds"] < est["wall_seconds"]
     f64 = estimate_of(torch.float64, cut_timings(1.0, 2.0))
     assert [k for k in f64["parts"] if k.startswith("greedy_")] == ["greedy_float64"]
+    # a float64 run's bitwise loads its float32 copy: the load of one copy more than its tokens
+    assert f64["parts"]["bitwise_fixed_width"] == pytest.approx(p["bitwise_fixed_width"] + 1.0)
     # sampling cheap enough: each unit takes its share of the budget, the budget in all
     cheap = estimate_of(torch.float32, cut_timings(1e-4, 1e-6))
     assert cheap["parts"]["sampling"] == pytest.approx(270.0)
