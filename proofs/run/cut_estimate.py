@@ -207,14 +207,26 @@ def time_cut(
     return got
 
 
-def with_sample(timings: Mapping[int, Mapping[str, float]]) -> dict[int, dict[str, float]]:
-    """The cuts' timings with "sample" at one batch for both: the certify batch where every cut
-    timed it, else SAMPLE_ROWS (a fit across two batches would read batching as layers)."""
-    chunk = all("sample_chunk" in t for t in timings.values())
-    return {
-        k: {**t, "sample": t.get("sample", t["sample_chunk"] if chunk else t.get("sample_rows"))}
-        for k, t in timings.items()
-    }
+def with_sample(
+    timings: Mapping[int, Mapping[str, float]], rows: int | None = None
+) -> dict[int, dict[str, float]]:
+    """The cuts' timings with "sample" at one batch for both (a fit across two batches would read
+    batching as layers): the certify batch where every cut timed it, else SAMPLE_ROWS. Where the
+    run samples fewer rows a call than the certify batch (`rows`: certify's sampling_rows, where
+    the KV caches of FIRST_CHUNK rows do not fit), SAMPLE_ROWS' rate, and below SAMPLE_ROWS that
+    rate times SAMPLE_ROWS / rows: a model too large for its caches reads its weights once a step
+    whatever the batch, so a step of fewer rows costs about as much (Ouro-1.4B in float64 at 8 rows
+    a call sampled 4-6x slower a sample than the 64-row rate said)."""
+    chunk = rows is None or rows >= FIRST_CHUNK
+    chunk = chunk and all("sample_chunk" in t for t in timings.values())
+    few = max(1.0, SAMPLE_ROWS / rows) if rows else 1.0
+
+    def sample(t: Mapping[str, float]) -> float:
+        if "sample" in t:
+            return t["sample"]
+        return t["sample_chunk"] if chunk else t["sample_rows"] * few
+
+    return {k: {**t, "sample": sample(t)} for k, t in timings.items()}
 
 
 def copies(dtype: torch.dtype, device: str) -> tuple[torch.dtype, ...]:
@@ -276,11 +288,12 @@ def run_parts(
     dtype: torch.dtype,
     load_s: float,
     budget_s: float,
+    first_chunk: int = FIRST_CHUNK,
 ) -> dict[str, float]:
     """{part: seconds in one process} of a run of `plan` with `settings` candidate settings, from
     the per-quantity seconds `at` at the model's layers (QUANTITIES: the greedy ones are summed
     over the settings) and the load time. Sampling:
-    each (setting, case) unit takes its share of the budget, or its first chunk of FIRST_CHUNK
+    each (setting, case) unit takes its share of the budget, or its first chunk of `first_chunk`
     samples when that is longer (draw's first generate_batch call does not look at the deadline)."""
     gp, gt = plan.greedy_prompts, plan.greedy_tokens
     parts = {
@@ -292,7 +305,7 @@ def run_parts(
         parts[f"greedy_{dtype_name(dtype)}"] = gp * gt * at["greedy_token"]
     parts["bitwise_fixed_width"] = plan.bitwise_prompts * plan.bitwise_tokens * at["greedy_token"]
     units = settings * len(plan.sampling_cases)
-    first = FIRST_CHUNK * at["sample"]
+    first = first_chunk * at["sample"]
     parts["sampling"] = units * max(budget_s / max(1, units), first)
     parts["reproducibility"] = REPRO_DRAWS * at["greedy_token"]
     parts["traces"] = plan.trace_prompts * at["forward64"]
@@ -309,13 +322,14 @@ def prediction_seconds(
     slice_seconds: float,
     probe: Mapping[str, float],
     gauge_seconds: float,
+    first_chunk: int = FIRST_CHUNK,
 ) -> float:
     """What the measured prediction (proofs/run/predict.py) would spend: the run's load and exact
     laws, each (setting, case) sampled once at batch 1 and then for max(slice, first chunk) unless
     that chunk would pass `gauge_seconds`, and each other part at its probe's fraction `probe`
     (part -> fraction of the run's work; a part not named runs whole)."""
     one = max(case_options(c)[0][2] for c in plan.sampling_cases) * at["greedy_token"]
-    chunk = FIRST_CHUNK * at["sample"]
+    chunk = first_chunk * at["sample"]
     per_unit = one + (0.0 if chunk > gauge_seconds else max(slice_seconds, chunk))
     out = parts["load"] + parts["exact laws"] + settings * len(plan.sampling_cases) * per_unit
     for name, t in parts.items():
@@ -335,12 +349,15 @@ def estimate(
     say=lambda _m: None,
     timings: Mapping[int, Mapping[str, float]] | None = None,
     load: tuple[float, str] | None = None,
+    rows: int | None = None,
 ) -> dict:
     """The cut estimate of a run of `plan` on model `name` with the candidate `settings` (the
     first samples for all), as data: the cuts' timings
     ({layers: {quantity: seconds}}, measured here unless `timings` is given), their Linear fits,
     the quantities at the model's layers, the parts, and the run's time in one process and with
-    `jobs` workers (the load and exact laws first, then the other parts handed out)."""
+    `jobs` workers (the load and exact laws first, then the other parts handed out). rows: the
+    most seeds a sampling call decodes together where the run samples fewer than the certify
+    batch (certify's sampling_rows; None: fastdec's own)."""
     t0 = time.perf_counter()
     cfg = model_config(name)
     layers = getattr(cfg, LAYER_FIELD)
@@ -358,13 +375,14 @@ def estimate(
             timings[k] = time_cut(cfg, k, dtype, device, (prompt, mean_context), case, settings)
             gc.collect()  # the cut's decoders hold it in reference cycles: free it before the next
             say(f"{k}-layer cut: " + ", ".join(f"{q} {v:.3g}s" for q, v in timings[k].items()))
-    timings = with_sample(timings)
+    timings = with_sample(timings, rows)
     fits = {q: Linear.fit(timings[1][q], timings[2][q]) for q in QUANTITIES}
     at = {q: fits[q].at(layers) for q in QUANTITIES}
     load_s, load_how = (
         load if load is not None else load_seconds(name, copies(dtype, device), fits["build"], layers)
     )
-    parts = run_parts(at, plan, len(settings), dtype, load_s, budget_s)
+    first_chunk = min(FIRST_CHUNK, rows or FIRST_CHUNK)  # draw's first call: one call's rows
+    parts = run_parts(at, plan, len(settings), dtype, load_s, budget_s, first_chunk)
     if dtype == torch.float64:  # bitwise loads a float32 copy for itself: one more read of the files
         parts["bitwise_fixed_width"] += load_s / len(copies(dtype, device))
     first = ("load", "exact laws")
@@ -383,6 +401,8 @@ def estimate(
         "serial_seconds": serial,
         "wall_seconds": sum(parts[p] for p in first) + makespan(rest, jobs),
         "jobs": jobs,
+        "sampling_rows": rows,
+        "first_chunk": first_chunk,
         "estimate_seconds": time.perf_counter() - t0,
     }
 

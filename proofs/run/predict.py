@@ -35,7 +35,7 @@ from proofs.run.cut_estimate import HOUR, model_config  # HOUR: past it a predic
 from proofs.run.jobs import check_jobs, makespan
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.remote import RunSpec
-from proofs.run.run import FIT_HINT, CertifyRun, run_need
+from proofs.run.run import FIT_HINT, CertifyRun, run_need, sampling_rows
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
@@ -219,7 +219,8 @@ def cut_first(
         f"layer-cut estimate: {cut_estimate.LAYER_FIELD} cut to {cut_estimate.CUT_LAYERS}, of {cfg.name}'s "
         f"{getattr(cfg, cut_estimate.LAYER_FIELD)}"
     )
-    est = cut_estimate.estimate(model_name, plan, dtype, device, settings, budget_s, jobs, say)
+    rows = sampling_rows(model_name, dtype, device, plan, user is None)  # the run's, from the headers
+    est = cut_estimate.estimate(model_name, plan, dtype, device, settings, budget_s, jobs, say, rows=rows)
     _, scale = probe_plan(plan, [mt for mt in LIBRARY if plan.mutant_ids is None or mt.id in plan.mutant_ids])
     probe = {
         PROBE_PARTS.get(check, check).format(dtype=dtype_name(dtype)): 1.0 / factor
@@ -227,7 +228,7 @@ def cut_first(
     }
     at = est["at_layers"]
     est["prediction_seconds"] = cut_estimate.prediction_seconds(
-        est["parts"], at, plan, len(settings), slice_seconds, probe, GAUGE_SECONDS
+        est["parts"], at, plan, len(settings), slice_seconds, probe, GAUGE_SECONDS, est["first_chunk"]
     )
     _, est["warnings"] = cut_estimate.decide(est, est["prediction_seconds"])
     say(

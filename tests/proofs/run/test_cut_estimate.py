@@ -118,6 +118,33 @@ def test_sampling_is_fitted_at_one_batch_for_both_cuts():
     assert [t["sample"] for t in ce.with_sample(both).values()] == [1.0, 1.5]
     one = {1: {"sample_rows": 2.0, "sample_chunk": 1.0}, 2: {"sample_rows": 3.0}}
     assert [t["sample"] for t in ce.with_sample(one).values()] == [2.0, 3.0]
+    # a run that samples fewer rows a call (its caches): SAMPLE_ROWS' rate, and below it more a sample
+    assert [t["sample"] for t in ce.with_sample(both, rows=ce.SAMPLE_ROWS).values()] == [2.0, 3.0]
+    assert [t["sample"] for t in ce.with_sample(both, rows=32).values()] == [2.0, 3.0]
+    assert [t["sample"] for t in ce.with_sample(both, rows=2).values()] == [8.0, 12.0]
+    assert [t["sample"] for t in ce.with_sample(both, rows=64).values()] == [1.0, 1.5]
+
+
+def test_the_estimate_samples_as_many_rows_a_call_as_the_run():
+    """Where the run samples 8 rows a call, the estimate's sampling is the 8-row rate and each
+    unit's first chunk is 8 samples, not 64; the first-chunk floor of the measured prediction too."""
+    timings = {
+        k: {**dict.fromkeys(ce.QUANTITIES, 1.0 * k), "sample_rows": 2.0 * k, "sample_chunk": 1.0 * k}
+        for k in ce.CUT_LAYERS
+    }
+    for t in timings.values():
+        del t["sample"]
+    settings = fastdec_grid(4, False)
+    full = ce.estimate(
+        "ouro-1.4b", QUICK, torch.float32, "cpu", settings, 1.0, timings=timings, load=(1.0, "")
+    )
+    few = ce.estimate(
+        "ouro-1.4b", QUICK, torch.float32, "cpu", settings, 1.0, timings=timings, load=(1.0, ""), rows=8
+    )
+    assert full["at_layers"]["sample"] == pytest.approx(24.0) and full["first_chunk"] == 64
+    assert few["at_layers"]["sample"] == pytest.approx(48.0) and few["first_chunk"] == 8
+    assert few["parts"]["sampling"] == pytest.approx(6 * 8 * 48.0)  # 6 units, each its first 8
+    assert full["parts"]["sampling"] == pytest.approx(6 * 64 * 24.0)
 
 
 def est_of(parts: dict, wall: float) -> dict:
