@@ -74,10 +74,13 @@ def certified(logs: Path, name: str, log: str | None = None) -> dict | None:
         return None
     cert = json.loads(path.read_text())
     planned = drawn = 0
+    to_n = 0.0  # sampling every case to its N at the rates the run measured (its budget advice)
     for c in cert["checks"]:
         for case in (c.get("details") or {}).get("cases", []) if c["name"].startswith("sampling[") else []:
             planned += int(case.get("planned") or 0)
             drawn += int(case.get("samples") or 0)
+            if case.get("samples_per_s"):
+                to_n += int(case.get("planned") or 0) / float(case["samples_per_s"])
     parts = dict.fromkeys(PARTS, 0.0)
     for c in cert["checks"]:
         parts[part_of(c["name"])] += float(c.get("seconds") or 0.0)
@@ -92,6 +95,7 @@ def certified(logs: Path, name: str, log: str | None = None) -> dict | None:
         "load": _read(logs / f"{(log or f'certify-{name}.log').removesuffix('.log')}.uptime"),
         "sampling_budget_s": cert["stamp"].get("sampling_budget_s"),
         "samples": {"planned": planned, "drawn": drawn},
+        "sampling_to_n_s": to_n or None,
     }
 
 
@@ -244,6 +248,10 @@ def table(data: dict) -> str:
     lines.append(
         f"| peak RSS (GiB) | {rss} | {fit(xs, [s['certified']['peak_rss'] or 0 for s in rows]) or 0:.2f} |"
     )
+    to_n = [s["certified"].get("sampling_to_n_s") for s in rows]
+    if any(to_n):
+        cells = " | ".join("-" if t is None else f"{t:,.0f}" for t in to_n)
+        lines.append(f"| sampling every case to its N, at the run's rates (s) | {cells} | |")
     pred = []
     for s in rows:
         p = s["predicted"]
@@ -318,16 +326,37 @@ def plot(data: dict, png: Path) -> None:
             continue
         label = f"{part} (k={k:.2f})" if k is not None else part
         ax.plot(xs, ys, marker="o", lw=2.5 if part == "total" else 1.2, label=label)
-    ext = [s for s in data["sizes"] if s["extrapolated"]]
+    for s in rows:  # what the quick plan's TV needs, at the rates the run itself measured
+        t = s["certified"].get("sampling_to_n_s")
+        if t:
+            ax.plot([s["parameters"]], [t], marker="D", color="tab:red", mfc="none", ls="none")
+    ax.plot(
+        [],
+        [],
+        marker="D",
+        color="tab:red",
+        mfc="none",
+        ls="none",
+        label="sampling to TV 0.05, the run's rates",
+    )
+    full = [s for s in data["sizes"] if s.get("certified_full")]
+    if full:  # measured: the runs given the --time-budget their plan needs
+        ys = [s["certified_full"]["parts"]["sampling"] for s in full]
+        ax.plot([s["parameters"] for s in full], ys, marker="D", color="tab:red", ls="none")
+        ax.plot(
+            [], [], marker="D", color="tab:red", ls="none", label="sampling to TV 0.05, measured (full N)"
+        )
+    ext = [s for s in data["sizes"] if s["extrapolated"] and not s["certified"]]  # a size run whole: its run
     for s in ext:
         e = s["extrapolated"]
         for part, mark in (("laws", "s"), ("greedy", "^"), ("sampling", "D"), ("load", "v")):
             if part in e and e[part][f"l{LAYERS}"]:
                 ax.plot([s["parameters"]], [e[part][f"l{LAYERS}"]], marker=mark, color="k", ls="none")
-    ax.plot([], [], marker="s", color="k", ls="none", label="exact laws, extrapolated (1-2 layer cuts)")
-    ax.plot([], [], marker="^", color="k", ls="none", label="greedy, extrapolated")
-    ax.plot([], [], marker="D", color="k", ls="none", label="sampling to TV 0.05, extrapolated")
-    ax.plot([], [], marker="v", color="k", ls="none", label="loading, extrapolated")
+    if ext:
+        ax.plot([], [], marker="s", color="k", ls="none", label="exact laws, extrapolated (1-2 layer cuts)")
+        ax.plot([], [], marker="^", color="k", ls="none", label="greedy, extrapolated")
+        ax.plot([], [], marker="D", color="k", ls="none", label="sampling to TV 0.05, extrapolated")
+        ax.plot([], [], marker="v", color="k", ls="none", label="loading, extrapolated")
     ax.axhline(3600, color="grey", ls=":", lw=1)
     ax.text(xs[0] if xs else 1e7, 3900, "1 hour", color="grey", fontsize=7)
     ax.set_xscale("log")

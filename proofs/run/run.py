@@ -124,8 +124,9 @@ class RunModels:
 
 
 FIT_HINT = (
-    "--dtype float64 holds one copy of the weights (no float32 copy beside the float64 reference; "
-    "its decoders' KV caches are float64, and certify already samples as few rows a call as needed); "
+    "--dtype float64 keeps one copy of the weights through the run (no float32 copy beside the float64 "
+    "reference but while bitwise runs; its decoders' KV caches are float64, and certify already samples "
+    "as few rows a call as needed); "
     "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
     f"{FREE_ENV} caps the memory counted as free"
 )

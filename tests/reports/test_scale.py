@@ -135,3 +135,22 @@ def test_collect_update_names_a_missing_file_and_keeps_the_old_data(tmp_path):
     with pytest.raises(LoopcertError, match="--update .*missing.json: no such file"):
         main(["collect", str(tmp_path), "--update", str(tmp_path / "missing.json"), "--out", str(out)])
     assert out.read_text() == '{"sizes": []}\n'
+
+
+def test_sampling_to_n_at_the_runs_rates(tmp_path):
+    """A quick run cut short by its budget: the time every case needs to reach its N at the rates
+    the run measured (its certificate's budget advice), a row of the table."""
+    from reports.scale import certified, collect, table
+
+    _certificate(tmp_path / "cert-w2048", 3000.0, 50.0, 8000, 16, 270)
+    path = tmp_path / "cert-w2048" / "certificate.json"
+    cert = json.loads(path.read_text())
+    cert["checks"][1]["details"]["cases"] = [
+        {"planned": 8000, "samples": 16, "samples_per_s": 0.2},
+        {"planned": 3000, "samples": 10, "samples_per_s": 0.5},
+        {"planned": 100, "samples": 0, "samples_per_s": 0.0},  # drew nothing: no rate, not counted
+    ]
+    path.write_text(json.dumps(cert))
+    assert certified(tmp_path, "w2048")["sampling_to_n_s"] == pytest.approx(8000 / 0.2 + 3000 / 0.5)
+    md = table(collect(tmp_path, ["ouro-w2048"]))
+    assert "| sampling every case to its N, at the run's rates (s) | 46,000 | |" in md
