@@ -163,16 +163,19 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_sigterm_cancels_the_ray_tasks_and_leaves_the_previous_certificate(tmp_path):
-    """SIGTERM while Ray tasks run (processes titled ray::_task below the certify process): exit
-    143 with the interrupted line, the previous certificate byte for byte, and within 30 s no
-    process of the run left (the tasks cancelled, the local cluster shut down)."""
-    out = tmp_path / "out"
+# Ray 2.60's core worker, cancelling a task that completes at that moment, can abort with this
+# check of its own ("You have likely discovered a bug in Ray"): seen once in .ci/run on 2026-12-04,
+# the run ending with status 1 instead of 143. Ray's race, not certify's signal handling: such an
+# attempt is run again (once), and every attempt must still keep the previous certificate.
+RAY_CANCEL_RACE = "Tried to complete task that was not pending"
+
+
+def sigterm_during_ray_tasks(out: Path) -> tuple[int, str, dict]:
+    """certify --executor ray into `out`, SIGTERM once a Ray task runs: (status, stderr, the run's
+    processes still alive after it ended)."""
     out.mkdir()
     for name in ("certificate.json", "certificate.md"):
         (out / name).write_text(f"the previous {name}\n")
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "loopcert", "certify", "tiny-raven", "--quick", "--out", str(out)]
     proc = subprocess.Popen(
@@ -204,9 +207,24 @@ def test_sigterm_cancels_the_ray_tasks_and_leaves_the_previous_certificate(tmp_p
         except ProcessLookupError:
             pass
         proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    return proc.returncode, err, left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_sigterm_cancels_the_ray_tasks_and_leaves_the_previous_certificate(tmp_path):
+    """SIGTERM while Ray tasks run (processes titled ray::_task below the certify process): exit
+    143 with the interrupted line, the previous certificate byte for byte, and within 30 s no
+    process of the run left (the tasks cancelled, the local cluster shut down)."""
+    for attempt in range(2):
+        out = tmp_path / f"out{attempt}"
+        status, err, left = sigterm_during_ray_tasks(out)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == {
+            name: f"the previous {name}\n".encode() for name in ("certificate.json", "certificate.md")
+        }
+        if not (status == 1 and RAY_CANCEL_RACE in err):
+            break
+    assert status == 128 + signal.SIGTERM, err
     assert "loopcert certify: interrupted by SIGTERM; no certificate written" in err, err
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not left, f"processes of the run outlived it: {left}"
 
 
