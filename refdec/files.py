@@ -9,6 +9,7 @@ and write through this module, so the imports run one way (files <- checkpoints 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -52,6 +53,106 @@ def write_atomic(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_together(texts: dict[Path, str]) -> None:
+    """Several text files of one folder replaced as one: every file is written in full to a
+    temporary file first (a full disk, a permission leaves all the old files in place), then each
+    is renamed into place in the order given, the last one the record a reader goes by; a rename
+    that fails puts back the files renamed before it. So the last file never stands beside an
+    older version of the others."""
+    made: list[tuple[Path, str]] = []
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        for path, text in texts.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
+            made.append((path, tmp))
+            Path(tmp).write_text(text)
+            os.chmod(tmp, 0o666 & ~umask)
+        done: list[tuple[Path, str | None]] = []  # (path, its old version kept aside)
+        kept: list[str] = []
+        try:
+            for path, tmp in made:
+                old = None
+                if path.is_file():
+                    fd, old = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+                    os.close(fd)
+                    kept.append(old)
+                    _keep_copy(path, old)
+                os.replace(tmp, path)
+                done.append((path, old))
+        except BaseException:
+            for path, old in reversed(done):
+                if old is not None:
+                    os.replace(old, path)
+                else:
+                    path.unlink(missing_ok=True)
+            raise
+        finally:
+            for old in kept:
+                Path(old).unlink(missing_ok=True)
+    finally:
+        for _, tmp in made:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _keep_copy(path: Path, old: str) -> None:
+    """The current `path` kept at `old` (a hard link where the file system has them)."""
+    os.unlink(old)
+    try:
+        os.link(path, old)
+    except OSError:
+        Path(old).write_bytes(path.read_bytes())
+
+
+def check_output_folder(folder, flag: str, files: tuple[str, ...] = (), named=None) -> Path:
+    """The folder a command will write `files` in, checked before any work starts (a mistyped
+    --out must not cost a finished run): it is a folder or can be made, and a file can be written
+    in it; none of `files` is a folder. Else a LoopcertError naming `flag`, the path and why.
+    Nothing is left behind: folders it made to try are removed again. `named`: the path the
+    message names (default the folder)."""
+    folder = Path(folder)
+    given = folder if named is None else named
+    made: list[Path] = []
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise LoopcertError(f"{flag} {given}: is a file, not a folder")
+        up = folder
+        while not up.exists() and up.parent != up:
+            up = up.parent
+        if up.exists() and not up.is_dir():
+            raise LoopcertError(f"{flag} {given}: {up} is a file, not a folder")
+        for name in files:
+            if (folder / name).is_dir():
+                raise LoopcertError(f"{flag} {given}: {folder / name} is a folder, where {name} would go")
+        for p in reversed([folder, *folder.parents]):
+            if not p.exists():
+                p.mkdir()
+                made.append(p)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".loopcert-probe-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise LoopcertError(f"{flag} {given}: cannot write there ({e.strerror or e})") from None
+    finally:
+        for p in reversed(made):
+            with contextlib.suppress(OSError):
+                p.rmdir()
+    return folder
+
+
+def check_output_file(path, flag: str) -> Path:
+    """check_output_folder for one file a command will write: its folder can be written in, and
+    the path is not a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise LoopcertError(f"{flag} {path}: is a folder; give a file name")
+    check_output_folder(path.parent, flag, named=path)
+    return path
 
 
 def json_text(data) -> str:

@@ -3,12 +3,17 @@
 Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error (loopcert/cli.py).
 With --shard i/n it runs the i-th of n deterministic parts of the plan's work units and writes
 their raw results to OUT/shard.json (exit 0); `loopcert merge` assembles the certificate.
-Both files are written atomically (refdec.load.write_atomic), and only once the whole run has
-finished: a run that crashes or is interrupted leaves the last report in place.
+Every place it will write (--out, --plan-out) is checked before any work: a usage error names
+the path and why. Both files are written together (refdec.files.write_together: both or neither,
+certificate.json last), and only once the whole run has finished: a run that crashes or is
+interrupted leaves the last report in place; one whose write fails at the end (a full disk) keeps
+its result in a temporary folder the error names (exit 2).
 """
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,9 +28,9 @@ from proofs.certificate import Certificate
 from proofs.run.certify import certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.predict import predict
-from proofs.run.shards import Shard, write_shard
+from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
-from refdec.load import write_atomic
+from refdec.files import check_output_file, check_output_folder, json_text, write_together
 from reports.render import render_certificate
 
 HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"
@@ -192,14 +197,44 @@ def command_line(args, model: str) -> str:
     return " ".join(parts)
 
 
+REPORT_FILES = ("certificate.md", "certificate.json")  # certificate.json, the record, lands last
+
+
 def write_reports(cert: Certificate, out: Path) -> tuple[Path, Path]:
+    """Both files or neither (refdec.files.write_together): certificate.json is renamed into place
+    after certificate.md, so it never stands beside another run's report."""
     out = Path(out)
     text = cert.dumps()
     md = render_certificate(cert)  # render before writing: a render error leaves both old files
-    json_path, md_path = out / "certificate.json", out / "certificate.md"
-    write_atomic(json_path, lambda tmp: Path(tmp).write_text(text))
-    write_atomic(md_path, lambda tmp: Path(tmp).write_text(md))
+    md_path, json_path = (out / name for name in REPORT_FILES)
+    write_together({md_path: md, json_path: text})
     return md_path, json_path
+
+
+def check_outputs(args) -> None:
+    """Every place the run will write, checked before any work (a LoopcertError naming the flag,
+    the path and why): --plan-out's file; else --out, the shard's or the certificate's folder."""
+    if args.predict is not None:
+        return  # it writes nothing
+    if args.plan_out is not None:
+        check_output_file(args.plan_out, "--plan-out")
+    else:
+        check_output_folder(args.out, "--out", (SHARD_FILE,) if args.shard is not None else REPORT_FILES)
+
+
+def keep_elsewhere(what: str, failure: str, write) -> LoopcertError:
+    """A finished run whose result cannot be written where it was asked (`failure` says where and
+    why: a full disk, a folder gone): the result is kept in a fresh folder of the system's temporary
+    directory by `write(folder)`, or, if even that fails, printed on stdout by `write(None)`;
+    -> the usage error that says where it is."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="loopcert-kept-"))
+        write(folder)
+    except (OSError, LoopcertError) as e:
+        print(f"{failure}; nor in a temporary folder ({e}): the {what} follows on stdout", file=sys.stderr)
+        write(None)
+        return LoopcertError(f"{failure}; the {what} was printed on stdout")
+    return LoopcertError(f"{failure}; the {what} is kept in {folder}: move it where it belongs")
 
 
 def run(args) -> int:
@@ -207,6 +242,7 @@ def run(args) -> int:
     jobs = args.jobs
     if jobs is None and args.executor == "local":
         jobs = default_jobs(args.device)  # Ray's default: one per CPU (GPU) of the cluster
+    check_outputs(args)
     configure_http(args)
     # the run both certify() and predict() take: what, with what, where, which plan and seed
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
@@ -275,7 +311,12 @@ def run(args) -> int:
     )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command
-        path = write_shard(args.out, cert)
+        try:
+            path = write_shard(args.out, cert)
+        except LoopcertError as e:
+            raise keep_elsewhere(
+                "shard", str(e), lambda f: write_shard(f, cert) if f else print(json_text(cert))
+            ) from None
         print(
             f"shard {shard}: {len(cert['results'])} of {len(cert['units'])} work units in "
             f"{cert['seconds']:.0f}s; wrote {path} (loopcert merge assembles the certificate)"
@@ -297,8 +338,16 @@ def publish(cert: Certificate, out, how: str) -> int:
     """Write the certificate (both files or neither), say the verdict (`how` the run ended: its
     time, or the shards it came from), the failed and skipped checks and where it went;
     -> the exit status: 0 pass, 1 a check failed."""
+    kept = None
     with uninterrupted():
-        md_path, json_path = write_reports(cert, out)
+        try:
+            md_path, json_path = write_reports(cert, out)
+        except OSError as e:
+            kept = keep_elsewhere(
+                "certificate",
+                f"cannot write the certificate to {out}: {e.strerror or e}",
+                lambda f: write_reports(cert, f) if f else print(cert.dumps()),
+            )
     na = [c.name for c in cert.checks if c.passed and c.not_applicable]
     judged = len(cert.checks) - len(na)  # a check that does not apply is not counted as passed
     print(
@@ -308,5 +357,7 @@ def publish(cert: Certificate, out, how: str) -> int:
     )
     for name, why in cert.skipped.items():
         print(f"skipped: {name}: {why}")
+    if kept is not None:
+        raise kept
     print(f"wrote {md_path} and {json_path}")
     return 0 if cert.passed else 1

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopcert.commands.certify import DEFAULT_OUT, publish, timed_progress
+from loopcert.commands.certify import DEFAULT_OUT, REPORT_FILES, publish, timed_progress
 from proofs.run.certify import certify
 from proofs.run.shards import combine, read_shard
+from refdec.files import check_output_folder
 
 HELP = "merge the shard folders of `loopcert certify --shard i/n` into one certificate"
 ON_INTERRUPT = "no certificate written, the previous one is left in place"
@@ -29,6 +30,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     progress = timed_progress()
+    check_output_folder(args.out, "--out", REPORT_FILES)
     shards = [read_shard(Path(d)) for d in args.shards]
     ident, results = combine(shards)
     decoder = None if ident["decoder"] == "fastdec" else ident["decoder"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 from plans import SHARD_PLAN, untimed
@@ -142,13 +143,42 @@ def test_a_shard_with_non_finite_values_is_written_and_read_back(tmp_path):
 
 
 def test_a_shard_that_cannot_be_written_exits_2_naming_it(tmp_path, capsys, monkeypatch):
-    """Not exit 1 (a FAIL verdict): a usage-class error naming the file, the reason kept."""
+    """Not exit 1 (a FAIL verdict): a usage-class error naming the folder and why, before the run."""
     monkeypatch.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
     blocker = tmp_path / "taken"
     blocker.write_text("a file where the shard folder should go\n")
     rc = main(["certify", "tiny-ouro", "--jobs", "1", "--shard", "1/40", "--out", str(blocker)])
     err = capsys.readouterr().err
-    assert rc == 2 and "cannot write the shard to" in err and "taken" in err
+    assert rc == 2 and f"--out {blocker}: is a file, not a folder" in err
+
+
+def test_a_shard_whose_write_fails_at_the_end_is_kept_and_named(tmp_path, capsys, monkeypatch):
+    """The folder was fine at the start and the disk is full at the end: the shard is kept in a
+    temporary folder the error names (exit 2), never lost."""
+    import errno
+    import os
+    import tempfile
+
+    import refdec.files as files_mod
+
+    monkeypatch.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "s1"
+    real = files_mod.write_json
+
+    def full(path, data):
+        if path.parent == out:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data)
+
+    monkeypatch.setattr(files_mod, "write_json", full)
+    rc = main(["certify", "tiny-ouro", "--jobs", "1", "--shard", "1/40", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"cannot write the shard to {out / 'shard.json'}" in err and "No space left" in err
+    kept = Path(err.split("is kept in ")[1].split(":")[0])
+    assert kept.parent == tmp_path / "tmp"
+    assert json.loads((kept / "shard.json").read_text())["shard"] == [1, 40]
 
 
 @pytest.mark.slow
