@@ -23,7 +23,8 @@ from proofs.run.jobs import Executor, LocalExecutor, check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.planfile import check_plan, read_plan, write_plan
 from proofs.run.run import CertifyRun
-from proofs.run.sampling_units import pool_sampling
+from proofs.run.sampling_units import pool_sampling, units_by_id
+from proofs.run.shard_schema import check_tallies
 from proofs.run.shards import Shard, plan_hash
 from proofs.run.units import dispatch_order, plan_units
 from proofs.stamp import git_commit, stamp
@@ -148,6 +149,9 @@ def certify(
                 "results": results,
                 "seconds": time.perf_counter() - t_start,
             }
+    else:  # merged shards: each tally must bin as its unit's law (proofs/run/shard_schema.py)
+        laws = {uid: run.sampling_setup(u.model).law(u.case) for uid, u in units_by_id(run).items()}
+        check_tallies(results, laws)
     checks = [fn(results) for fn in assemble]
 
     failed = tuple(c.name for c in checks if not c.passed)

@@ -6,7 +6,8 @@ one per sampling case of each setting on each model, one per mutant, one per oth
 raw results (sample tallies, check results) with the run's identity to DIR_i/shard.json. `merge`
 reads n such files, refuses any whose identity differs (commit, plan, model and its
 fingerprint, seed, decoder, device, dtype, time budget) naming the shard and the field,
-names missing or repeated shards and missing units (with `--plan FILE` every shard samples the
+names missing or repeated shards and missing units (each file's fields are checked first:
+proofs/run/shard_schema.py) (with `--plan FILE` every shard samples the
 cases and N planned once: proofs/run/planfile.py), and hands the union of the raw results to
 the same code that assembles an unsharded certificate: Holm across all cases of a check, one
 verdict. Only timings differ from a single run (and what a time budget cut, which depends on
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from proofs.run.shard_schema import check_shard
 from refdec.errors import LoopcertError
 from refdec.files import read_versioned, write_versioned
 
@@ -94,6 +96,7 @@ def read_shard(folder: Path) -> dict:
     path = Path(folder) / SHARD_FILE
     missing = f"{folder}: no {SHARD_FILE} (not the --out of a `certify --shard` run)"
     data = read_versioned(path, "shard", FORMAT, "shard", where=str(path), missing=missing)
+    check_shard(data, folder)  # every field, before merge trusts one (proofs/run/shard_schema.py)
     data["_folder"] = str(folder)
     return data
 

@@ -117,6 +117,78 @@ def test_shards_that_planned_other_units_are_refused_naming_the_first_difference
     assert not (root / "m-units" / "certificate.json").exists()
 
 
+def _first(data: dict, prefix: str) -> str:
+    return next(u for u in data["results"] if u.startswith(prefix))
+
+
+def _del(key):
+    return lambda d: d.pop(key)
+
+
+def _set(key, value):
+    return lambda d: d.__setitem__(key, value)
+
+
+def _result(prefix, value):
+    return lambda d: d["results"].__setitem__(_first(d, prefix), value)
+
+
+def _drop_a_bin(d):
+    t = d["results"][_first(d, "sampling/")]
+    t["counts"][0] = t["counts"][0][:-1]
+
+
+def _overcount(d):
+    t = d["results"][_first(d, "sampling/")]
+    t["counts"][0][0] += t["samples"] + 1
+
+
+# the probe's corruptions (issue 41): each raised KeyError / IndexError / TypeError, or was merged
+# into a certificate whose check "could not run: KeyError: 'impossible'" without naming the shard
+CORRUPT = {
+    "no identity": (_del("identity"), "identity must be a JSON object"),
+    "no results": (_del("results"), "'results' must be a JSON object"),
+    "shard [2]": (_set("shard", [2]), "'shard' must be [i, n]"),
+    "units null": (_set("units", None), "'units' must be a non-empty list"),
+    "identity without seed": (lambda d: d["identity"].pop("seed"), "identity lacks 'seed'"),
+    "seed a string": (lambda d: d["identity"].__setitem__("seed", "2"), "identity.seed has a bad value"),
+    "sampling result {}": (_result("sampling/", {}), "lacks 'samples'"),
+    "sampling result a list": (_result("sampling/", []), "must be a JSON object, got list"),
+    "check result {}": (_result("check/", {}), "lacks field(s)"),
+    "mutant row {}": (_result("mutant/", {}), "lacks field(s)"),
+    "a negative count": (
+        lambda d: d["results"][_first(d, "sampling/")]["counts"][0].__setitem__(0, -1),
+        "counts has a bad value",
+    ),
+    "a unit of another shard": (
+        lambda d: d["results"].__setitem__(d["units"][0], {"unit_error": "x"}),
+        "does not take",
+    ),
+    "a missing unit": (lambda d: d["results"].pop(_first(d, "check/")), "results lacks unit(s)"),
+    "a bin too few": (_drop_a_bin, "bins per view, its law has"),
+    "more counted than drawn": (_overcount, "samples of"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPT))
+def test_a_corrupt_shard_is_named_with_its_folder_and_field_and_nothing_is_written(runs, capsys, name):
+    _, _, root = runs
+    corrupt, said = CORRUPT[name]
+    bad = "bad-" + name.replace(" ", "-").replace("{}", "empty").replace("[", "").replace("]", "")
+    shutil.copytree(root / "s2", root / bad, dirs_exist_ok=True)
+    data = json.loads((root / bad / "shard.json").read_text())
+    corrupt(data)
+    (root / bad / "shard.json").write_text(json.dumps(data))
+    out = root / f"m-{bad}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
+        rc = merge(root, "s1", bad, "s3", out=out.name)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{root / bad}: shard.json" in err and said in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
 @pytest.mark.parametrize("spec", ["0/3", "4/3", "1/0", "x", "1-3"])
 def test_bad_shard_spec(spec):
     with pytest.raises(LoopcertError, match="--shard"):
@@ -133,13 +205,15 @@ def test_a_shard_with_non_finite_values_is_written_and_read_back(tmp_path):
     """A mutant row below the plan's power carries detectable_tv = inf: the shard is written with
     the one artefact rule (strict JSON, "inf" as a string, as certificate.json writes it) and read
     back; before, json.dumps(allow_nan=False) raised and the shard's work was lost."""
-    from proofs.run.shards import read_shard, write_shard
+    from proofs.run.shards import write_shard
+    from refdec.files import read_json
 
     data = {"shard": [3, 8], "identity": {}, "units": ["mutant/a"], "results": {"mutant/a": {"tv": math.inf}}}
     path = write_shard(tmp_path / "s3", data)
     text = path.read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
-    assert read_shard(tmp_path / "s3")["results"] == {"mutant/a": {"tv": "inf"}}
+    assert read_json(path, "shard")["results"] == {"mutant/a": {"tv": "inf"}}  # (a bare dict: not a
+    # whole shard, which read_shard would refuse field by field)
 
 
 def test_a_shard_that_cannot_be_written_exits_2_naming_it(tmp_path, capsys, monkeypatch):
