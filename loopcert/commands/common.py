@@ -258,8 +258,11 @@ def http_options_from_args(args):
 def configure_http(args) -> None:
     """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others), and to
     an http:// --relative-to (the same engine's plain decoder: the same server flags)."""
-    from proofs.decoders.http_decoder import HTTPOptions, configure, is_http_spec
+    from proofs.decoders.http_decoder import HTTPOptions, check_url, configure, is_http_spec
 
+    for spec in (args.decoder, getattr(args, "relative_to", None)):
+        if is_http_spec(spec):
+            check_url(spec)  # both, before either server is reached
     options = http_options_from_args(args)
     if options is not None:
         configure(args.decoder, options)

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 
 from proofs.decoders.dialects import VLLM, Ask, Dialect, OpenAI, SGLang
-from proofs.decoders.http_client import HTTPClient, Transport, stderr_line
+from proofs.decoders.http_client import HTTPClient, Transport, httpx_module, stderr_line
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
 from proofs.progress import Progress
 from refdec.errors import LoopcertError
@@ -196,6 +196,38 @@ def is_http_spec(spec: str | None) -> bool:
     return isinstance(spec, str) and spec.startswith(("http://", "https://"))
 
 
+URL_FORM = "the form is http://HOST:PORT/v1"
+
+
+def check_url(spec: str) -> str:
+    """`spec` when it is a server URL loopcert can reach: scheme http(s), a host, a port in
+    1..65535 when one is given; else a LoopcertError naming what is wrong, before any check (a
+    typo must not read as "connection refused" or a transport's traceback)."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(spec)
+        port = url.port
+    except ValueError as e:
+        raise LoopcertError(f"decoder URL {spec!r} is not a URL ({e}); {URL_FORM}") from None
+    if url.scheme not in ("http", "https"):
+        raise LoopcertError(f"decoder URL {spec!r}: the scheme must be http or https; {URL_FORM}")
+    host = url.hostname
+    if not host or any(c.isspace() for c in host):
+        raise LoopcertError(f"decoder URL {spec!r} has no valid host; {URL_FORM}")
+    if port is not None and not 1 <= port <= 65535:
+        raise LoopcertError(f"decoder URL {spec!r}: port {port} is outside 1..65535; {URL_FORM}")
+    try:  # what the transport will parse: anything it refuses is refused here, by name
+        httpx = httpx_module()
+    except LoopcertError:
+        return spec
+    try:
+        httpx.URL(spec)
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise LoopcertError(f"decoder URL {spec!r} is not a URL ({e}); {URL_FORM}") from None
+    return spec
+
+
 # certify() takes the decoder as its --decoder spec, a string that travels to shards and forked
 # workers; the HTTP flags the CLI parsed ride beside it in this process (a fork inherits them).
 _OPTIONS: dict[str, HTTPOptions] = {}
@@ -222,7 +254,9 @@ def http_factory(spec: str, connect: bool = True):
     """--decoder http://HOST:PORT/v1 -> factory(model) that checks the server serves `model`.
 
     connect=True reaches the server now (an unreachable one is a usage error before any check);
-    False waits for the first build (`loopcert merge` assembles shards without a server)."""
+    False waits for the first build (`loopcert merge` assembles shards without a server). A URL
+    that cannot be one is a usage error either way (check_url)."""
+    check_url(spec)
 
     def decoder() -> HTTPDecoder:
         if spec not in _BUILT:
