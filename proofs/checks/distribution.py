@@ -29,7 +29,7 @@ from proofs.details import CaseSpec, RelativeDetails, SamplingCase, SamplingDeta
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
-from proofs.stats.views import Case, CaseLaw, View, case_law
+from proofs.stats.views import Case, CaseLaw, View, case_law, malformed
 from refdec.validate import check_number
 
 __all__ = [
@@ -107,17 +107,29 @@ def sample_tally(
     """Sample one case and count it through every view (what a work unit returns); max_rows caps
     the seeds of one generate_batch call (proofs.decoders.draw)."""
     c = law.case
-    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows)
+    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows, law.fails)
+    bad = malformed_samples(d.samples, law, base_seed)
     return {
         **law.tally(d.samples),
         "planned": n_samples,
         "seconds": d.seconds,
         "samples_per_s": d.samples_per_s,
         "batched": d.batched,
-        "error": d.error,
+        "error": "; ".join(e for e in (d.error, bad) if e) or None,
         "stopped_by_deadline": d.stopped_by_deadline,
         "seeds": [base_seed, base_seed + n_samples - 1],
     }
+
+
+def malformed_samples(samples: Sequence, law: CaseLaw, base_seed: int, shown: int = 3) -> str | None:
+    """The samples that break the protocol, named for what they are (proofs.stats.views.malformed:
+    a wrong length, an id outside the vocabulary, a negative or non-integer id) with their seeds;
+    None when there are none. A case with any fails as the decoder's error."""
+    bad = [(base_seed + i, why) for i, s in enumerate(samples) if (why := malformed(s, law.case.n, law.V))]
+    if not bad:
+        return None
+    named = "; ".join(f"seed {seed}: {why}" for seed, why in bad[:shown])
+    return f"{len(bad)} malformed sample(s) ({named}{'; ...' if len(bad) > shown else ''})"
 
 
 def case_spec(case: Case) -> CaseSpec:

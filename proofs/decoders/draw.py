@@ -10,7 +10,7 @@ early (what was reached is then reported, and the caller judges its power).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proofs.decoders.protocol import BatchDecoder, Decoder, batch_call_limit, run_generate, tokens_of
@@ -43,10 +43,13 @@ def draw(
     n_samples: int,
     deadline: float | None = None,
     max_rows: int | None = None,
+    fails: Callable[[list[int]], bool] | None = None,
 ) -> Draw:
     """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter()),
     at most `max_rows` seeds a generate_batch call (None: what the decoder declares): certify caps
-    it where the KV caches of a full batch would not fit (proofs/run/run.py sampling_rows)."""
+    it where the KV caches of a full batch would not fit (proofs/run/run.py sampling_rows).
+    `fails(sample)`: the sample alone fails the case (malformed, impossible): the draw stops after
+    the call that returned one, since no further sample can change the verdict."""
     t0 = time.perf_counter()
     batched = isinstance(decoder, BatchDecoder)
     out: list[list[int]] = []
@@ -78,6 +81,8 @@ def draw(
                 f"seeds {seeds[0]}..{seeds[-1]}: {type(e).__name__}: {e}",
             )
         out += got
+        if fails is not None and any(map(fails, got)):
+            break
         took = time.perf_counter() - t
         if batched:
             per = took / len(seeds)

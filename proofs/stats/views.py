@@ -28,6 +28,7 @@ import numpy as np
 
 from proofs.stats.exact_laws import Oracle
 from refdec.sampling import SamplingParams
+from refdec.validate import is_int
 
 MAX_SINGLE = 6  # token bins holding one token
 SINGLE_MIN = 0.01  # ... each of probability at least this
@@ -211,6 +212,24 @@ def joint_head(oracle: Oracle, case: Case, nodes: dict) -> tuple[list[tuple[int,
     return found, probs, expanded
 
 
+def malformed(sample: Sequence, n: int, V: int) -> str | None:
+    """Why `sample` breaks the protocol of a case of n tokens over a vocabulary of V: a
+    non-integer id, a wrong length, a negative id, an id outside the vocabulary; None when it
+    keeps it. Such a sample is named for what it is, never as "probability 0"."""
+    bad = next((t for t in sample if not is_int(t)), None)
+    if bad is not None:
+        return f"a non-integer id {bad!r}"
+    if len(sample) != n:
+        return f"{len(sample)} tokens, the case asks for {n}"
+    low = min(sample, default=0)
+    if low < 0:
+        return f"a negative id {low}"
+    high = max(sample, default=0)
+    if high >= V:
+        return f"id {high} outside the vocabulary (V={V})"
+    return None
+
+
 @dataclass
 class CaseLaw:
     """Every view of one case, and the laws at the prefixes enumerated (impossible tokens)."""
@@ -223,25 +242,31 @@ class CaseLaw:
     chosen: str = ""  # a plan path's choice among its options (proofs.run.cases.choose_case)
 
     def _sorted_out(self, samples: Sequence[Sequence[int]], bad) -> tuple[np.ndarray, int]:
-        """The samples that keep the protocol (length n, ids in the vocabulary) and that `bad` (a
-        test of one such sample) does not flag, as an [N, n] array; and how many were left out."""
+        """The samples that keep the protocol (malformed: None) and that `bad` (a test of one such
+        sample) does not flag, as an [N, n] array; and how many were left out."""
         n, good, out = self.case.n, [], 0
         for s in samples:
-            s = tuple(s)
-            if len(s) != n or any(not 0 <= t < self.V for t in s) or bad(s):
+            if malformed(s, n, self.V) is not None or bad(tuple(s)):
                 out += 1
             else:
-                good.append(s)
+                good.append(tuple(s))
         return np.asarray(good, dtype=np.int64).reshape(len(good), n), out
 
+    def impossible(self, s: tuple[int, ...]) -> bool:
+        """A well-formed sample with a token of probability 0 at a prefix the law enumerated."""
+        return any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(self.case.n))
+
+    def fails(self, sample: Sequence) -> bool:
+        """The sample alone fails its case: malformed, or impossible under the law."""
+        return malformed(sample, self.case.n, self.V) is not None or self.impossible(tuple(sample))
+
     def tally(self, samples: Sequence[Sequence[int]]) -> dict:
-        """Counts of every view, and the samples that are impossible under the law: a wrong length,
-        an id outside the vocabulary, or a token of probability 0 at a prefix the law enumerated."""
-        n = self.case.n
-        arr, impossible = self._sorted_out(
-            samples,
-            lambda s: any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(n)),
-        )
+        """Counts of every view, and the samples that are impossible under the law (a token of
+        probability 0 at a prefix the law enumerated). Malformed samples (`malformed`) are counted
+        in neither: the sampling check names them as such (proofs/checks/distribution.py)."""
+        arr, _ = self._sorted_out(samples, lambda s: False)
+        n, V = self.case.n, self.V
+        impossible = sum(malformed(s, n, V) is None and self.impossible(tuple(s)) for s in samples)
         return {
             "samples": len(samples),
             "impossible": impossible,
@@ -252,10 +277,10 @@ class CaseLaw:
         """Counts of every view with its outside cell (View.open_counts), and the samples that break
         the protocol (a wrong length, an id outside the vocabulary): the engine-relative check's
         tally, which judges no sample impossible (the engine's law is not refdec's to judge)."""
-        arr, malformed = self._sorted_out(samples, lambda s: False)
+        arr, n_bad = self._sorted_out(samples, lambda s: False)
         return {
             "samples": len(samples),
-            "malformed": malformed,
+            "malformed": n_bad,
             "counts": [v.open_counts(arr).tolist() for v in self.views],
         }
 
