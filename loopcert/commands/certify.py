@@ -31,6 +31,7 @@ from proofs.run.predict import predict
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, check_output_folder, json_text, write_together
+from reports.console import failure_line
 from reports.render import render_certificate
 
 HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"
@@ -336,7 +337,8 @@ def timed_progress():
 
 def publish(cert: Certificate, out, how: str) -> int:
     """Write the certificate (both files or neither), say the verdict (`how` the run ended: its
-    time, or the shards it came from), the failed and skipped checks and where it went;
+    time, or the shards it came from), each failed check with its reason (reports/console.py),
+    the skipped checks and where it went;
     -> the exit status: 0 pass, 1 a check failed."""
     kept = None
     with uninterrupted():
@@ -355,6 +357,9 @@ def publish(cert: Certificate, out, how: str) -> int:
         + (f", {len(na)} not applicable ({', '.join(na)})" if na else "")
         + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
     )
+    for c in cert.checks:
+        if not c.passed:
+            print(f"failed: {c.name}: {failure_line(c)}")
     for name, why in cert.skipped.items():
         print(f"skipped: {name}: {why}")
     if kept is not None:

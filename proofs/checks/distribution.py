@@ -103,11 +103,15 @@ def sample_tally(
     base_seed: int,
     deadline: float | None = None,
     max_rows: int | None = None,
+    stop_early: bool = False,
 ) -> dict:
     """Sample one case and count it through every view (what a work unit returns); max_rows caps
-    the seeds of one generate_batch call (proofs.decoders.draw)."""
+    the seeds of one generate_batch call (proofs.decoders.draw). `stop_early`: stop at the call
+    that returned a sample certain to fail the case (malformed or impossible: CaseLaw.fails), as
+    certify's sampling units do; the mutation check draws its N whatever (its power margins)."""
     c = law.case
-    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows, law.fails)
+    fails = law.fails if stop_early else None
+    d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows, fails)
     bad = malformed_samples(d.samples, law, base_seed)
     return {
         **law.tally(d.samples),

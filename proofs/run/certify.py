@@ -16,7 +16,8 @@ import torch
 
 import refdec
 from proofs.certificate import Certificate, Stamp
-from proofs.decoders.candidates import default_depths, user_candidate
+from proofs.decoders.candidates import DecoderFactoryError, default_depths, user_candidate
+from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.jobs import Executor, LocalExecutor, check_jobs
@@ -75,8 +76,8 @@ def certify(
     `relative_to` (--relative-to SPEC2, the syntax of --decoder) adds the engine-relative check:
     the candidate's samples against SPEC2's on every sampling case (proofs/checks/relative.py).
 
-    Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model) raise
-    LoopcertError before any check runs."""
+    Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model, a decoder
+    that does not apply to the model: check_applies) raise LoopcertError before any check runs."""
     say = progress or (lambda _msg: None)
     if mode not in PLANS:
         raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
@@ -105,6 +106,10 @@ def certify(
     run = CertifyRun(
         plan, model_name, user, device, dtype, seed, say, time_budget, planned=planned, relative=relative
     )
+    if results is None:  # a decoder that cannot serve the certified model is a usage error, not a FAIL
+        for spec, candidate in ((decoder, user), (relative_to, relative)):
+            if candidate is not None:
+                check_applies(run, spec, candidate)
     dname = dtype_name(dtype)
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(
@@ -177,6 +182,22 @@ def certify(
         ),
         checks=tuple(checks),
     )
+
+
+def check_applies(run: CertifyRun, spec: str, candidate) -> None:
+    """Build the candidate on the certified model once, before any check: a factory that declines
+    it (NotApplicable: an mlx-lm that cannot load the folder) or a server that serves another model
+    (proofs.decoders.server_info.check_identity) is a LoopcertError naming the spec, so the run
+    stops with nothing written over the last certificate. A factory that breaks otherwise is left
+    to the checks: that is a finding about the decoder, reported as its failure."""
+    try:
+        candidate.build(run.model64)
+    except NotApplicable as e:
+        raise LoopcertError(
+            f"{spec} does not apply to the certified model {run.model_name}: {e or 'declined by the factory'}"
+        ) from None
+    except DecoderFactoryError:
+        pass
 
 
 EXECUTORS = ("local", "ray")

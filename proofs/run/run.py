@@ -16,8 +16,9 @@ Which model each check runs on, and why:
 
 A decoder factory may decline a model it does not serve by raising
 proofs.decoders.protocol.NotApplicable: that run is reported "not applicable" with the reason;
-declining the certified model itself, or any other error, is a failure (a factory's error is
-named as the factory's: proofs.decoders.candidates.DecoderFactoryError).
+declining the certified model itself is a usage error before any check (proofs/run/certify.py
+check_applies); any other error is a failure (a factory's error is named as the factory's:
+proofs.decoders.candidates.DecoderFactoryError).
 
 What a run builds once and keeps, the first time it is needed: the sampling setup of each sampled
 model (when the work units are planned: their N comes from it), the decoder of each sampling

@@ -168,7 +168,9 @@ def run_unit(run: CertifyRun, unit: WorkUnit, decoder: Decoder, budget_s: float 
     """Sample one unit for `budget_s` at most (default: its planned share, unit.budget_s)."""
     law = run.sampling_setup(unit.model).law(unit.case)
     deadline = time.perf_counter() + (unit.budget_s if budget_s is None else budget_s)
-    tally = sample_tally(decoder, law, unit.samples, unit.base_seed, deadline, run.models.sampling_rows)
+    tally = sample_tally(
+        decoder, law, unit.samples, unit.base_seed, deadline, run.models.sampling_rows, stop_early=True
+    )
     how = "generate_batch" if tally["batched"] else "one call per seed"
     run.say(
         f"  {unit.id}: {tally['samples']}/{unit.samples} samples in {tally['seconds']:.1f}s "

@@ -2,7 +2,7 @@
 an id outside the vocabulary or a negative one is not "of probability 0 under the reference law"
 (that is for well-formed samples the law rules out), and a non-integer id is the decoder breaking
 the protocol. Either way the case is certain to fail, so the draw stops at the call that returned
-one instead of spending the whole budget."""
+one instead of spending the whole budget (certify's sampling units: stop_early)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ V = 13  # tiny-raven's vocabulary
 def test_a_malformed_sample_is_named_and_the_draw_stops(tokens, said):
     assert law().V == V
     dec = Emits(tokens)
-    t = sample_tally(dec, law(), N_PLANNED, 7)
+    t = sample_tally(dec, law(), N_PLANNED, 7, stop_early=True)
     assert dec.calls == 1 and t["samples"] == 1  # certain to fail: not 200 draws
     assert t["impossible"] == 0  # not "probability 0 under the reference law"
     assert t["error"] == f"1 malformed sample(s) (seed 7: {said})"
@@ -82,7 +82,7 @@ def test_a_malformed_sample_is_named_and_the_draw_stops(tokens, said):
 
 def test_a_non_integer_id_is_named_as_the_decoders_error():
     dec = Emits(lambda s: [1, 2.5, 3])
-    t = sample_tally(dec, law(), N_PLANNED, 0)
+    t = sample_tally(dec, law(), N_PLANNED, 0, stop_early=True)
     assert dec.calls == 1 and t["impossible"] == 0
     assert "non-integer token 2.5" in t["error"]
     assert malformed([1, 2.5, 3], 3, V) == "a non-integer id 2.5"  # the same sample, handed over as data
@@ -95,14 +95,17 @@ def test_an_impossible_sample_is_named_as_such_and_the_draw_stops():
     ruled_out = int(first.argmin())
     assert first[ruled_out] == 0
     dec = Emits(lambda s: [ruled_out, 0, 0])
-    t = sample_tally(dec, lw, N_PLANNED, 0)
+    t = sample_tally(dec, lw, N_PLANNED, 0, stop_early=True)
     assert dec.calls == 1 and t["impossible"] == 1 and t["error"] is None
+    dec = Emits(lambda s: [ruled_out, 0, 0])  # without stop_early (the mutation check): all N drawn
+    t = sample_tally(dec, lw, N_PLANNED, 0)
+    assert dec.calls == N_PLANNED and t["impossible"] == N_PLANNED
 
 
 def test_a_lossless_decoder_draws_its_whole_plan():
     """The control: nothing stops a decoder whose samples are all well formed and possible."""
     dec = Reference()
-    t = sample_tally(dec, law(top_k=2), 40, 0)
+    t = sample_tally(dec, law(top_k=2), 40, 0, stop_early=True)
     assert t["samples"] == 40 and t["impossible"] == 0 and t["error"] is None
 
 

@@ -108,6 +108,20 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
     assert len(fingerprints) == 2
 
 
+def test_a_server_of_another_model_is_a_usage_error_and_keeps_the_certificate(
+    good_server, tmp_path, capsys, http_plan
+):
+    """Issue 41: it was a FAIL certificate that replaced a good one in --out; now exit 2 before any
+    check, naming what the server serves, the old files untouched."""
+    old = {"certificate.md": "# old\n", "certificate.json": '{"old": true}\n'}
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+    rc = main(["certify", "tiny-raven", "--decoder", good_server.url, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "serves 'tiny-ouro'" in err and "not 'tiny-raven'" in err, err
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == old
+
+
 def test_unreachable_server_is_a_usage_error(tmp_path, capsys):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
