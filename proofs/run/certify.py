@@ -136,6 +136,7 @@ def certify(
     if results is None:
         todo = [(uid, fn) for k, (uid, fn) in enumerate(units) if shard is None or shard.takes(k)]
         ids = [uid for uid, _ in todo]
+        runner = capped(runner, len(todo))
         if runner is not None:
             say(runner.describe(len(todo)))
             results = runner.run_all(
@@ -198,6 +199,14 @@ def check_applies(run: CertifyRun, spec: str, candidate) -> None:
         ) from None
     except DecoderFactoryError:
         pass
+
+
+def capped(runner: Executor | None, units: int) -> Executor | None:
+    """--jobs N capped by the work units to run: never more forked workers (each a copy of the
+    models) than units; one unit or none runs in this process."""
+    if isinstance(runner, LocalExecutor) and runner.workers > units:
+        return LocalExecutor(units) if units > 1 else None
+    return runner
 
 
 EXECUTORS = ("local", "ray")

@@ -123,3 +123,16 @@ def test_dispatch_order_puts_whole_checks_first_then_sampling_by_n():
     ns = [n[u] for u in order if u in n]
     assert ns == sorted(ns, reverse=True) and len(set(ns)) > 1  # two cases of different N
     assert order.index("check/speed") < order.index(next(u for u in order if u in n))
+
+
+@pytest.mark.parametrize("shard, workers", [("1/9", 2), ("9/9", 2), ("18/18", None)])
+def test_jobs_are_capped_by_the_work_units(tmp_path, monkeypatch, shard, workers):
+    """Issue 41: `--jobs 6 --shard 37/37` forked 6 workers of ~200 MB for one unit. The shard plan
+    has 18 units: 2 in a ninth, 1 in an eighteenth (run in this process)."""
+    monkeypatch.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
+    seen = []
+    real = jobs_mod.run_units
+    monkeypatch.setattr(jobs_mod, "run_units", lambda units, n, pool: seen.append(n) or real(units, n, pool))
+    argv = ["certify", "tiny-ouro", "--jobs", "6", "--shard", shard, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert seen == ([] if workers is None else [workers])
