@@ -24,7 +24,12 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """A size in the largest binary unit it fills at least once (3 significant digits): "0.00 GiB"
+    said nothing about 1M of free memory."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}" if n / size < 1000 else f"{n / size:.0f} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def parse_bytes(text: str, name: str = FREE_ENV) -> int:

@@ -11,7 +11,7 @@ import refdec
 from proofs.run.plan import QUICK
 from proofs.run.run import CertifyRun, RunModels, run_need, sampling_rows
 from refdec.errors import LoopcertError
-from refdec.memory import FREE_ENV, HEADROOM_MIN, free_bytes, parse_bytes
+from refdec.memory import FREE_ENV, HEADROOM_MIN, Need, check_fits, free_bytes, gib, parse_bytes
 
 
 @pytest.mark.parametrize(
@@ -44,8 +44,8 @@ def test_too_large_is_refused_before_loading(monkeypatch):
     msg = str(e.value)
     assert "certifying tiny-ouro does not fit" in msg
     need = run_need("tiny-ouro", torch.float32, "cpu")
-    assert f"needs {need.total / 2**30:.2f} GiB" in msg and "float64 reference" in msg
-    assert f"{HEADROOM_MIN // 2 / 2**30:.2f} GiB is free ({FREE_ENV})" in msg
+    assert f"needs {gib(need.total)}" in msg and "float64 reference" in msg
+    assert f"128 MiB is free ({FREE_ENV})" in msg  # not "0.12 GiB"
     assert "--dtype float64" in msg  # the flag that helps
 
 
@@ -108,7 +108,7 @@ def test_the_caches_are_counted_and_refused_before_loading(monkeypatch):
             start()
         msg = str(e.value)
         assert "certifying tiny-ouro (sampling 1 row(s) a call) does not fit" in msg
-        assert f"needs {need.total / 2**30:.2f} GiB" in msg and f"+ KV caches {caches / 2**30:.2f} GiB" in msg
+        assert f"needs {gib(need.total)}" in msg and f"+ KV caches {gib(caches)}" in msg
 
 
 @pytest.mark.parametrize("floor", ["default", 0])
@@ -255,3 +255,24 @@ def test_bitwise_takes_the_float32_copy_the_run_holds(dtype, loads, monkeypatch)
     from refdec.load import model_fingerprint
 
     assert model_fingerprint(m32) == model_fingerprint(run.model64)  # the same weights
+
+
+@pytest.mark.parametrize(
+    "n, said",
+    [
+        (2**20, "1 MiB"),  # the probe: LOOPCERT_MEMORY_FREE=1M was "0.00 GiB is free"
+        (512, "512 bytes"),
+        (1536, "1.5 KiB"),
+        (int(5.34 * 2**30), "5.34 GiB"),
+        (3 * 2**40, "3 TiB"),
+        (999 * 2**20, "999 MiB"),
+    ],
+)
+def test_sizes_are_said_in_a_unit_that_fits(n, said):
+    assert gib(n) == said
+
+
+def test_a_refusal_of_one_mebibyte_says_so(monkeypatch):
+    monkeypatch.setenv(FREE_ENV, "1M")
+    with pytest.raises(LoopcertError, match=r"1 MiB is free \(LOOPCERT_MEMORY_FREE\)"):
+        check_fits(Need(10**6, (("float64", 8),)), "this")
