@@ -1,7 +1,8 @@
 """`loopcert serve --api-key`: every endpoint but /health wants `Authorization: Bearer KEY`.
 
-The header is the one the `openai` client sends (its `api_key`). A request without it, or with
-another key, is a 401 with an OpenAI error body, before its body is read. The comparison hashes
+The header is the one the `openai` client sends (its `api_key`); the scheme is matched whatever its
+case (`bearer KEY` too: HTTP auth schemes are case-insensitive), the key exactly. A request without
+it, or with another key, is a 401 with an OpenAI error body, before its body is read. The comparison hashes
 both sides first, so that it takes the same time whatever the key sent (its length included).
 /health stays open: load balancers and `loopcert.serve.process` probe it without a key.
 """
@@ -30,13 +31,17 @@ class APIKeyMiddleware:
 
     def __init__(self, app, key: str):
         self.app = app
-        self._want = _digest(f"Bearer {key}")
+        self._want = _digest(key)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
         got = Headers(scope=scope).get("authorization", "")
-        if hmac.compare_digest(_digest(got), self._want):
+        scheme, _, token = got.strip().partition(" ")
+        # RFC 9110 section 11.1: the scheme is case-insensitive ("bearer KEY" is Bearer KEY); the
+        # key is not, and is compared in constant time
+        ok = hmac.compare_digest(_digest(token.lstrip(" ")), self._want)
+        if ok and scheme.lower() == "bearer":
             return await self.app(scope, receive, send)
         message = (
             "missing API key: send the header 'Authorization: Bearer KEY' (the openai client's api_key)"

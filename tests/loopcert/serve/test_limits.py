@@ -67,13 +67,23 @@ def test_the_openai_client_needs_the_key(server):
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/generate", "/v1/models", "/get_model_info"])
-@pytest.mark.parametrize("auth", [None, "Bearer wrong", f"bearer {KEY}", KEY, f"Bearer {KEY}x"])
+@pytest.mark.parametrize(
+    "auth", [None, "Bearer wrong", KEY, f"Bearer {KEY}x", f"Basic {KEY}", f"Bearer {KEY.upper()}", "Bearer"]
+)
 def test_every_route_but_health_refuses_another_key(server, path, auth):
     headers = {} if auth is None else {"Authorization": auth}
     r = httpx.request("GET" if "model" in path else "POST", server.root + path, headers=headers, timeout=30)
     assert r.status_code == 401 and r.json()["error"]["param"] == "authorization", r.text
     assert httpx.get(server.root + "/health", timeout=30).status_code == 200
     assert httpx.get(server.root + "/get_model_info", headers=server.headers, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("auth", [f"bearer {KEY}", f"BEARER {KEY}", f"Bearer  {KEY}"])
+def test_the_auth_scheme_is_matched_whatever_its_case(server, auth):
+    """Issue 41: `Authorization: bearer KEY` was refused; HTTP auth schemes are case-insensitive
+    (RFC 9110 section 11.1), the key is not (above)."""
+    r = httpx.get(server.root + "/v1/models", headers={"Authorization": auth}, timeout=30)
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize(
