@@ -3,13 +3,15 @@ defines `HELP`, `add_arguments(parser)` and `run(args) -> int` (0 ok, 1 a check 
 Errors a user can cause (LoopcertError) print one line and exit 2. Every command takes
 `--threads N` (loopcert/commands/common.py), added here unless the command defines
 `OWN_THREADS` (train: part of the recipe; serve: adds the shared flag itself). SIGINT / SIGTERM
-print one line (the command's `ON_INTERRUPT` says what was kept) and exit 130 / 143. A name read
+print one line (the command's `ON_INTERRUPT` says what was kept) and exit 130 / 143 (at once,
+skipping the interpreter's teardown, for a command that sets `EXIT_AT_ONCE`: serve). A name read
 through an old module path (proofs/moved.py) prints its DeprecationWarning on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import warnings
@@ -58,6 +60,11 @@ def main(argv=None) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if argv is None and getattr(args._mod, "EXIT_AT_ONCE", False):
+            # serve has answered every request (503) and holds no file open for writing: the
+            # interpreter's teardown of torch alone takes seconds on a busy machine
+            sys.stdout.flush()
+            os._exit(128 + signum)
         return 128 + signum
 
 

@@ -9,7 +9,7 @@ Every refusal is an APIError (HTTP 4xx) whose `param` names the field a client c
 from __future__ import annotations
 
 from loopcert.serve.api_errors import APIError
-from loopcert.serve.scheduler import Job
+from loopcert.serve.scheduler import Job, ShuttingDown
 from loopcert.serve.served import Served
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
@@ -92,7 +92,11 @@ def check_capacity(served: Served, sequences: int, what: str, param: str) -> Non
 
 
 def check_decoded(job: Job, index: int) -> None:
-    """A job the decoder failed is the server's fault (HTTP 500), reported to its request only."""
+    """A job the decoder failed is the server's fault (HTTP 500), reported to its request only; one
+    the server stopped before decoding is a 503 (retry elsewhere)."""
+    if isinstance(job.error, ShuttingDown):
+        why = f"choice {index} was not decoded: {job.error}"
+        raise APIError(503, why, None, "server_error", "shutting_down")
     if job.error is not None:
         raise APIError(
             500,

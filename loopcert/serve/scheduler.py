@@ -58,6 +58,11 @@ class Overloaded(LoopcertError):
     """More jobs waiting than the server accepts."""
 
 
+class ShuttingDown(LoopcertError):
+    """The server stopped (SIGTERM, SIGINT) before this job was decoded: its request is answered
+    at once (HTTP 503) instead of being cut off mid-response."""
+
+
 @dataclass(eq=False)
 class Job:
     prompt: list[int]
@@ -146,12 +151,27 @@ class Scheduler:
         self._thread = threading.Thread(target=loop, name="loopcert-decode", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 60.0) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=timeout_s)
+
+    def shutdown(self, reason: str) -> None:
+        """Take no more work and answer every job not yet decoded (waiting or in the batch) now,
+        with ShuttingDown(reason) as its error; the decode thread drops them at its next step."""
+        with self._cond:
+            self._stop = True
+            pending = [j for j in (*self._waiting, *self._running) if j.t_end is None and not j.cancelled]
+            self._waiting.clear()
+            now = time.perf_counter()
+            for j in pending:
+                j.error, j.t_end, j.cancelled = ShuttingDown(reason), now, True
+            self._cond.notify_all()
+        for j in pending:
+            if j.on_done is not None:
+                j.on_done(j)
 
     def submit(self, jobs: list[Job]) -> None:
         with self._cond:
