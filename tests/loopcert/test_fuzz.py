@@ -519,3 +519,154 @@ def test_absurd_config_sizes_are_refused_before_allocating(originals, tmp_path, 
     (folder / "config.json").write_text(json.dumps(config))
     with watchdog(10), pytest.raises(LoopcertError, match=f"{field}={value}: must be <="):
         refdec.load_model(folder)
+
+
+# -- shard.json and the certify flags (issue 41) ----------------------------------------------------
+class ShardText(str):
+    def __repr__(self):  # hypothesis prints the arguments of a failing example: not the whole file
+        return "ShardText(a tiny-ouro shard 1/6 of the shard plan)"
+
+
+@pytest.fixture(scope="module")
+def a_shard(tmp_path_factory):
+    """shard.json of `certify tiny-ouro --shard 1/6` under the shard tests' plan (3 work units:
+    a whole check, a sampling unit, a mutant)."""
+    from plans import SHARD_PLAN
+
+    import proofs.run.plan as plan_mod
+
+    out = tmp_path_factory.mktemp("fuzz-shard")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert cli_main(["certify", "tiny-ouro", "--jobs", "1", "--shard", "1/6", "--out", str(out)]) == 0
+    return ShardText((out / "shard.json").read_text())
+
+
+def _paths(x, at=()):
+    """Every (path, value) inside a JSON value: the places a mutation can hit."""
+    yield at, x
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _paths(v, (*at, k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _paths(v, (*at, i))
+
+
+@FUZZ
+@given(data=st.data())
+@example(data=None)  # the probe's: one sampling result replaced by {}
+def test_a_mutated_shard_is_read_or_refused_by_name(a_shard, tmp_path, data):
+    """read_shard + combine on a mutated shard.json: it is read (and combines), or a LoopcertError
+    names the folder; never a KeyError, IndexError or TypeError from inside merge."""
+    from proofs.run.shards import combine, read_shard
+
+    shard = json.loads(a_shard)
+    if data is None:
+        uid = next(u for u in shard["results"] if u.startswith("sampling/"))
+        shard["results"][uid] = {}
+        text = json.dumps(shard)
+    else:
+        how = data.draw(st.sampled_from(["set", "delete", "extra", "truncate", "bytes", "swap"]))
+        places = [(p, v) for p, v in _paths(shard) if p]
+        path, _ = data.draw(st.sampled_from(places))
+        parent = shard
+        for k in path[:-1]:
+            parent = parent[k]
+        if how == "set":
+            parent[path[-1]] = data.draw(JSON_VALUE)
+        elif how == "delete":
+            del parent[path[-1]]
+        elif how == "extra" and isinstance(parent, dict):
+            parent[data.draw(st.text(min_size=1, max_size=8))] = data.draw(JSON_VALUE)
+        elif how == "swap" and isinstance(parent, list) and len(parent) > 1:
+            parent.reverse()
+        text = json.dumps(shard)
+        if how == "truncate":
+            text = text[: data.draw(st.integers(0, len(text) - 1))]
+    folder = tmp_path / "s1"
+    folder.mkdir(exist_ok=True)
+    (folder / "shard.json").write_bytes(
+        data.draw(st.binary(max_size=32)) if data and how == "bytes" else text.encode()
+    )
+    got = works_or_loopcert_error(lambda: combine([read_shard(folder)]))
+    if isinstance(got, LoopcertError):
+        assert str(folder) in str(got) or "shard" in str(got), got
+    if data is None:
+        assert isinstance(got, LoopcertError) and f"{folder}: shard.json: results[" in str(got)
+
+
+BAD_PLACES = ["afile", "afile/sub", "/proc/loopcert-nowhere/x", "out", ""]
+CERTIFY_VALUES = {
+    "--out": BAD_PLACES,
+    "--plan-out": [*BAD_PLACES, "afile/sub/plan.json", "."],
+    "--plan": ["afile", "/nonexistent", "out"],
+    "--decoder": [
+        "http://127.0.0.1:abc/v1",
+        "http://[::1",
+        "http://127.0.0.1:99999/v1",
+        "http:///v1",
+        "https://:0/v1",
+        "mlx-lm:draft=",
+        "nomodule:nofactory",
+        "x",
+        "",
+    ],
+    "--relative-to": ["http://127.0.0.1:abc/v1", "http://[::1", "x:y", ""],
+    "--shard": ["0/3", "4/3", "1/0", "x", "1-3", "2/2", "1/1", "1/99999"],
+    "--jobs": ["0", "-1", "1", "2", "x", "99999"],
+    "--time-budget": ["0", "-1", "nan", "inf", "x", "1e400", "0.5"],
+    "--seed": ["-1", str(2**63), "x", "0"],
+    "--executor": ["local", "ray", "x"],
+    "--ray-address": ["x", "127.0.0.1:1"],
+    "--server": ["auto", "vllm", "x"],
+    "--http-timeout": ["0", "-1", "nan", "x"],
+    "--api-key": ["", "k"],
+    "--served-model": ["x"],
+    "--decoder-dtype": ["float64", "int8"],
+    "--device": ["cpu", "cuda:7", "x"],
+    "--dtype": ["float64", "int8", ""],
+    "--threads": ["0", "1", "x"],
+}
+
+
+@FUZZ
+@given(model=st.sampled_from(["tiny-raven", "nope"]), data=st.data())
+@example(model="tiny-raven", data=None)  # the probe's: --out afile
+def test_certify_flags_end_in_a_clean_usage_error_or_start(monkeypatch, tmp_path, model, data):
+    """Any combination of certify's flags with mistyped values: a usage error (exit 2, one line
+    naming what is wrong), argparse's exit 2, or a run that starts (stopped here before its
+    first check); never a traceback, never a run that would end in one at its last write."""
+    import proofs.run.run as run_mod
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("hi\n")
+    monkeypatch.setattr(run_mod.CertifyRun, "__init__", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    argv = ["certify", model]
+    if data is None:
+        argv += ["--out", "afile"]
+    else:
+        for flag in data.draw(st.lists(st.sampled_from(sorted(CERTIFY_VALUES)), max_size=4, unique=True)):
+            argv += [flag, data.draw(st.sampled_from(CERTIFY_VALUES[flag]))]
+    threads = torch.get_num_threads()
+    out = io.StringIO()
+    with watchdog(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = cli_main(argv)
+        except SystemExit as e:
+            code = e.code
+        except Reached:
+            code = 0
+        finally:
+            torch.set_num_threads(threads)
+    said = out.getvalue()
+    assert code in (0, 2), (argv, code, said[-2000:])
+    assert "Traceback" not in said, (argv, said[-2000:])
+    if code == 2:
+        assert "error" in said, (argv, said[-2000:])
+    out_value = argv[argv.index("--out") + 1] if "--out" in argv else None
+    if out_value in ("afile", "afile/sub", "/proc/loopcert-nowhere/x") and "--plan-out" not in argv:
+        assert code == 2, (argv, said)  # a run that could not write its result never starts
+    if data is None:
+        assert code == 2 and "--out afile: is a file, not a folder" in said
