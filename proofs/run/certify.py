@@ -30,7 +30,7 @@ from proofs.run.shards import Shard, plan_hash
 from proofs.run.units import dispatch_order, plan_units
 from proofs.stamp import git_commit, stamp
 from refdec.errors import LoopcertError
-from refdec.files import parse_dtype
+from refdec.files import check_output_file, parse_dtype
 from refdec.load import model_fingerprint
 from refdec.sampling import TEMPERATURE_FIRST
 from refdec.validate import check_int, check_number
@@ -90,6 +90,8 @@ def certify(
         )
     if time_budget is not None:
         check_number("--time-budget (seconds)", time_budget, 0, low_open=True)
+    if plan_out is not None:  # where the plan goes, before the plan is made (minutes on a real model)
+        check_output_file(plan_out, "--plan-out")
     runner = pick_executor(executor, jobs, device, ray_address)
     check_device(device)
     given = read_plan(plan_file) if plan_file is not None else None
