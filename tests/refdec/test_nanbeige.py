@@ -287,3 +287,28 @@ def test_preset_shapes():
     assert (cfg.family, cfg.block, cfg.rope, cfg.recurrence) == ("nanbeige", "prenorm", "half", 2)
     assert cfg.n_heads * cfg.head_dim > cfg.d_model  # the 3B's q/o projections are not square either
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def _laws(model):
+    logits = model.depth_logits(list(range(40, 90)), [1, 2])
+    p = logits.softmax(-1)
+    top1 = float(p.max(-1).values.mean())
+    agree = float((logits[0].argmax(-1) == logits[1].argmax(-1)).double().mean())
+    return top1, agree
+
+
+def test_tiny_nanbeige_has_a_trained_lms_scales():
+    """init_weights gives Nanbeige small residual updates and a peaked head (LoopedLM
+    ._trained_scales): laws with top-1 mass ~0.4 and drafts from one loop agreeing with two most of
+    the time; the plain random init (the scales undone: the negative control) gives near-uniform
+    laws and loops that rewrite the state."""
+    model = refdec.load_model(TINY_NANBEIGE, seed=0, dtype=torch.float64)
+    top1, agree = _laws(model)
+    assert 0.3 < top1 < 0.6 and 0.6 <= agree < 0.95
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.o_proj.weight", "mlp.down_proj.weight")):
+                p.div_(model.RESIDUAL_UPDATE)
+        model.lm_head.weight.div_(model.HEAD_GAIN)
+    top1, agree = _laws(model)
+    assert top1 < 0.1 and agree < 0.4
