@@ -99,7 +99,7 @@ def check_servable(model) -> None:
     cfg = model.cfg
     if cfg.family != "nanbeige":
         raise NotApplicable(
-            f"llama.cpp ({llamacpp_versions()}) loads the Nanbeige arch of loopcert's looped families "
+            "llama.cpp (xllamacpp's wheel) loads the Nanbeige arch of loopcert's looped families "
             f"(Ouro's is on llama.cpp master, PR #29823, in no wheel yet); {cfg.name} is {cfg.family}"
         )
     if cfg.rope_scaling is not None:
