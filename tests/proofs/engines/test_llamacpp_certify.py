@@ -12,7 +12,9 @@ decoder converts (f32 weights, its default f16 KV cache):
     draft near   llama.cpp:draft=DRAFT,num_draft=3         must PASS (the model's weights + 3% noise)
     ngram        llama.cpp:ngram=simple,num_draft=4        must PASS (prompt lookup)
     one loop     llama.cpp:config.num_loops=1              the negative control: must FAIL by greedy
-    norm once    llama.cpp:config.skip_loop_final_norm=true  a mis-set flag: must FAIL by greedy
+    norm once    llama.cpp:config.skip_loop_final_norm=true  a mis-set flag: must FAIL (by sampling:
+                                                           the quick plan's greedy prompts keep their
+                                                           argmax under it, measured 2026-12-04)
 
 Each speculative row's draft statistics (llama.cpp's own timings.draft_n / draft_n_accepted) are
 read in the engines-table test, to show drafting happened in each mode. Certificates and logs:
@@ -38,8 +40,7 @@ require_llamacpp()
 ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "reports" / "out" / "llamacpp"
 CERTIFY_TIMEOUT_S = 1200
-PASS_BUDGET_S = 600  # a cap, not a target: the quick plan takes ~1 min a row here
-FAIL_BUDGET_S = 45
+BUDGET_S = 600  # a cap, not a target: the quick plan takes ~1 min a row here
 JOBS = 2  # the CI machine's cores
 ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
 PASSING = {
@@ -48,9 +49,9 @@ PASSING = {
     "draft_near": "llama.cpp:draft={draft},num_draft=3",
     "ngram": "llama.cpp:ngram=simple,num_draft=4",
 }
-FAILING = {
-    "one_loop": "llama.cpp:config.num_loops=1",
-    "norm_once": "llama.cpp:config.skip_loop_final_norm=true",
+FAILING = {  # row -> (spec, the check that must fail)
+    "one_loop": ("llama.cpp:config.num_loops=1", "greedy_float64"),
+    "norm_once": ("llama.cpp:config.skip_loop_final_norm=true", "sampling["),
 }
 
 
@@ -99,7 +100,7 @@ def why(cert: dict) -> str:
 
 @pytest.mark.parametrize("name", PASSING)
 def test_llamacpp_passes(folders, name):
-    status, cert = certify(folders[0], PASSING[name].format(draft=folders[1]), name, PASS_BUDGET_S)
+    status, cert = certify(folders[0], PASSING[name].format(draft=folders[1]), name, BUDGET_S)
     assert status == 0 and cert["verdict"] == "PASS", (cert["failed"], ROWS[name]["why"])
     sampling = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
     cases = sampling["details"]["cases"]
@@ -107,11 +108,12 @@ def test_llamacpp_passes(folders, name):
 
 
 @pytest.mark.parametrize("name", FAILING)
-def test_a_wrong_model_fails_by_greedy(folders, name):
+def test_a_wrong_model_fails(folders, name):
     """The negative controls: the same weights, one loop or normed once, must FAIL."""
-    status, cert = certify(folders[0], FAILING[name], name, FAIL_BUDGET_S)
+    spec, check = FAILING[name]
+    status, cert = certify(folders[0], spec, name, BUDGET_S)
     assert status == 1 and cert["verdict"] == "FAIL"
-    assert any(n.startswith("greedy") for n in cert["failed"]), cert["failed"]
+    assert any(n.startswith(check) for n in cert["failed"]), cert["failed"]
 
 
 def test_rows_and_engines_table(folders):
