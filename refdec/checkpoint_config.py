@@ -18,10 +18,31 @@ from refdec.errors import LoopcertError
 from refdec.validate import check_int, is_int, is_number
 
 LOOPCODER = "iquestloopcoder"  # LoopCoder's layout and model_type
-LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo", LOOPCODER)
+NANBEIGE = "nanbeige"  # Nanbeige4.2's layout and model_type
+LAYOUTS = ("ouro", "huginn", "retro-llama", "retro-olmo", LOOPCODER, NANBEIGE)
 LAYOUT_OF_BLOCK = {"ouro": "ouro", "sandwich": "huginn", "prenorm": "retro-llama", "postnorm": "retro-olmo"}
-BLOCK_OF_LAYOUT = {layout: block for block, layout in LAYOUT_OF_BLOCK.items()} | {LOOPCODER: "prenorm"}
-MODEL_TYPES = ("ouro", "huginn_raven", LOOPCODER)
+BLOCK_OF_LAYOUT = {layout: block for block, layout in LAYOUT_OF_BLOCK.items()} | {
+    LOOPCODER: "prenorm",
+    NANBEIGE: "prenorm",
+}
+MODEL_TYPES = ("ouro", "huginn_raven", LOOPCODER, NANBEIGE)
+LOOPED_FAMILIES = {LOOPCODER: "loopcoder", NANBEIGE: "nanbeige"}  # layouts that hold one family each
+# Nanbeige config.json flags that no released checkpoint enables and loopcert does not implement
+# (the published modeling code has them; mlx-lm 0.32.2 refuses the same ones): any truthy value is
+# refused by name, so a checkpoint that enables one never runs as a different model.
+NANBEIGE_UNSUPPORTED = (
+    "enable_double_loop_split",
+    "loop_share_kv",
+    "enable_depth_attention",
+    "enable_hyper_connection",
+    "enable_mhc",
+    "enable_h_res_identity",
+    "loop_middle_layers",
+    "qk_layernorm",
+    "emb_neighbor_num",
+    "insert_ngram_layer_idx",
+    "ngram_insert_all_layers",
+)
 
 
 class Fields:
@@ -150,6 +171,8 @@ def config_from_published(
     tie = f.flag(*tie_names) if f.has(tie_names[0]) else "lm_head.weight" not in keys
     if model_type == LOOPCODER:
         return loopcoder_config(f, tie, recurrence, where, name), LOOPCODER
+    if model_type == NANBEIGE:
+        return nanbeige_config(f, tie, recurrence, where, name), NANBEIGE
     if model_type == "ouro":
         f.require("hidden_act", ("silu",), "Ouro's MLP is SwiGLU")
         f.require("attention_bias", (False,), "Ouro's attention has no biases")
@@ -276,6 +299,66 @@ def loopcoder_config(
     )
 
 
+def nanbeige_loops(f: Fields) -> int:
+    """The loop count of a Nanbeige config.json (docs/checkpoints.md, Nanbeige, "The loop count").
+
+    `num_loops` is the count the published modeling code and llama.cpp run (GGUF
+    `nanbeige.num_loops`). `loop_loss_weights`, a training field, holds one loss weight per loop
+    after the first, and mlx-lm 0.32.2 runs len(loop_loss_weights) + 1 loops when the list is not
+    empty. refdec runs num_loops; a non-empty list must be num_loops - 1 long, so every engine runs
+    the same count, and any other length is refused naming both counts."""
+    loops = f.int("num_loops")
+    weights = f.raw.get("loop_loss_weights")
+    if weights is None or weights == []:
+        return loops
+    if not isinstance(weights, list) or not all(is_number(w, 0) for w in weights):
+        f.bad("loop_loss_weights", f"must be a list of finite numbers >= 0, got {weights!r}")
+    if len(weights) != loops - 1:
+        f.bad(
+            "loop_loss_weights",
+            f"has {len(weights)} entries but num_loops = {loops}: engines that read it (mlx-lm) would run "
+            f"{len(weights) + 1} loops, engines that read num_loops (llama.cpp) {loops}; it must hold "
+            "num_loops - 1 weights (one per loop after the first)",
+        )
+    return loops
+
+
+def nanbeige_config(
+    f: Fields, tie: bool, recurrence: int | None, where: str, name: str | None
+) -> ModelConfig:
+    """NanbeigeConfig's fields (docs/checkpoints.md, Nanbeige): Llama's plus num_loops and
+    skip_loop_final_norm; the flags no released checkpoint enables are refused by name."""
+    for flag in NANBEIGE_UNSUPPORTED:
+        v = f.raw.get(flag)
+        if v not in (None, False, 0, [], ""):
+            f.bad(
+                flag,
+                f"= {v!r} is not supported (no released Nanbeige checkpoint enables it; loopcert "
+                "implements the plain looped stack only)",
+            )
+    f.require("hidden_act", ("silu",), "Nanbeige's MLP is SwiGLU")
+    f.require("attention_bias", (False,), "Nanbeige's released attention has no biases")
+    f.require("mlp_bias", (False,), "Nanbeige's released MLP has no biases")
+    f.require("use_sliding_window", (False,), "sliding-window attention")
+    types = f.raw.get("layer_types")
+    if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
+        f.bad("layer_types", f"= {types!r} is not supported (only full_attention layers)")
+    skip = f.flag("skip_loop_final_norm") if f.has("skip_loop_final_norm") else False
+    return build(
+        where,
+        **ARCHITECTURES["nanbeige"],
+        name=name or NANBEIGE,
+        **llama_sizes(f),
+        recurrence=recurrence or nanbeige_loops(f),
+        skip_loop_final_norm=skip,
+        rope_theta=f.num("rope_theta"),
+        rope_scaling=rope_scaling_from(f),
+        norm_eps=f.num("rms_norm_eps"),
+        max_seq_len=f.int("max_position_embeddings"),
+        tie_embeddings=tie,
+    )
+
+
 def published_config(cfg: ModelConfig, layout: str) -> dict:
     """The config.json fields `config_from_published` reads back to `cfg` (up to the state init)."""
     check_layout(cfg, layout)
@@ -312,6 +395,28 @@ def published_config(cfg: ModelConfig, layout: str) -> dict:
             "tie_word_embeddings": cfg.tie_embeddings,
             "loop_num": cfg.recurrence,
             "loop_window_size": cfg.loop_window_size,
+        }
+    if layout == NANBEIGE:
+        return {
+            "architectures": ["NanbeigeForCausalLM"],
+            "model_type": NANBEIGE,
+            "vocab_size": cfg.vocab_size,
+            "hidden_size": cfg.d_model,
+            "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.n_core,
+            "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads,
+            "head_dim": cfg.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": cfg.max_seq_len,
+            "rms_norm_eps": cfg.norm_eps,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": scaling,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": cfg.tie_embeddings,
+            "num_loops": cfg.recurrence,
+            "skip_loop_final_norm": cfg.skip_loop_final_norm,
         }
     if layout == "ouro":
         return {
@@ -374,10 +479,13 @@ def check_layout(cfg: ModelConfig, layout: str) -> None:
         raise LoopcertError(f"unknown layout {layout!r}; choose one of {list(LAYOUTS)}")
     block = BLOCK_OF_LAYOUT[layout]
     checks = [("block", cfg.block == block, f"layout {layout!r} holds block={block!r}")]
-    loop = cfg.family == "loopcoder"
-    checks.append(("family", loop == (layout == LOOPCODER), f"only LoopCoder is written as {LOOPCODER!r}"))
-    if layout == LOOPCODER:
-        pass  # ModelConfig already holds LoopCoder to its one layout
+    for looped_layout, family in LOOPED_FAMILIES.items():
+        own = cfg.family == family
+        checks.append(
+            ("family", own == (layout == looped_layout), f"only {family} is written as {looped_layout!r}")
+        )
+    if layout in LOOPED_FAMILIES:
+        pass  # ModelConfig already holds LoopCoder and Nanbeige to their one layout
     elif layout == "ouro":
         checks += [
             ("rope", cfg.rope == "half", "Ouro uses rotate-half RoPE"),
@@ -416,4 +524,5 @@ def check_layout(cfg: ModelConfig, layout: str) -> None:
 
 def default_layout(cfg: ModelConfig) -> str:
     """The published layout a model is written in by default: its family's, else its block's."""
-    return LOOPCODER if cfg.family == "loopcoder" else LAYOUT_OF_BLOCK[cfg.block]
+    by_family = {family: layout for layout, family in LOOPED_FAMILIES.items()}
+    return by_family.get(cfg.family) or LAYOUT_OF_BLOCK[cfg.block]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from refdec.checkpoint_config import LOOPCODER
+from refdec.checkpoint_config import LOOPCODER, NANBEIGE
 from refdec.config import ModelConfig
 from refdec.model import LoopedLM
 
@@ -20,6 +20,7 @@ OURO_NORMS = (
     "post_attention_layernorm_2",
 )  # Block.norms[0..3], in the order the block applies them
 LOOPCODER_NORMS = ("input_layernorm", "post_attention_layernorm")  # Block.norms[0, 1]
+LLAMA_NORMS = LOOPCODER_NORMS  # every Llama pre-norm layer's (LoopCoder, Nanbeige)
 RAVEN_STAGES = (
     ("prelude", "transformer.prelude"),
     ("core", "transformer.core_block"),
@@ -69,6 +70,11 @@ def key_map(cfg: ModelConfig, layout: str, shapes: dict[str, tuple[int, ...]]) -
             # one gate per layer, shared by every pass >= 2 (vLLM: make_layers(num_hidden_layers))
             out.append(copy(f"model.gate_projections.{i}.weight", f"gates.{i}.weight"))
             out.append(copy(f"model.gate_projections.{i}.bias", f"gates.{i}.bias"))
+        out.append(copy("model.norm.weight", "norm.weight"))
+    elif layout == NANBEIGE:  # a plain HF Llama stack, looped
+        out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))
+        for i in range(cfg.n_core):
+            llama_layer(i, LLAMA_NORMS)
         out.append(copy("model.norm.weight", "norm.weight"))
     elif layout == "ouro":
         out.append(copy("model.embed_tokens.weight", "embed_tokens.weight"))

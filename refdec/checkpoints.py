@@ -1,5 +1,5 @@
-"""Published checkpoints: Ouro, Huginn-0125, the retrofitted-recurrence Llama / OLMo-2 models and
-LoopCoder (IQuest-Coder-V1-Loop).
+"""Published checkpoints: Ouro, Huginn-0125, the retrofitted-recurrence Llama / OLMo-2 models,
+LoopCoder (IQuest-Coder-V1-Loop) and Nanbeige4.2.
 
 Reads config.json and safetensors (one `model.safetensors`, or shards listed by
 `model.safetensors.index.json`) in the key layouts the upstream code writes, and maps them onto
@@ -10,7 +10,7 @@ safetensors files in refdec.checkpoint_files, and every name is importable from 
 Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.load refuses
 pickles before this module is reached.
 
-Five layouts, told apart by model_type, then (huginn_raven) by the keys of the first block:
+Six layouts, told apart by model_type, then (huginn_raven) by the keys of the first block:
 
     layout           model_type       block     norms per block              rope         embed scale
     ouro             ouro             ouro      input_layernorm{,_2},        rotate-half  1
@@ -20,6 +20,8 @@ Five layouts, told apart by model_type, then (huginn_raven) by the keys of the f
     retro-olmo       huginn_raven     postnorm  norm_1, norm_2 + attn.q_norm rotate-half  init_values
     iquestloopcoder  iquestloopcoder  prenorm   input_layernorm,             rotate-half  1
                                                 post_attention_layernorm (+ gate_projections)
+    nanbeige         nanbeige         prenorm   input_layernorm,             rotate-half  1
+                                                post_attention_layernorm
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from refdec.checkpoint_config import (  # noqa: F401
     LAYOUTS,
     LOOPCODER,
     MODEL_TYPES,
+    NANBEIGE,
+    NANBEIGE_UNSUPPORTED,
     Fields,
     build,
     check_layout,
@@ -53,6 +57,8 @@ from refdec.checkpoint_config import (  # noqa: F401
     default_layout,
     llama_sizes,
     loopcoder_config,
+    nanbeige_config,
+    nanbeige_loops,
     published_config,
     raven_block,
     rope_scaling_from,
@@ -217,8 +223,25 @@ def write_published(
         write_atomic(folder / INDEX, lambda p: Path(p).write_text(json.dumps(index, indent=2) + "\n"))
     if layout == LOOPCODER:  # the AutoConfig class config.json's auto_map names (vLLM --trust-remote-code)
         write_atomic(folder / iquest_config.FILE, lambda p: Path(p).write_text(iquest_config.SOURCE))
+    if layout == NANBEIGE:  # a tokenizer, so that converters to GGUF (which need one) take the folder
+        write_tokenizer(model, folder)
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
     return folder
+
+
+def write_tokenizer(model: LoopedLM, folder: Path) -> None:
+    """tokenizer.json: the model's own (loaded from a folder) copied, else a byte-level one
+    (refdec.tokenizer.byte_level_json) when the vocabulary holds the 256 bytes; none otherwise."""
+    from refdec.tokenizer import FILE, byte_level_json
+
+    own = getattr(model, "tokenizer", None)
+    if own is not None:
+        text = own.path.read_text()
+    elif model.cfg.vocab_size >= 256:
+        text = json.dumps(byte_level_json(model.cfg.vocab_size), ensure_ascii=False) + "\n"
+    else:
+        return
+    write_atomic(folder / FILE, lambda p: Path(p).write_text(text))
 
 
 def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool | None]:
@@ -292,6 +315,7 @@ def describe(name_or_path) -> dict:
         "early_exit_gate": cfg.early_exit_gate,
         "init_state": cfg.init_state,
         "loop_window_size": cfg.loop_window_size,  # LoopCoder's local window (0: not LoopCoder)
+        "skip_loop_final_norm": cfg.skip_loop_final_norm,  # Nanbeige's flag (False: not Nanbeige)
         "parameters": sum(p.numel() for p in meta_model(cfg).parameters()),
         "stored_dtypes": stored_dtypes,
         "files": files,

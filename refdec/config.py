@@ -1,7 +1,7 @@
 """Model configuration for the looped families (docs/design.md section 2, docs/checkpoints.md).
 
 One frozen dataclass describes Ouro, Huginn/Raven, the retrofitted-recurrence
-Llama / OLMo-2 models and LoopCoder (IQuest-Coder-V1-Loop). Decode settings live elsewhere
+Llama / OLMo-2 models, LoopCoder (IQuest-Coder-V1-Loop) and Nanbeige4.2. Decode settings live elsewhere
 (refdec.sampling, fastdec.Decoder).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from refdec.errors import LoopcertError
 from refdec.validate import is_int, is_number
 
-FAMILIES = ("ouro", "raven", "loopcoder")
+FAMILIES = ("ouro", "raven", "loopcoder", "nanbeige")
 # Block layouts (docs/checkpoints.md):
 #   ouro      x + n2(attn(n1(x)));  h + n4(mlp(n3(h)))          norms before the residual add
 #   sandwich  n2(attn(n1(x)) + x);  n4(mlp(n3(x)) + x)          Huginn: norms after the add
@@ -53,7 +53,7 @@ MAX_SIZES = {
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str  # "ouro" | "raven" | "loopcoder"
+    family: str  # "ouro" | "raven" | "loopcoder" | "nanbeige"
     vocab_size: int
     d_model: int
     n_heads: int
@@ -83,6 +83,9 @@ class ModelConfig:
     # own pass's keys at positions t-W+1..t, W = loop_window_size (docs/design.md section 2);
     # 0 for the other families
     loop_window_size: int = 0
+    # Nanbeige: the final norm runs after every loop (the normed state is the next loop's input and
+    # the readout of that depth) unless this is set; then it runs once, in the readout
+    skip_loop_final_norm: bool = False
     name: str = "custom"
 
     def __post_init__(self):
@@ -135,6 +138,12 @@ class ModelConfig:
             self._check_loopcoder(bad)
         elif self.loop_window_size:
             bad("loop_window_size", "only LoopCoder has a local attention window: must be 0")
+        if not isinstance(self.skip_loop_final_norm, bool):
+            bad("skip_loop_final_norm", "must be True or False")
+        if self.family == "nanbeige":
+            self._check_llama_loop(bad, "Nanbeige")
+        elif self.skip_loop_final_norm:
+            bad("skip_loop_final_norm", "only Nanbeige has the flag: must be False")
         if self.family == "ouro":
             if self.n_prelude or self.n_coda:
                 bad("n_prelude" if self.n_prelude else "n_coda", "Ouro loops the whole stack: must be 0")
@@ -160,17 +169,21 @@ class ModelConfig:
             bad("loop_window_size", "LoopCoder's local attention window must be an integer >= 1")
         if self.loop_window_size > self.max_seq_len:
             bad("loop_window_size", f"must be <= max_seq_len={self.max_seq_len}")
+        self._check_llama_loop(bad, "LoopCoder")
+
+    def _check_llama_loop(self, bad, who: str) -> None:
+        """LoopCoder and Nanbeige loop a whole Llama stack (docs/checkpoints.md)."""
         fixed = (
-            ("block", "prenorm", "LoopCoder's layers are Llama pre-norm blocks"),
-            ("rope", "half", "LoopCoder uses rotate-half RoPE"),
-            ("n_prelude", 0, "LoopCoder loops the whole stack"),
-            ("n_coda", 0, "LoopCoder loops the whole stack"),
-            ("qk_bias", False, "LoopCoder's attention has no biases"),
-            ("qk_norm", False, "LoopCoder has no q/k norms"),
-            ("ln_f_before_coda", False, "LoopCoder has no coda"),
+            ("block", "prenorm", f"{who}'s layers are Llama pre-norm blocks"),
+            ("rope", "half", f"{who} uses rotate-half RoPE"),
+            ("n_prelude", 0, f"{who} loops the whole stack"),
+            ("n_coda", 0, f"{who} loops the whole stack"),
+            ("qk_bias", False, f"{who}'s attention has no biases"),
+            ("qk_norm", False, f"{who} has no q/k norms"),
+            ("ln_f_before_coda", False, f"{who} has no coda"),
             ("early_exit_gate", False, "only Ouro has an early-exit gate"),
-            ("embed_scale", 1.0, "LoopCoder does not scale its embeddings"),
-            ("init_state", "zeros", "LoopCoder's h(0) is the embedding (the field is unused)"),
+            ("embed_scale", 1.0, f"{who} does not scale its embeddings"),
+            ("init_state", "zeros", f"{who}'s h(0) is the embedding (the field is unused)"),
         )
         for name, want, why in fixed:
             if getattr(self, name) != want:
@@ -224,6 +237,7 @@ ARCHITECTURES: dict[str, dict] = {
     "llama": {"family": "raven", "block": "prenorm", "rope": "half"},
     "olmo": {"family": "raven", "block": "postnorm", "rope": "half", "qk_norm": True},
     "loopcoder": {"family": "loopcoder", "block": "prenorm", "rope": "half"},
+    "nanbeige": {"family": "nanbeige", "block": "prenorm", "rope": "half"},
 }
 # The tiny test models' sizes (vocab 13, width 32: gemma-style); a Raven one adds one prelude
 # and one coda block around its core.
@@ -283,6 +297,26 @@ PRESETS: dict[str, ModelConfig] = {
                 "norm_eps": 1e-5,
             },
         ),
+        # Nanbeige4.2 in miniature: byte-level vocabulary, two loops (the 3B's num_loops, the only
+        # count mlx-lm 0.32.2 runs), heads wider than the model (4 x 32 > 64: the 3B's q/o
+        # projections are 3072 <-> 48 x 128 too) and the 3B's RoPE base
+        _preset(
+            "tiny-nanbeige",
+            "nanbeige",
+            {
+                "vocab_size": 256,
+                "d_model": 64,
+                "n_heads": 4,
+                "n_kv_heads": 2,
+                "head_dim": 32,
+                "intermediate_size": 128,
+                "n_core": 2,
+                "recurrence": 2,
+                "max_seq_len": TINY_SIZES["max_seq_len"],
+                "rope_theta": 7e7,
+                "norm_eps": 1e-5,
+            },
+        ),
         # Published shapes (docs/checkpoints.md), for `inspect` and sizing; weights load from a folder.
         _preset(
             "ouro-1.4b",
@@ -322,10 +356,11 @@ PRESETS: dict[str, ModelConfig] = {
     )
 }
 # The tiny presets of the Ouro and Raven families: what the tests sweep and proofs/run/plan.py's FULL plan
-# checks greedily. tiny-loopcoder stands apart so that adding the family left the plans as they were;
-# a plan that sweeps it names it (proofs/run/plan.py, proofs/run/run.py).
+# checks greedily. tiny-loopcoder and tiny-nanbeige stand apart so that adding their families left the
+# plans as they were; a plan that sweeps them names them (proofs/run/plan.py, proofs/run/run.py).
 TINY_LOOPCODER = "tiny-loopcoder"
-TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-") and n != TINY_LOOPCODER)
+TINY_NANBEIGE = "tiny-nanbeige"
+TINY_PRESETS = tuple(n for n in PRESETS if n.startswith("tiny-") and n not in (TINY_LOOPCODER, TINY_NANBEIGE))
 
 
 def get_preset(name: str) -> ModelConfig:

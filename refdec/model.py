@@ -1,10 +1,13 @@
 """LoopedLM: prelude P, a shared block B applied r times, readout C (docs/design.md section 2).
 
     e      = P(tokens)                        embeddings (* embed_scale), then prelude blocks
-    h(0)   = init_state(e, positions)         Ouro, LoopCoder: e itself; Raven: zeros or f(seed, position)
-    h(r)   = B(inject(h(r-1), e))             Raven: adapter(cat[h, e]); Ouro, LoopCoder: no injection
-    p_r(t) = C(h(r)[<= t])[t]                 Ouro: head(h); Raven: [ln_f], coda, ln_f, head;
-                                              LoopCoder: head(ln_f(h))
+    h(0)   = init_state(e, positions)         Ouro, LoopCoder, Nanbeige: e itself; Raven: zeros or
+                                              f(seed, position)
+    h(r)   = B(inject(h(r-1), e))             Raven: adapter(cat[h, e]); the others: no injection;
+                                              Ouro, Nanbeige: B ends in the final norm
+    p_r(t) = C(h(r)[<= t])[t]                 Ouro, Nanbeige: head(h); Raven: [ln_f], coda, ln_f, head;
+                                              LoopCoder, Nanbeige with skip_loop_final_norm:
+                                              head(ln_f(h))
 
 Depth r means every position ran r recurrences: depth-r rows attend only to depth-r keys of
 earlier rows, and the coda of the depth-r readout sees depth-r states only. LoopCoder's pass
@@ -101,7 +104,7 @@ class Net:
     adapter: torch.Tensor | None  # (d, 2d): Raven's injection, adapter(cat[h, e])
     core: tuple[BlockWeights, ...]
     coda: tuple[BlockWeights, ...]
-    norm: torch.Tensor  # (d,): Ouro's per-loop final norm; Raven's and LoopCoder's ln_f
+    norm: torch.Tensor  # (d,): Ouro's and Nanbeige's per-loop final norm; Raven's and LoopCoder's ln_f
     head: torch.Tensor  # (V, d): lm_head, or the tied embedding
     gates: tuple[GateWeights, ...] = ()  # LoopCoder: one per core layer, shared by passes >= 2
 
@@ -115,7 +118,7 @@ class Net:
     def initial_state(self, e: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """h(0) for rows at absolute `positions` (T,); e (B, T, d)."""
         cfg = self.cfg
-        if cfg.family in ("ouro", "loopcoder"):
+        if cfg.family in ("ouro", "loopcoder", "nanbeige"):
             return e
         if cfg.init_state == "zeros":
             return torch.zeros_like(e)
@@ -123,8 +126,9 @@ class Net:
         return s.to(e.dtype).unsqueeze(0).expand_as(e).contiguous()
 
     def recur(self, h, e, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
-        """One recurrence: h(r-1) (B, T, d) -> h(r). LoopCoder: pass r's output is pass r+1's
-        input as is (no norm between passes; ln_f once, in the readout)."""
+        """One recurrence: h(r-1) (B, T, d) -> h(r). LoopCoder (and Nanbeige with
+        skip_loop_final_norm): pass r's output is pass r+1's input as is (no norm between passes;
+        ln_f once, in the readout)."""
         cfg = self.cfg
         if cfg.family == "loopcoder" and not isinstance(attend_for, PassAttendFor):
             raise LoopcertError(
@@ -134,14 +138,14 @@ class Net:
         x = F.linear(torch.cat([h, e], dim=-1), self.adapter) if self.adapter is not None else h
         for i, w in enumerate(self.core):
             x = block(x, w, cfg, cos, sin, attend_for(i))
-        if cfg.family == "ouro":  # the normed state is both readout and next input
+        if norms_each_loop(cfg):  # the normed state is both readout and next input
             x = rms_norm(x, self.norm, cfg.norm_eps)
         return x
 
     def readout(self, h, cos, sin, attend_for: AttendFor = _causal) -> torch.Tensor:
         """Depth-r states (B, T, d) -> logits (B, T, V)."""
         cfg = self.cfg
-        if cfg.family == "ouro":
+        if norms_each_loop(cfg):
             return h @ self.head.t()
         x = rms_norm(h, self.norm, cfg.norm_eps) if cfg.ln_f_before_coda else h
         for i, w in enumerate(self.coda):
@@ -240,7 +244,8 @@ class LoopedLM(nn.Module):
 
         Linear weights ~ N(0, 1/fan_in) keep activations O(1) across many loops; norm weights
         are 1 + N(0, 0.1) and biases N(0, 0.1), so a mis-mapped norm or bias changes logits
-        (the checkpoint tests rely on every tensor mattering).
+        (the checkpoint tests rely on every tensor mattering). Nanbeige then gets a trained LM's
+        scales (`_trained_scales`).
         """
         g = torch.Generator().manual_seed(seed)
         for name, p in sorted(self.named_parameters()):
@@ -254,7 +259,32 @@ class LoopedLM(nn.Module):
             else:
                 v = z / math.sqrt(p.shape[1])
             p.copy_(v.to(p.dtype))
+        if self.cfg.family == "nanbeige":
+            self._trained_scales()
         return self
+
+    # Nanbeige's random weights get the activation scales of a trained LM (the family's engines run
+    # tiny-nanbeige: llama.cpp, mlx-lm). Each layer's residual update is ~RESIDUAL_UPDATE of the
+    # residual stream it is added to (N(0, 1/fan_in) gives ~1: every layer, and every loop, would
+    # rewrite the state), and the head's logits have std ~HEAD_GAIN (a random head's ~1 gives laws
+    # near uniform, top-1 mass 0.05 over 256 tokens). Measured on tiny-nanbeige seed 0, 50 positions:
+    # top-1 mass 0.41 / 0.44 at depth 1 / 2, depth-1 greedy agreement 0.70, TV(p1, p2) 0.21
+    # (without: 0.05 / 0.05, 0.24, 0.26); so drafts from fewer loops are accepted about as often as
+    # a trained looped model's, and ties are as rare.
+    RESIDUAL_UPDATE, HEAD_GAIN = 0.2, 3.0
+
+    def _trained_scales(self) -> None:
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.o_proj.weight", "mlp.down_proj.weight")):
+                p.mul_(self.RESIDUAL_UPDATE)
+        if self.lm_head is not None:
+            self.lm_head.weight.mul_(self.HEAD_GAIN)
+
+
+def norms_each_loop(cfg: ModelConfig) -> bool:
+    """Ouro, and Nanbeige unless skip_loop_final_norm: the final norm ends every loop (its output
+    is the next loop's input and the readout state); the others norm once, in the readout."""
+    return cfg.family == "ouro" or (cfg.family == "nanbeige" and not cfg.skip_loop_final_norm)
 
 
 def check_depth(r) -> int:

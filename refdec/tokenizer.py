@@ -74,3 +74,68 @@ def load_tokenizer(folder) -> Tokenizer | None:
     """The folder's tokenizer, or None when it has no tokenizer.json."""
     path = Path(folder) / FILE
     return Tokenizer(path) if path.is_file() else None
+
+
+def byte_symbols() -> list[str]:
+    """The printable character that stands for each byte 0..255 in a byte-level BPE vocabulary
+    (GPT-2's convention, which `tokenizers`' ByteLevel and llama.cpp's "gpt2" vocabularies use):
+    printable Latin-1 bytes stand for themselves, the others for chr(256 + n) in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    kept = set(keep)
+    out, n = [], 0
+    for b in range(256):
+        if b in kept:
+            out.append(chr(b))
+        else:
+            out.append(chr(256 + n))
+            n += 1
+    return out
+
+
+def byte_level_json(vocab_size: int) -> dict:
+    """A tokenizer.json whose id b < 256 is byte b (as refdec.tokenizer.byte_encode reads text)
+    and whose ids 256.. are special tokens <|extra_i|>: a byte-level BPE without merges, what a
+    model written with a byte-level vocabulary (tiny-nanbeige, tiny-loopcoder) carries so that
+    tools that need a tokenizer in the folder (converters to GGUF, mlx-lm's loader) find one."""
+    if vocab_size < 256:
+        raise LoopcertError(f"a byte-level tokenizer needs vocab_size >= 256, got {vocab_size}")
+    vocab = {s: i for i, s in enumerate(byte_symbols())}
+    added = [
+        {
+            "id": i,
+            "content": f"<|extra_{i - 256}|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i in range(256, vocab_size)
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "use_regex": True,
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab | {a["content"]: a["id"] for a in added},
+            "merges": [],
+        },
+    }

@@ -52,7 +52,8 @@ def add_arguments(p) -> None:
         metavar="MODULE:FACTORY",
         help="certify factory(model) instead of fastdec's strategy grid; or a server: "
         "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible); or Apple's mlx-lm "
-        "in process: mlx-lm[:draft=DIR|self,num_draft=N] (docs/decoders.md)",
+        "in process: mlx-lm[:draft=DIR|self,num_draft=N]; or llama.cpp in process: "
+        "llama.cpp[:draft=DIR|draft_loops=N|ngram=KIND,num_draft=N,kv=f16|f32|bf16] (docs/decoders.md)",
     )
     p.add_argument(
         "--relative-to",

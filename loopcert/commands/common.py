@@ -290,10 +290,15 @@ def http_command_parts(args) -> list[str]:
 
 def http_decoder_stamp(args, decoder: str) -> str:
     """The stamp's decoder: the spec, for an HTTP decoder the server and dialect it spoke, for
-    mlx-lm the versions decoded with."""
+    mlx-lm and llama.cpp the versions decoded with."""
     from proofs.decoders.http_decoder import built, is_http_spec
+    from proofs.decoders.llamacpp_spec import is_llamacpp_spec
     from proofs.decoders.mlx_spec import is_mlx_spec
 
+    if is_llamacpp_spec(args.decoder):
+        from proofs.decoders.llamacpp_decoder import llamacpp_versions
+
+        return f"{decoder} ({llamacpp_versions()})"
     if is_mlx_spec(args.decoder):
         from proofs.decoders.mlx_decoder import mlx_versions
 

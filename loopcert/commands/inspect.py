@@ -59,6 +59,9 @@ def run(args) -> int:
     if info["family"] == "loopcoder":
         w = loop_window(args.model, info)
         rows.insert(4, ("loop window", f"{w} (pass >= 2: own keys at t-{w - 1}..t, pass 1's at <= t)"))
+    if info["family"] == "nanbeige":
+        once = "once, before the head" if info["skip_loop_final_norm"] else "after every loop"
+        rows.insert(4, ("loop final norm", f"{once} (skip_loop_final_norm {info['skip_loop_final_norm']})"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

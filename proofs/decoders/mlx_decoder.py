@@ -10,10 +10,11 @@ Which folder mlx-lm loads (`mlx_lm.utils.load_model`, no tokenizer): the publish
 folder refdec loaded the model from (refdec.load marks it `source_folder`); a model with no such
 folder (a tiny preset, a loopcert-format folder) is written once per process to a temporary folder
 in the published layout, float32, by refdec's writer, so `loopcert certify tiny-loopcoder
---decoder mlx-lm` certifies mlx-lm on the preset's weights. mlx-lm 0.32.2 implements one of
-loopcert's looped families, LoopCoder (model_type iquestloopcoder) with loop_num 2: any other
-model is declined (NotApplicable: "not applicable" on a tiny preset, a failure on the certified
-model).
+--decoder mlx-lm` certifies mlx-lm on the preset's weights. mlx-lm 0.32.2 implements two of
+loopcert's looped families, LoopCoder (model_type iquestloopcoder) with loop_num 2 and Nanbeige
+(model_type nanbeige, mlx_lm/models/nanbeige.py: num_loops loops, or len(loop_loss_weights) + 1
+when that list is not empty, which refdec holds to the same count): any other model is declined
+(NotApplicable: "not applicable" on a tiny preset, a failure on the certified model).
 
 The laws mlx-lm samples from. The sampler filters the temperature-1 log-probabilities (top-p,
 then top-k) and divides by the temperature after: `sampler_order = "filters-first"`, which
@@ -46,7 +47,8 @@ from refdec.load import model_fingerprint
 from refdec.sampling import FILTERS_FIRST, SamplingParams
 
 EXTRA = "pip install 'loopcert[mlx]'  (mlx[cpu] and mlx-lm; tox -e mlx pins them: constraints-mlx.txt)"
-LOOPCODER = "iquestloopcoder"  # the model_type of the one looped family mlx-lm implements
+LOOPCODER = "iquestloopcoder"  # the model_types of the looped families mlx-lm implements, by family
+MODEL_TYPES = {"loopcoder": LOOPCODER, "nanbeige": "nanbeige"}
 
 
 def import_mlx():
@@ -96,15 +98,15 @@ _LOCK = threading.Lock()  # mlx's random state is global: one sequence at a time
 
 
 def folder_of(model) -> Path:
-    """The published LoopCoder folder mlx-lm loads for `model` (module docstring)."""
+    """The published LoopCoder or Nanbeige folder mlx-lm loads for `model` (module docstring)."""
     family = model.cfg.family
-    if family != "loopcoder":
+    if family not in MODEL_TYPES:
         raise NotApplicable(
-            f"mlx-lm implements LoopCoder ({LOOPCODER}) of loopcert's looped families; "
-            f"{model.cfg.name} is {family}"
+            f"mlx-lm implements LoopCoder ({LOOPCODER}) and Nanbeige (nanbeige) of loopcert's looped "
+            f"families; {model.cfg.name} is {family}"
         )
     src = getattr(model, "source_folder", None)
-    if src is not None and read_config(Path(src)).get("model_type") == LOOPCODER:
+    if src is not None and read_config(Path(src)).get("model_type") == MODEL_TYPES[family]:
         return Path(src)
     key = model_fingerprint(model)
     if key not in _WRITTEN:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from proofs.checks.distribution import Target
 from proofs.speed.report import PLANS as BENCH_PLANS
 from proofs.speed.timing import Workload
-from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
+from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS, get_preset
 from refdec.sampling import SamplingParams
 
 CaseSpec = tuple[str, SamplingParams, int]  # (name, params, n tokens)
@@ -123,7 +123,7 @@ def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]
 def sampling_preset(plan: CertifyPlan, model_name: str, family: str) -> str | None:
     """The tiny preset a plan also samples beside the certified model (the FULL plan: its family's,
     as extra evidence), or None (the QUICK plan, or a tiny preset certified)."""
-    tinies = TINY_PRESETS + (TINY_LOOPCODER,)  # every family's: LoopCoder's stands apart there
+    tinies = TINY_PRESETS + (TINY_LOOPCODER, TINY_NANBEIGE)  # every family's: those two stand apart there
     if not plan.sampling_presets or model_name in tinies:
         return None
     return next(t for t in tinies if get_preset(t).family == family)

@@ -6,7 +6,7 @@ import torch
 import refdec
 from fastdec import Decoder
 from refdec.checkpoints import default_layout, write_published
-from refdec.config import TINY_LOOPCODER, TINY_PRESETS
+from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS
 from refdec.sampling import SamplingParams
 
 SETTINGS = [
@@ -17,7 +17,7 @@ SETTINGS = [
 ]
 
 
-@pytest.fixture(scope="module", params=TINY_PRESETS + (TINY_LOOPCODER,))
+@pytest.fixture(scope="module", params=TINY_PRESETS + (TINY_LOOPCODER, TINY_NANBEIGE))
 def published(request, tmp_path_factory):
     """A tiny model written in its published layout and read back (float64)."""
     model = refdec.load_model(request.param, seed=2)
@@ -29,7 +29,7 @@ def published(request, tmp_path_factory):
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(map(str, s.values())))
 def test_fastdec_equals_refdec_on_a_published_checkpoint(published, settings):
     prompt = [3, 1, 4, 1, 5]
-    depth = max(published.cfg.recurrence, 4)  # LoopCoder's R = 2 holds no d2: its extension to 4 passes
+    depth = max(published.cfg.recurrence, 4)  # LoopCoder's and Nanbeige's R = 2 hold no d2: 4 loops
     want = refdec.generate(published, prompt, 10, depth=depth)
     got = Decoder(published, dtype=torch.float64, depth=depth, **settings).generate(prompt, 10)
     assert got.tokens == want

@@ -5,13 +5,13 @@ import torch
 
 import refdec
 from proofs.decoders.naive_kv import NaiveKVDecoder
-from refdec.config import TINY_LOOPCODER, TINY_PRESETS
+from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS
 from refdec.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 
 
-@pytest.mark.parametrize("name", TINY_PRESETS + (TINY_LOOPCODER,))
+@pytest.mark.parametrize("name", TINY_PRESETS + (TINY_LOOPCODER, TINY_NANBEIGE))
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(1.0, top_k=6, top_p=0.9)])
 def test_matches_refdec_in_float64(name, sampling):
     m = refdec.load_model(name, seed=3, dtype=torch.float64)

@@ -1,0 +1,167 @@
+"""llama.cpp certified in process through xllamacpp (`tox -e llamacpp`; docs/decoders.md, "Certify
+llama.cpp").
+
+One tiny Nanbeige checkpoint (refdec writes it in the published layout: tiny-nanbeige, two loops,
+a trained LM's activation scales), certified with the quick plan exactly as a user would
+(`loopcert certify DIR --quick --decoder SPEC`, a subprocess); llama.cpp runs it from the GGUF the
+decoder converts (f32 weights, its default f16 KV cache):
+
+    plain        llama.cpp                                 must PASS
+    draft loops  llama.cpp:draft_loops=1                   must PASS (self-speculation: the draft is
+                                                           the same weights run one loop)
+    draft near   llama.cpp:draft=DRAFT,num_draft=3         must PASS (the model's weights + 3% noise)
+    ngram        llama.cpp:ngram=simple,num_draft=4        must PASS (prompt lookup)
+    one loop     llama.cpp:config.num_loops=1              the negative control: must FAIL by greedy
+    norm once    llama.cpp:config.skip_loop_final_norm=true  a mis-set flag: must FAIL, by sampling.
+                                                           Greedy sees it diverge, but within the f16
+                                                           KV cache's tie tolerance (the greedy check's
+                                                           float16: 0.05 of the top logit), so those
+                                                           divergences are classified numerical ties;
+                                                           with kv=f32 greedy fails too (measured)
+
+Each speculative row's draft statistics (llama.cpp's own timings.draft_n / draft_n_accepted) are
+read in the engines-table test, to show drafting happened in each mode. Certificates and logs:
+reports/out/llamacpp/<row>/; the rows' verdicts (rows.md) and the engines table (engines.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from llamacpp_models import require_llamacpp
+from nanbeige_models import DRAFT_NOISE, write_nanbeige
+
+pytestmark = pytest.mark.llamacpp
+require_llamacpp()
+
+ROOT = Path(__file__).resolve().parents[3]
+OUT = ROOT / "reports" / "out" / "llamacpp"
+CERTIFY_TIMEOUT_S = 1200
+BUDGET_S = 600  # a cap, not a target: the quick plan takes ~1 min a row here
+JOBS = 2  # the CI machine's cores
+ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
+PASSING = {
+    "plain": "llama.cpp",
+    "draft_loops": "llama.cpp:draft_loops=1",
+    "draft_near": "llama.cpp:draft={draft},num_draft=3",
+    "ngram": "llama.cpp:ngram=simple,num_draft=4",
+}
+FAILING = {  # row -> (spec, the check that must fail)
+    "one_loop": ("llama.cpp:config.num_loops=1", "greedy_float64"),
+    "norm_once": ("llama.cpp:config.skip_loop_final_norm=true", "sampling["),
+}
+TIES_AT_F16 = {"norm_once"}  # rows whose greedy divergences all fall within f16's tie tolerance
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("llamacpp-certify")
+    return write_nanbeige(root / "tiny-nanbeige"), write_nanbeige(root / "draft", noise=DRAFT_NOISE)
+
+
+def certify(folder: Path, spec: str, name: str, budget: float) -> tuple[int, dict]:
+    """`loopcert certify FOLDER --quick --decoder SPEC`: (exit status, certificate)."""
+    out = OUT / name
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "loopcert", "certify", str(folder), "--quick", "--decoder", spec]
+    cmd += ["--jobs", str(JOBS), "--time-budget", str(budget), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT_S)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.log").write_text(done.stdout + done.stderr)
+    path = out / "certificate.json"
+    assert path.exists(), f"no certificate ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    cert = json.loads(path.read_text())
+    ROWS[name] = {"spec": spec, "verdict": cert["verdict"], "failed": cert["failed"], "why": why(cert)}
+    return done.returncode, cert
+
+
+def why(cert: dict) -> str:
+    """The failed checks' evidence, one line: greedy's first divergence, sampling's verdict."""
+    parts = []
+    for c in cert["checks"]:
+        if c["passed"] is not False:
+            continue
+        d = c.get("details") or {}
+        first = next(iter(d.get("divergences") or []), None) if c["name"].startswith("greedy") else None
+        if first:
+            parts.append(
+                f"{c['name']}: prompt of {len(first['prompt'])} tokens, position {first['position']}: "
+                f"refdec {first['reference']}, llama.cpp {first['candidate']}"
+            )
+        elif c["name"].startswith("sampling["):
+            parts.append(f"sampling: rejected {d.get('rejected')}, no power {d.get('no_power')}")
+        else:
+            parts.append(c["name"])
+    return " / ".join(parts) or "—"
+
+
+@pytest.mark.parametrize("name", PASSING)
+def test_llamacpp_passes(folders, name):
+    status, cert = certify(folders[0], PASSING[name].format(draft=folders[1]), name, BUDGET_S)
+    assert status == 0 and cert["verdict"] == "PASS", (cert["failed"], ROWS[name]["why"])
+    sampling = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
+    cases = sampling["details"]["cases"]
+    assert any(k["top_p"] is not None for k in cases), "no top-p case: the sampler chain went unjudged"
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_a_wrong_model_fails(folders, name):
+    """The negative controls: the same weights, one loop or normed once, must FAIL."""
+    spec, check = FAILING[name]
+    status, cert = certify(folders[0], spec, name, BUDGET_S)
+    assert status == 1 and cert["verdict"] == "FAIL"
+    assert any(n.startswith(check) for n in cert["failed"]), cert["failed"]
+    if name in TIES_AT_F16:
+        greedy = next(c for c in cert["checks"] if c["name"] == "greedy_float64")
+        seen = {d["classified"] for d in greedy["details"]["divergences"]}
+        assert seen == {"numerical tie"}, greedy["details"]["divergences"]
+
+
+def test_rows_and_engines_table(folders):
+    """rows.md (each row's verdict and evidence), then the engines table: fastdec beside llama.cpp
+    plain and speculative at batch 1, with each speculative mode's draft statistics as llama.cpp
+    reports them (drafts proposed, some accepted and some not, or the speculative rows prove less
+    than they say)."""
+    import refdec
+    from proofs.decoders.llamacpp_decoder import decoder_for, llamacpp_versions
+    from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
+    from refdec.sampling import SamplingParams
+
+    assert set(ROWS) == set(PASSING) | set(FAILING), "the certify tests above run first"
+    lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]
+    for name, r in ROWS.items():
+        spec = r["spec"].replace(str(folders[1]), "DRAFT")
+        lines.append(f"| {name} | `{spec}` | {r['verdict']} | {', '.join(r['failed']) or '—'} | {r['why']} |")
+    (OUT / "rows.md").write_text("\n".join(lines) + "\n")
+
+    model = refdec.load_model(str(folders[0]))
+    V = model.cfg.vocab_size
+    rows = fastdec_greedy_rates(model)
+    drafted = {}
+    for name, spec in PASSING.items():
+        dec = decoder_for(spec.format(draft=folders[1]), model)
+        rows[f"llama.cpp {name}"] = decoder_greedy_rates(dec, V)
+        if dec.spec.speculative:
+            greedy = (dec.stats.proposed, dec.stats.accepted)
+            dec.stats = type(dec.stats)()
+            for s in range(20):
+                dec.generate(list(range(16)) * 2, 12, SamplingParams(0.7, top_k=4), s)
+            drafted[name] = (greedy, (dec.stats.proposed, dec.stats.accepted))
+    notes = (
+        " llama.cpp's draft statistics (accepted / proposed; greedy on the table's prompts, then"
+        " T=0.7 top-k=4 on a repeated 16-token prompt, 20 seeds): "
+        + "; ".join(f"{k}: {g[1]}/{g[0]}, {s[1]}/{s[0]}" for k, (g, s) in drafted.items())
+    )
+    engines = f"llama.cpp {llamacpp_versions()} (f32 weights, f16 KV cache, 1 thread, in process)"
+    (OUT / "engines.md").write_text(engines_table(rows, str(folders[0]), engines, notes))
+    for name, ((proposed, accepted), _) in drafted.items():
+        assert proposed > 0 and 0 < accepted < proposed, (name, proposed, accepted)
+    for name, rates in rows.items():
+        assert all(r > 0 for r in rates.values()), (name, rates)
