@@ -38,7 +38,7 @@ from safetensors import SafetensorError, safe_open  # noqa: F401
 from safetensors.torch import save_file
 from torch import nn  # noqa: F401
 
-from refdec import iquest_config
+from refdec import iquest_config, ouro_code
 from refdec.checkpoint_config import (  # noqa: F401
     BLOCK_OF_LAYOUT,
     LAYOUT_OF_BLOCK,
@@ -217,6 +217,8 @@ def write_published(
         write_atomic(folder / INDEX, lambda p: Path(p).write_text(json.dumps(index, indent=2) + "\n"))
     if layout == LOOPCODER:  # the AutoConfig class config.json's auto_map names (vLLM --trust-remote-code)
         write_atomic(folder / iquest_config.FILE, lambda p: Path(p).write_text(iquest_config.SOURCE))
+    if layout == "ouro":  # the modeling code auto_map names (optimum-intel's OpenVINO export)
+        write_atomic(folder / ouro_code.FILE, lambda p: Path(p).write_text(ouro_code.source()))
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
     return folder
 
