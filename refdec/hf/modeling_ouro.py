@@ -278,7 +278,8 @@ class OuroModel(OuroPreTrainedModel):
             for i, layer in enumerate(self.layers):
                 h = layer(h, cos, sin, mask, past_key_values, step * n + i, cache_position)
             h = self.norm(h)  # the normed state is both the readout and the next step's input
-        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=past_key_values if use_cache else None)
+        cache = past_key_values if use_cache else None
+        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=cache)
 
 
 class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
