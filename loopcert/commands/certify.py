@@ -46,7 +46,9 @@ def add_arguments(p) -> None:
         metavar="MODULE:FACTORY",
         help="certify factory(model) instead of fastdec's strategy grid; or a server: "
         "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible); or Apple's mlx-lm "
-        "in process: mlx-lm[:draft=DIR|self,num_draft=N] (docs/decoders.md)",
+        "in process: mlx-lm[:draft=DIR|self,num_draft=N]; or OpenVINO GenAI in process: "
+        "openvino[:backend=pa|sdpa,spec=plain|prompt_lookup,draft=DIR|self,precision=f32|bf16|default] "
+        "(docs/decoders.md)",
     )
     p.add_argument(
         "--relative-to",
