@@ -93,9 +93,11 @@ def why(cert: dict) -> str:
         elif c["name"].startswith("sampling["):
             cases = d.get("cases") or []
             bad = [
-                f"{k['case']}: {k['impossible']} of {k['samples']} samples impossible"
+                f"{k['case']}: {first_line(k['error'])}"
+                if k.get("error")
+                else f"{k['case']}: {k['impossible']} of {k['samples']} samples impossible"
                 for k in cases
-                if k.get("impossible")
+                if k.get("impossible") or k.get("error")
             ]
             note = (c.get("notes") or "")[:300]
             parts.append(
@@ -106,6 +108,10 @@ def why(cert: dict) -> str:
         else:
             parts.append(f"{c['name']}: {(c.get('notes') or '')[:200]}")
     return " / ".join(parts) or "—"
+
+
+def first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def test_paged_attention_plain_passes(folders):
@@ -130,6 +136,7 @@ def test_draft_model_speculation_fails(folders):
     assert status == 1 and cert["verdict"] == "FAIL", ROWS["draft_near"]
     ok = {name: c["passed"] for name, c in checks(cert).items()}
     assert ok["greedy_float64"] and ok["greedy_float32"], ROWS["draft_near"]["why"]
+    assert "content_length <= prompt_ids.size()" in ROWS["draft_near"]["why"], ROWS["draft_near"]["why"]
 
 
 def test_bf16_default_precision_is_a_configuration_finding(folders):
