@@ -12,7 +12,7 @@ import json
 import math
 import re
 
-from refdec import iquest_config
+from refdec import iquest_config, ouro_code
 from refdec.config import ARCHITECTURES, ModelConfig, RopeScaling
 from refdec.errors import LoopcertError
 from refdec.validate import check_int, is_int, is_number
@@ -422,6 +422,7 @@ def published_config(cfg: ModelConfig, layout: str) -> dict:
         return {
             "architectures": ["OuroForCausalLM"],
             "model_type": "ouro",
+            "auto_map": dict(ouro_code.AUTO_MAP),
             "hidden_size": cfg.d_model,
             "num_hidden_layers": cfg.n_core,
             "num_attention_heads": cfg.n_heads,

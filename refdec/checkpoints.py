@@ -40,7 +40,7 @@ from safetensors import SafetensorError, safe_open  # noqa: F401
 from safetensors.torch import save_file
 from torch import nn  # noqa: F401
 
-from refdec import iquest_config
+from refdec import iquest_config, ouro_code
 from refdec.checkpoint_config import (  # noqa: F401
     BLOCK_OF_LAYOUT,
     LAYOUT_OF_BLOCK,
@@ -225,6 +225,8 @@ def write_published(
         write_atomic(folder / iquest_config.FILE, lambda p: Path(p).write_text(iquest_config.SOURCE))
     if layout == NANBEIGE:  # a tokenizer, so that converters to GGUF (which need one) take the folder
         write_tokenizer(model, folder)
+    if layout == "ouro":  # the modeling code auto_map names (optimum-intel's OpenVINO export)
+        write_atomic(folder / ouro_code.FILE, lambda p: Path(p).write_text(ouro_code.source()))
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(json.dumps(raw, indent=2) + "\n"))
     return folder
 

@@ -53,7 +53,10 @@ def add_arguments(p) -> None:
         help="certify factory(model) instead of fastdec's strategy grid; or a server: "
         "http://HOST:PORT/v1 (loopcert serve, vLLM, SGLang, OpenAI-compatible); or Apple's mlx-lm "
         "in process: mlx-lm[:draft=DIR|self,num_draft=N]; or llama.cpp in process: "
-        "llama.cpp[:draft=DIR|draft_loops=N|ngram=KIND,num_draft=N,kv=f16|f32|bf16] (docs/decoders.md)",
+        "llama.cpp[:draft=DIR|draft_loops=N|ngram=KIND,num_draft=N,kv=f16|f32|bf16]; "
+        "or OpenVINO GenAI in process: "
+        "openvino[:backend=pa|sdpa,spec=plain|prompt_lookup,draft=DIR|self,precision=f32|bf16|default] "
+        "(docs/decoders.md)",
     )
     p.add_argument(
         "--relative-to",

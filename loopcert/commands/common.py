@@ -303,6 +303,12 @@ def http_decoder_stamp(args, decoder: str) -> str:
         from proofs.decoders.mlx_decoder import mlx_versions
 
         return f"{decoder} ({mlx_versions()})"
+    from proofs.decoders.openvino_spec import is_openvino_spec
+
+    if is_openvino_spec(args.decoder):
+        from proofs.decoders.openvino_decoder import openvino_stamp
+
+        return f"{decoder} ({openvino_stamp(args.decoder)})"
     dec = built(args.decoder) if is_http_spec(args.decoder) else None
     return decoder if dec is None else f"{decoder} ({dec.description})"
 

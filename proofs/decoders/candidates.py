@@ -105,11 +105,13 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
     """The one place a --decoder (or --relative-to) spec becomes decoders: module:factory;
     http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with connect=False the server is reached
     only when a decoder is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py);
-    llama.cpp[:KEY=VALUE,...] (proofs/decoders/llamacpp_spec.py). A bad spec is a LoopcertError
+    llama.cpp[:KEY=VALUE,...] (proofs/decoders/llamacpp_spec.py); openvino[:KEY=VALUE,...]
+    (proofs/decoders/openvino_spec.py). A bad spec is a LoopcertError
     naming it, before any check."""
     from proofs.decoders.http_decoder import HTTPDecoder, http_factory, is_http_spec
     from proofs.decoders.llamacpp_spec import is_llamacpp_spec
     from proofs.decoders.mlx_spec import is_mlx_spec
+    from proofs.decoders.openvino_spec import is_openvino_spec, parse_openvino_spec
 
     if is_http_spec(spec):
         return Candidate(
@@ -133,6 +135,15 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
             llamacpp_factory(spec),
             {"decoder": spec},
             sampler_order=declared_sampler_order(LlamaCppDecoder),
+        )
+    if is_openvino_spec(spec):
+        from proofs.decoders.openvino_decoder import OpenVINODecoder, openvino_factory
+
+        return Candidate(
+            spec,
+            openvino_factory(spec),
+            parse_openvino_spec(spec).settings(),
+            sampler_order=declared_sampler_order(OpenVINODecoder),
         )
     factory = load_factory(spec)
 
