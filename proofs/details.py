@@ -42,14 +42,16 @@ class GreedyRun(Record):
 
 @dataclass(frozen=True)
 class Divergence(Record):
-    """The first position where a run's tokens leave refdec's, classified by refdec's logits there."""
+    """A position where a run's token is not refdec's argmax given the run's own prefix (one
+    teacher-forced pass, proofs/checks/greedy.py), classified by refdec's logits there: every
+    numerical tie, and the first real bug."""
 
     model: str
     setting: str
     prompt: tuple[int, ...]
     dtype: str
     position: int
-    reference: int | None  # refdec's token (None: the reference ended first)
+    reference: int | None  # refdec's token there (None: not judged, the decoder raised)
     candidate: int | None  # the candidate's (None: it returned too few tokens, or raised)
     top2_margin: float | None  # refdec's max logit minus its runner-up; None: not judged by logits
     candidate_gap: float | None  # refdec's max logit minus the candidate token's
