@@ -42,6 +42,7 @@ class Boundary:
     position: int  # tokens held at which the state changes (0-based: the first position past it)
     source: str  # one of MODEL, DECODER, SERVER, SPECULATION, LADDER
     what: str  # what changes there, for the coverage table ("loop_window_size 64 wraps")
+    window: bool = False  # a window that wraps: generation must run past two of the largest
 
     @property
     def declared(self) -> bool:
@@ -115,13 +116,14 @@ def model_boundaries(cfg: ModelConfig, raw: Mapping | None = None) -> list[Bound
     max_position_embeddings)."""
     out = []
     if cfg.loop_window_size:
-        out.append(Boundary(cfg.loop_window_size, MODEL, f"loop_window_size {cfg.loop_window_size} wraps"))
+        w = cfg.loop_window_size
+        out.append(Boundary(w, MODEL, f"loop_window_size {w} wraps", window=True))
     if cfg.rope_scaling is not None:
         o = cfg.rope_scaling.original_max_position_embeddings
         out.append(Boundary(o, MODEL, f"original_max_position_embeddings {o} (RoPE scaling) passed"))
     for key in WINDOW_KEYS:
         for w in _ints((raw or {}).get(key)):
-            out.append(Boundary(w, MODEL, f"{key} {w} wraps"))
+            out.append(Boundary(w, MODEL, f"{key} {w} wraps", window=True))
     for key in LENGTH_KEYS[:2]:
         for n in _ints((raw or {}).get(key)):
             if n < cfg.max_seq_len:
@@ -159,7 +161,8 @@ def collect(
     found = model_boundaries(model_cfg, raw_config) + ladder(horizon)
     decoders = decoder if isinstance(decoder, (list, tuple)) else ([] if decoder is None else [decoder])
     for d in decoders:
-        found += [Boundary(p, DECODER, w) for p, w in declared_pairs(d)]
+        # a declaration naming a window (mlx-lm's rotating cache) counts as one
+        found += [Boundary(p, DECODER, w, window="window" in w) for p, w in declared_pairs(d)]
         for k in speculation_widths(d):
             found.append(Boundary(k + 1, SPECULATION, f"a prompt of {k + 1} tokens (speculation width {k})"))
     found += [Boundary(int(p), SERVER, f"server block/chunk {int(p)}") for p in server]
@@ -174,3 +177,21 @@ def within(boundaries: Iterable[Boundary], horizon: int) -> list[Boundary]:
 
 def positions(boundaries: Iterable[Boundary]) -> list[int]:
     return sorted({b.position for b in boundaries})
+
+
+def largest_window(boundaries: Iterable[Boundary]) -> int:
+    """The largest window declared (0: none)."""
+    return max((b.position for b in boundaries if b.window), default=0)
+
+
+def near(position: int, boundaries: Iterable[Boundary]) -> str:
+    """An absolute position relative to the nearest declared boundary at or below it (else any):
+    "loop_window_size 64 wraps + 2" (position 66)."""
+    bs = list(boundaries)
+    below = [b for b in bs if b.position <= position and b.declared] or [
+        b for b in bs if b.position <= position
+    ]
+    if not below:
+        return f"position {position}"
+    b = max(below, key=lambda b: (b.position, b.declared))
+    return f"{b.what} (position {b.position}) + {position - b.position}"

@@ -122,14 +122,14 @@ def judge(
     t = len(valid)
     if t < min(n, len(got)):  # a token outside the vocabulary
         why = "token id outside the vocabulary"
-        out.append(_unjudged(t, None, got[t], why))
+        out.append(unjudged(t, None, got[t], why))
     elif len(got) != n:
         why = f"returned {len(got)} tokens, expected {n}"
-        out.append(_unjudged(min(n, len(got)), after, got[n] if len(got) > n else None, why))
+        out.append(unjudged(min(n, len(got)), after, got[n] if len(got) > n else None, why))
     return out
 
 
-def _unjudged(position: int, reference: int | None, candidate: int | None, why: str) -> dict:
+def unjudged(position: int, reference: int | None, candidate: int | None, why: str) -> dict:
     return {
         "position": position,
         "reference": reference,
@@ -179,7 +179,7 @@ def check_greedy(
             try:
                 got = run_generate(decoder, prompt, n_tokens, GREEDY, 0)
             except Exception as e:  # noqa: BLE001 - a decoder failure is a finding
-                found = [_unjudged(0, None, None, f"{type(e).__name__}: {e}")]
+                found = [unjudged(0, None, None, f"{type(e).__name__}: {e}")]
             else:
                 found = judge(oracle, prompt, got, n_tokens, tol, refs)
             agree += not found
