@@ -88,9 +88,11 @@ def check_depth(
     horizon: int,
     progress: Progress | None = None,
     cache: dict | None = None,
+    until_bug: bool = False,
 ) -> CheckResult:
     """runs: (setting label, decoder or its factory's error, the dtype it was handed); prompt_of:
-    a prompt of the given length. measured = real bugs + runs without a decoder, bound 0."""
+    a prompt of the given length. measured = real bugs + runs without a decoder, bound 0.
+    `until_bug`: a run stops at its first real bug (the mutation check: one kill is enough)."""
     cache = {} if cache is None else cache
     rows, divergences, failed = [], [], 0
     for setting, decoder, dtype in runs:
@@ -111,6 +113,7 @@ def check_depth(
                 found = judge(oracle, prompt, got, pl.tokens, tol, cache)
                 tokens += min(len(got), pl.tokens)
             agree += not found
+            stop = until_bug and any(d["classified"] == "real bug" for d in found)
             for d in found:
                 pos = pl.prompt_len + d["position"]
                 divergences.append(
@@ -128,6 +131,8 @@ def check_depth(
                         d.get("why"),
                     )
                 )
+            if stop:
+                break
         rows.append(DepthRun(setting, dtype_name(dtype), len(places), agree, tokens))
         if progress:
             progress(f"  {name} {model_label} / {setting}: {agree}/{len(places)} placements equal")

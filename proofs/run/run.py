@@ -549,6 +549,7 @@ class CertifyRun:
             progress=self.say,
             blackbox_samples=self.plan.blackbox_mutant_samples,
             require_all=self.plan.mode == "full",
+            depth=(self.plan.depth_context, self.plan.depth_cap),
         )
 
     def mutant_unit(self, mt: mutant_lib.Mutant) -> dict:
