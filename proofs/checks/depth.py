@@ -4,11 +4,11 @@ docs/certify.md#boundaries).
 Greedy at depth: for every boundary within the plan's horizon (proofs/boundaries.py), a prompt
 whose prefill ends just before it so that generation crosses it, a prompt longer than it (a
 prefill that crosses it; declared boundaries), a prompt of exactly k + 1 tokens for each
-speculation width k, and one long continuation from a short prompt to the horizon (past two of
-the largest window: the wrap after the wrap). Each run's tokens are judged by one teacher-forced
-float64 pass (proofs/checks/greedy.py judge): every token must be refdec's argmax given the run's
-own prefix, or a numerical tie. A divergence is named by its absolute position relative to the
-nearest boundary below it.
+speculation width k, and one long continuation that ends at the horizon and generates past two of
+the largest window (the wrap after the wrap; at least LONG_TOKENS tokens). Each run's tokens are
+judged by one teacher-forced float64 pass (proofs/checks/greedy.py judge): every token must be
+refdec's argmax given the run's own prefix, or a numerical tie. A divergence is named by its
+absolute position relative to the nearest boundary below it.
 
 Coverage: each boundary, its source, the greedy runs and tokens and the samples that crossed it.
 A declared boundary within the horizon that no run crossed fails as "no coverage", as a sampling
@@ -33,6 +33,7 @@ from proofs.stats.exact_laws import Oracle
 from refdec.values import dtype_name
 
 CROSS = 4  # tokens generated after a prompt placed at a boundary: positions b-1 .. b+2
+LONG_TOKENS = 64  # the long continuation generates at least this many (two windows when longer)
 
 
 @dataclass(frozen=True, order=True)
@@ -53,9 +54,7 @@ def horizon_for(boundaries: Iterable[bd.Boundary], context: int, cap: int, max_l
     return min(max(context, 2 * w) + CROSS, cap, max_len)
 
 
-def placements(
-    boundaries: Sequence[bd.Boundary], horizon: int, long_prompt: int, max_len: int
-) -> list[Placement]:
+def placements(boundaries: Sequence[bd.Boundary], horizon: int, max_len: int) -> list[Placement]:
     """The runs of the greedy-at-depth check (module docstring), one per distinct (prompt, n)."""
     out: dict[tuple[int, int], str] = {}
 
@@ -70,10 +69,10 @@ def placements(
         add(b.position - 1, CROSS, f"prefill ends before {b.position}, generation crosses it ({b.what})")
         if b.declared:
             add(b.position + 1, CROSS, f"prefill crosses {b.position} ({b.what})")
-    p = min(long_prompt, horizon // 4)
     w = bd.largest_window(boundaries)
-    past = f", past two windows of {w}" if w and p + (horizon - p) > 2 * w else ""
-    add(p, horizon - p, f"the long continuation to the horizon {horizon}{past}")
+    n = min(horizon - 1, max(2 * w + CROSS, LONG_TOKENS))  # generation past two windows
+    past = f", generating past two windows of {w}" if w else ""
+    add(horizon - n, n, f"the long continuation to the horizon {horizon}{past}")
     return [Placement(p, n, why) for (p, n), why in sorted(out.items())]
 
 

@@ -39,7 +39,7 @@ from proofs.decoders.exact_law import LawSampler
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.details import MutantRow, MutationDetails
 from proofs.progress import Progress
-from proofs.prompts import PROMPT_LEN, long_prompt
+from proofs.prompts import long_prompt
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import Case, CaseLaw, case_law
@@ -462,7 +462,7 @@ class MutantRun:
         cfg = oracle.cfg
         h = horizon_for(collect_boundaries(cfg, dec, 2), *self.depth, cfg.max_seq_len)
         bounds = collect_boundaries(cfg, dec, h)
-        places = placements(bounds, h, PROMPT_LEN, cfg.max_seq_len)
+        places = placements(bounds, h, cfg.max_seq_len)
         depth = check_depth(
             f"greedy_depth[{m.id}]",
             cfg.name,

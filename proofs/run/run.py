@@ -57,7 +57,7 @@ from proofs.decoders.candidates import (
 )
 from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order
 from proofs.progress import Progress
-from proofs.prompts import PROMPT_LEN, long_prompt, model_folder, model_prompts
+from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
 from proofs.run.cases import (
@@ -398,7 +398,7 @@ class CertifyRun:
 
     def greedy_depth(self) -> CheckResult:
         h = self.depth_horizon()
-        places = placements(self.boundaries, h, PROMPT_LEN, self.model64.cfg.max_seq_len)
+        places = placements(self.boundaries, h, self.model64.cfg.max_seq_len)
         self.say(f"  greedy_depth: horizon {h}, {len(places)} placements, {len(self.boundaries)} boundaries")
         return check_depth(
             "greedy_depth",
