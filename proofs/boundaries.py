@@ -95,6 +95,12 @@ def _pair(entry, name: str) -> tuple:
     raise LoopcertError(f"{name}: each entry must be a position or a (position, what) pair, got {entry!r}")
 
 
+def server_of(decoder) -> list[int]:
+    """An HTTP decoder's `server_boundaries` (certify's --boundaries: a server's block and chunk
+    sizes), integers >= 1; none for other decoders."""
+    return sorted({int(p) for p in getattr(decoder, "server_boundaries", ()) or () if is_int(p, 1)})
+
+
 def speculation_widths(decoder) -> list[int]:
     """The speculation widths k a decoder drafts: its `speculation_widths` attribute, else
     fastdec's draft_ahead (draft-verify), mlx-lm's num_draft."""
@@ -163,6 +169,9 @@ def collect(
     for d in decoders:
         # a declaration naming a window (mlx-lm's rotating cache) counts as one
         found += [Boundary(p, DECODER, w, window="window" in w) for p, w in declared_pairs(d)]
+        found += [
+            Boundary(int(p), SERVER, f"server block/chunk {int(p)} (--boundaries)") for p in server_of(d)
+        ]
         for k in speculation_widths(d):
             found.append(Boundary(k + 1, SPECULATION, f"a prompt of {k + 1} tokens (speculation width {k})"))
     found += [Boundary(int(p), SERVER, f"server block/chunk {int(p)}") for p in server]

@@ -57,3 +57,21 @@ def test_crossing():
     assert bd.crossing(b, 64, 5) is None  # starts at the boundary: neither side before it
     k = bd.Boundary(5, "speculation", "k=4")
     assert bd.crossing(k, 5, 3) == "prompt" and bd.crossing(k, 4, 10) is None
+
+
+def test_server_boundaries_from_the_http_flag():
+    from loopcert.commands.common import parse_boundaries
+    from proofs.decoders.http_decoder import HTTPOptions
+
+    assert parse_boundaries("512, 16,16") == (16, 512) and parse_boundaries(None) == ()
+    with pytest.raises(LoopcertError, match="'x' is not a position"):
+        parse_boundaries("16,x")
+    with pytest.raises(LoopcertError, match="--boundaries"):
+        HTTPOptions(boundaries=(0,))
+
+    class Served:
+        server_boundaries = (16, 48)
+
+    got = bd.collect(refdec.get_preset("tiny-ouro"), Served(), 8)
+    assert [(b.position, b.source) for b in got if b.source == "server"] == [(16, "server"), (48, "server")]
+    assert all(b.declared for b in got if b.source == "server")
