@@ -78,3 +78,14 @@ def test_a_window_bug_is_named_relative_to_the_window(model):
     assert not r.passed
     first = next(d for d in r.details.divergences if d.classified == "real bug")
     assert first.position > 16 and "window" in first.near and first.near.endswith(f"+ {first.position - 16}")
+
+
+def test_sections_name_the_divergence_and_the_uncovered_boundary(model):
+    from reports.coverage import coverage_section, depth_section
+
+    r, bounds, h = run(model, EdgeSpec(model, bugs=EdgeBugs(window_untrimmable=True)))
+    text = depth_section(r)
+    assert "## Greedy at depth: **FAIL**" in text and "window cache of 16 wraps (position 16) +" in text
+    rows = coverage(bounds, h, [(3, 4, 1)], [])
+    text = coverage_section(check_coverage("coverage", "lc16", h, rows))
+    assert "NO COVERAGE" in text and "loop_window_size 16 wraps" in text
