@@ -123,6 +123,9 @@ class DepthDetails(Details):
     real_bugs: int
     numerical_ties: int
     crossings: tuple[tuple[int, int], ...]  # (prompt_len, n tokens) of every placed run decoded
+    # (position, source, what) of every boundary of the run (proofs/boundaries.py): the coverage
+    # check reads them here, so a merge of shards assembles it without building a decoder
+    boundaries: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

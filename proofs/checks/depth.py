@@ -145,6 +145,7 @@ def check_depth(
         real_bugs=bugs,
         numerical_ties=len(divergences) - bugs,
         crossings=tuple((p.prompt_len, p.tokens) for p in places),
+        boundaries=tuple((b.position, b.source, b.what) for b in boundaries),
     )
     return CheckResult(name, bugs + failed, 0, bugs + failed == 0, details)
 

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 
+from proofs.boundaries import Boundary
 from proofs.checks.depth import check_coverage, coverage
 from proofs.checks.theorem2 import check_theorem2_published
 from proofs.progress import Progress
@@ -145,22 +146,21 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
 
 
 def coverage_result(run: CertifyRun, depth_raw: dict, sampled: list, res: dict) -> CheckResult:
-    """The coverage check (proofs/checks/depth.py check_coverage): every boundary of the run, the
-    greedy-at-depth runs that crossed it (each placement once per setting decoded) and the samples
-    of the certified model's sampling units that did."""
-    h = run.depth_horizon()
+    """The coverage check (proofs/checks/depth.py check_coverage): every boundary the greedy-at-depth
+    check recorded, the runs of it that crossed each (each placement once per setting decoded) and
+    the samples of the certified model's sampling units that did."""
     depth = whole_result("greedy_depth", "greedy_depth", depth_raw)
-    greedy = []
-    if depth.details is not None:
-        n_runs = sum(r.error is None for r in depth.details.runs)
-        greedy = [(p, n, n_runs) for p, n in depth.details.crossings]
+    d = depth.details
+    if d is None:
+        return check_coverage("coverage", run.model_name, 0, [], f"greedy_depth has no runs: {depth.error}")
+    n_runs = sum(r.error is None for r in d.runs)
+    greedy = [(p, n, n_runs) for p, n in d.crossings]
     drawn = []
     for u in sampled:
         law = run.sampling_setup(u.model).law(u.case)
         drawn.append((len(law.case.prompt), law.case.n, int(res.get(u.id, {}).get("samples", 0))))
-    rows = coverage(run.boundaries, h, greedy, drawn)
-    why = None if depth.details is not None else f"greedy_depth has no runs: {depth.error}"
-    return check_coverage("coverage", run.model_name, h, rows, why)
+    bounds = [Boundary(p, source, what) for p, source, what in d.boundaries]
+    return check_coverage("coverage", run.model_name, d.horizon, coverage(bounds, d.horizon, greedy, drawn))
 
 
 def dispatch_order(run: CertifyRun, units: list[Unit]) -> list[Unit]:
