@@ -154,6 +154,18 @@ class Decoder:
         self.time_calls = False  # benchmarks (see the class docstring)
         self.reuse_prefill = False
 
+    @property
+    def boundaries(self) -> tuple[tuple[int, str], ...]:
+        """Positions where this decoder's state changes shape (docs/decoders.md, `boundaries`):
+        a prefill of W tokens runs at engine width W (wider prompts in chunks of the widest), and
+        a sequence of more than C positions moves to an engine of the next cache capacity."""
+        widths = tuple((w, f"a prefill at engine width {w}") for w in WIDTHS if w >= 2)
+        caps, c = [], MIN_CAPACITY
+        while c < self.model.cfg.max_seq_len:
+            caps.append((c, f"cache capacity {c} filled (next engine)"))
+            c *= 2
+        return widths + tuple(caps)
+
     # the setting's fields, read by reports and tests
     strategy = property(lambda self: self.config.strategy)
     depth = property(lambda self: self.config.depth)

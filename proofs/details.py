@@ -42,14 +42,16 @@ class GreedyRun(Record):
 
 @dataclass(frozen=True)
 class Divergence(Record):
-    """The first position where a run's tokens leave refdec's, classified by refdec's logits there."""
+    """A position where a run's token is not refdec's argmax given the run's own prefix (one
+    teacher-forced pass, proofs/checks/greedy.py), classified by refdec's logits there: every
+    numerical tie, and the first real bug."""
 
     model: str
     setting: str
     prompt: tuple[int, ...]
     dtype: str
     position: int
-    reference: int | None  # refdec's token (None: the reference ended first)
+    reference: int | None  # refdec's token there (None: not judged, the decoder raised)
     candidate: int | None  # the candidate's (None: it returned too few tokens, or raised)
     top2_margin: float | None  # refdec's max logit minus its runner-up; None: not judged by logits
     candidate_gap: float | None  # refdec's max logit minus the candidate token's
@@ -67,6 +69,72 @@ class GreedyDetails(Details):
     tie_tolerance: dict[str, float]  # dtype name -> logit gap below which a divergence is a tie
     tokens_per_prompt: int
     not_applicable: tuple[str, ...] = ()  # "<setting> on <model>: why" for runs the factory declined
+
+
+# -- greedy at depth and boundary coverage (proofs/checks/depth.py) -------------------------------
+
+
+@dataclass(frozen=True)
+class DepthRun(Record):
+    setting: str
+    dtype: str
+    placements: int
+    agree: int  # placements whose every token is the reference's argmax on its own prefix
+    tokens: int  # greedy tokens judged
+    error: str | None = None  # the factory failed: no decoder
+
+
+@dataclass(frozen=True)
+class DepthDivergence(Record):
+    """A token of a placed run that is not refdec's argmax given the run's own prefix."""
+
+    setting: str
+    dtype: str
+    prompt_len: int
+    tokens: int  # the run's generated tokens
+    position: int  # absolute: prompt_len + index in the continuation
+    reference: int | None
+    candidate: int | None
+    candidate_gap: float | None
+    classified: str  # "numerical tie" | "real bug"
+    near: str  # the position relative to the nearest boundary below it (proofs/boundaries.py near)
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class CoverageRow(Record):
+    position: int
+    source: str
+    what: str
+    greedy_runs: int  # greedy runs that crossed it (generation, prefill or an exact prompt)
+    greedy_tokens: int  # greedy tokens generated at positions past it by those runs
+    samples: int  # sampled sequences that crossed it
+    status: str  # "covered" | "NO COVERAGE" | "beyond the horizon" | "not crossed (ladder)"
+
+
+@dataclass(frozen=True)
+class DepthDetails(Details):
+    kind: ClassVar[str] = "greedy_depth"
+    model: str
+    horizon: int  # context tokens the plan reaches
+    placements: tuple[str, ...]  # "prompt P + n tokens: why"
+    runs: tuple[DepthRun, ...]
+    divergences: tuple[DepthDivergence, ...]
+    real_bugs: int
+    numerical_ties: int
+    crossings: tuple[tuple[int, int], ...]  # (prompt_len, n tokens) of every placed run decoded
+    # (position, source, what) of every boundary of the run (proofs/boundaries.py): the coverage
+    # check reads them here, so a merge of shards assembles it without building a decoder
+    boundaries: tuple[tuple[int, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CoverageDetails(Details):
+    kind: ClassVar[str] = "coverage"
+    model: str
+    horizon: int
+    rows: tuple[CoverageRow, ...]
+    uncovered: int  # declared boundaries within the horizon no check crossed
 
 
 # -- bitwise agreement (proofs/checks/bitwise.py) -------------------------------------------------
@@ -583,6 +651,8 @@ KINDS: dict[str, type[Details]] = {
     d.kind: d
     for d in (
         GreedyDetails,
+        DepthDetails,
+        CoverageDetails,
         BitwiseDetails,
         SamplingDetails,
         RelativeDetails,

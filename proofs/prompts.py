@@ -52,3 +52,25 @@ def model_prompts(model, name, k: int, max_len: int = PROMPT_LEN) -> list[tuple[
         else:
             out = [tuple(t % V for t in p) for p in ID_POOL]
     return out[:k]
+
+
+def long_prompt(model, name, length: int) -> tuple[int, ...]:
+    """A prompt of exactly `length` tokens (the checks at depth, proofs/checks/depth.py): the
+    model's own prompts whole, one after another (cycled), else the byte texts (byte models) or
+    the id pool, cut to `length`."""
+    V = model.cfg.vocab_size
+    folder = model_folder(name)
+    pool: list[tuple[int, ...]] = []
+    if folder is not None and (folder / "prompts.json").is_file():
+        pool = model_prompts(model, name, 10**6, max_len=10**9)
+    if not pool:
+        pool = (
+            [tuple(byte_encode(t)) for t in TEXT_POOL]
+            if V >= 256
+            else [tuple(t % V for t in p) for p in ID_POOL]
+        )
+    stream: list[int] = []
+    while len(stream) < length:
+        for p in pool:
+            stream.extend(p)
+    return tuple(stream[:length])

@@ -17,6 +17,7 @@ from proofs.details import GreedyDetails, RelativeDetails, SamplingDetails, Spee
 from proofs.result import CheckResult
 from reports import relative_checks
 from reports.convention import convention_section
+from reports.coverage import coverage_section, depth_section
 from reports.exactness import bitwise_section, greedy_section, reproducibility_section
 from reports.markdown import DASH, error_lines, fmt, heading, section, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
@@ -142,6 +143,8 @@ def generic_section(c: CheckResult) -> str:
 RENDERED = frozenset(
     (
         "greedy",
+        "greedy_depth",
+        "coverage",
         "bitwise",
         "sampling",
         "relative_sampling",
@@ -178,6 +181,8 @@ def render_certificate(cert: Certificate) -> str:
     parts = [head, stamp_section(cert), summary_section(cert)]
     if greedy := of("greedy"):
         parts.append("## Greedy exactness\n\n" + "\n\n".join(map(greedy_section, greedy)))
+    parts += map(depth_section, of("greedy_depth"))
+    parts += map(coverage_section, of("coverage"))
     parts += map(bitwise_section, of("bitwise"))
     parts.append(sampling_section(of("sampling")))
     if relative := of("relative_sampling"):

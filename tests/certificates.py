@@ -17,7 +17,12 @@ from proofs.details import (
     ConventionCase,
     ConventionDetails,
     ConventionView,
+    CoverageDetails,
+    CoverageRow,
+    DepthDetails,
+    DepthDivergence,
     DepthPairCost,
+    DepthRun,
     Divergence,
     FalseAlarmDetails,
     GreedyDetails,
@@ -122,6 +127,50 @@ def greedy(**changes) -> GreedyDetails:
         numerical_ties=0,
         tie_tolerance={"float64": 1e-9, "float32": 1e-3},
         tokens_per_prompt=12,
+    )
+    return replace(d, **changes)
+
+
+def depth(**changes) -> DepthDetails:
+    d = DepthDetails(
+        model="tiny-loopcoder",
+        horizon=20,
+        placements=(
+            "prompt 7 + 4 tokens: prefill ends before 8, generation crosses it (loop_window_size 8 wraps)",
+        ),
+        runs=(DepthRun("pipelined d1=1 d2=2", "float32", placements=1, agree=0, tokens=4),),
+        divergences=(
+            DepthDivergence(
+                "pipelined d1=1 d2=2",
+                "float32",
+                7,
+                4,
+                9,
+                3,
+                5,
+                0.4,
+                "real bug",
+                "loop_window_size 8 wraps (position 8) + 1",
+            ),
+        ),
+        real_bugs=1,
+        numerical_ties=0,
+        crossings=((7, 4),),
+    )
+    return replace(d, **changes)
+
+
+def coverage(**changes) -> CoverageDetails:
+    d = CoverageDetails(
+        model="tiny-loopcoder",
+        horizon=20,
+        rows=(
+            CoverageRow(8, "model", "loop_window_size 8 wraps", 1, 2, 100, "covered"),
+            CoverageRow(
+                126, "model", "max_seq_len 128: the last positions reached", 0, 0, 0, "beyond the horizon"
+            ),
+        ),
+        uncovered=0,
     )
     return replace(d, **changes)
 
@@ -528,6 +577,8 @@ def one_of_each_kind() -> tuple[CheckResult, ...]:
         result(theorem2_traces(), "theorem2_traces", 0.6, 1.0),
         result(theorem2_published(), "theorem2_published", 0.005, 0.01),
         result(speed(), "speed", 1.4, 1.0, seconds=3.5),
+        result(depth(real_bugs=0, divergences=()), "greedy_depth"),
+        result(coverage(), "coverage"),
         result("bitwise", "bitwise_skipped", skipped="no fixed-width mode"),
         result("theorem1", "theorem1_search", math.nan, 2.0, False, error="ImportError: hypothesis"),
     )

@@ -33,15 +33,16 @@ def require_mlx() -> None:
     pytest.skip("mlx-lm is not installed here (tox -e mlx installs it)", allow_module_level=True)
 
 
-def write_loopcoder(folder: Path, seed: int = MODEL_SEED, noise: float = 0.0) -> Path:
+def write_loopcoder(folder: Path, seed: int = MODEL_SEED, noise: float = 0.0, **changes) -> Path:
     """tiny-loopcoder (loop window 8, loop_num 2) with weights from `seed`, plus `noise` x each
-    tensor's std of Gaussian noise drawn from DRAFT_SEED, in the published layout."""
+    tensor's std of Gaussian noise drawn from DRAFT_SEED, in the published layout; `changes`
+    replace config fields (the published window: loop_window_size=64, max_seq_len=512)."""
     import torch
 
     import refdec
     from refdec.checkpoints import write_published
 
-    model = refdec.LoopedLM(refdec.get_preset("tiny-loopcoder")).init_weights(seed)
+    model = refdec.LoopedLM(refdec.get_preset("tiny-loopcoder").replace(**changes)).init_weights(seed)
     if noise:
         g = torch.Generator().manual_seed(DRAFT_SEED)
         with torch.no_grad():

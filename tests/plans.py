@@ -30,6 +30,8 @@ SMALL_PLAN = CertifyPlan(
     trace_positions=16,
     speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_ids=("always-accept", "control-gate-inverted"),
+    depth_context=24,  # greedy at depth to 28 tokens of context: seconds on a tiny preset
+    depth_cap=32,
 )
 
 # the sharding and --jobs tests: two cases and two mutants, so that units split across shards

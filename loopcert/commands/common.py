@@ -222,6 +222,13 @@ def add_http_arguments(p) -> None:
         help="what the vLLM / SGLang server calls the certified model, when it is not MODEL "
         "(another machine's path, a --served-model-name)",
     )
+    p.add_argument(
+        "--boundaries",
+        default=None,
+        metavar="N,N,...",
+        help="positions where the server's state changes shape (its KV block size, its prefill "
+        "chunk size): the checks at depth cross each (docs/certify.md#boundaries)",
+    )
 
 
 def http_options_from_args(args):
@@ -239,6 +246,7 @@ def http_options_from_args(args):
                 ("--api-key", args.api_key, None),
                 ("--decoder-dtype", args.decoder_dtype, None),
                 ("--served-model", args.served_model, None),
+                ("--boundaries", getattr(args, "boundaries", None), None),
             )
             if value != default
         ]
@@ -252,7 +260,24 @@ def http_options_from_args(args):
         compute_dtype=args.decoder_dtype,
         served_model=args.served_model,
         model=args.model,
+        boundaries=parse_boundaries(getattr(args, "boundaries", None)),
     )
+
+
+def parse_boundaries(text: str | None) -> tuple[int, ...]:
+    """--boundaries "16,512" -> (16, 512); LoopcertError naming a bad entry."""
+    if text is None:
+        return ()
+    out = []
+    for part in text.split(","):
+        try:
+            n = int(part.strip())
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise LoopcertError(f"--boundaries: {part.strip()!r} is not a position (an integer >= 1)")
+        out.append(n)
+    return tuple(sorted(set(out)))
 
 
 def configure_http(args) -> None:
@@ -285,6 +310,8 @@ def http_command_parts(args) -> list[str]:
         parts.append(f"--decoder-dtype {args.decoder_dtype}")
     if args.served_model is not None:
         parts.append(f"--served-model {args.served_model}")
+    if getattr(args, "boundaries", None) is not None:
+        parts.append(f"--boundaries {args.boundaries}")
     return parts
 
 

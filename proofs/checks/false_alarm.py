@@ -85,7 +85,7 @@ def check_false_alarm(
     model = refdec.load_model(MODEL, dtype=torch.float64) if model is None else model
     oracle = Oracle(model)
     if decoders is None:
-        decoders = {m.id: m.build(oracle) for m in LIBRARY if m.control}
+        decoders = {m.id: m.build(oracle) for m in LIBRARY if m.control and m.edge is None}  # sampled
     laws = [case_law(oracle, c) for c in CASES[:3]]
     a = alpha_per_test(laws, target)
     ns = [planned_samples(law, target, a) for law in laws]

@@ -1,13 +1,16 @@
-"""Greedy exactness against refdec (docs/design.md section 6, check 1).
+"""Greedy exactness against refdec (docs/design.md section 6, check 1; "Greedy by one
+teacher-forced pass").
 
-The candidate's greedy tokens are compared token for token with `refdec.generate` run on a
-float64 copy of the model, over models x prompts x settings. At the first divergence the
-reference's depth-R logits (float64, proofs/stats/exact_laws.py) classify it: if the candidate's token
-is within the dtype's tolerance of the reference maximum, the two runs faced a numerical tie
-(a float32 decoder may legitimately break it the other way); otherwise it is a real bug.
-Every divergence is listed, ties included: classified, never hidden. A decoder that raises
-or returns the wrong number of tokens is a real bug too; a decoder factory that fails is its
-run's failure, named as the factory's (no tokens, so no divergence).
+The candidate's greedy tokens x_1..x_n are judged by one teacher-forced float64 forward of refdec
+over prompt + x_1..x_n (refdec.score.continuation_logits): x_t must be the reference's argmax given
+prompt + x_<t. By induction on t that is token-for-token equality with `refdec.generate` (tested
+as a property), at one forward instead of n. Where x_t is not the argmax, the reference's logits
+classify it: within the dtype's tolerance of the maximum, a numerical tie (a float32 decoder may
+legitimately break it the other way), and the evidence goes on: every later token is still judged
+on the candidate's own prefix; otherwise a real bug, the run's first and last finding. Every
+divergence is listed, ties included: classified, never hidden. A decoder that raises or returns
+the wrong number of tokens is a real bug too; a decoder factory that fails is its run's failure,
+named as the factory's (no tokens, so no divergence).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-import refdec
 from proofs.decoders.candidates import DecoderFactoryError
 from proofs.decoders.protocol import Decoder, run_generate
 from proofs.details import Divergence, GreedyDetails, GreedyRun
@@ -24,6 +26,7 @@ from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from refdec.sampling import SamplingParams
+from refdec.score import continuation_logits
 from refdec.values import dtype_name
 
 # Logit gap (reference max minus the candidate's token, in nats) below which a divergence is
@@ -47,36 +50,94 @@ def compute_dtype(decoder, given: torch.dtype) -> torch.dtype:
     return given
 
 
-def reference_tokens(model64, prompt: Sequence[int], n: int) -> list[int]:
-    return refdec.generate(model64, list(prompt), n, GREEDY, seed=0)
+Mismatch = tuple[int, int, int, float, float]  # (position, reference, candidate, top2 margin, gap)
 
 
-def classify(
-    oracle: Oracle, prompt: Sequence[int], ref: list[int], got: list[int], tol: float
-) -> dict | None:
-    """None when equal; else the first divergence's Divergence fields (position, tokens, margins,
-    class) without the run's model, setting, prompt and dtype."""
-    if got == ref:
-        return None
-    t = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
-    reference = ref[t] if t < len(ref) else None
-    candidate = got[t] if t < len(got) else None
-    row = {"position": t, "reference": reference, "candidate": candidate}
-    if reference is None or candidate is None or not 0 <= candidate < oracle.V:
-        why = (
-            f"returned {len(got)} tokens, expected {len(ref)}"
-            if candidate is None
-            else "token id outside the vocabulary"
+def reference_scores(
+    model64, prompt: Sequence[int], tokens: Sequence[int], with_next: bool = False
+) -> tuple[list[Mismatch], int | None]:
+    """One teacher-forced float64 forward of refdec over prompt + tokens (refdec.score): every
+    position t where tokens[t] is not the reference's argmax given prompt + tokens[:t], with the
+    reference's token, the top-2 margin and the gap to the candidate's logit; and, with
+    `with_next`, the reference's argmax after the last token (None when no room is left).
+
+    tokens == refdec.generate(prompt, n) iff no position mismatches (induction on t, the lowest
+    index winning ties as refdec.sampling's greedy does): one forward instead of n, and a
+    position after a tie is still judged, on the candidate's own prefix."""
+    room = with_next and len(prompt) + len(tokens) + 1 <= model64.cfg.max_seq_len
+    logits = continuation_logits(model64, prompt, list(tokens) + ([0] if room else []))  # (n[+1], V)
+    logits = logits.to(torch.float64)
+    best = logits.argmax(dim=-1)  # the first maximum: refdec's tie rule
+    out: list[Mismatch] = []
+    for t in (best[: len(tokens)] != torch.tensor(tokens, dtype=torch.long)).nonzero().flatten().tolist():
+        row = logits[t]
+        top2 = torch.topk(row, 2).values
+        out.append(
+            (t, int(best[t]), int(tokens[t]), float(top2[0] - top2[1]), float(row.max() - row[tokens[t]]))
         )
-        return {**row, "top2_margin": None, "candidate_gap": None, "classified": "real bug", "why": why}
-    logits = oracle.logits(list(prompt) + ref[:t])[-1]  # (V,) float64 at depth R
-    top2 = torch.topk(logits, 2).values
-    gap = float(logits.max() - logits[candidate])
+    return out, (int(best[len(tokens)]) if room else None)
+
+
+def judge(
+    oracle: Oracle,
+    prompt: Sequence[int],
+    got: list[int],
+    n: int,
+    tol: float,
+    cache: dict | None = None,
+) -> list[dict]:
+    """The candidate's n greedy tokens after `prompt`, judged by one teacher-forced pass: every
+    numerical tie (a token that is not the argmax but within `tol` of the maximum logit) and the
+    first real bug (a token further off, a token outside the vocabulary, a wrong count), as
+    Divergence fields without the run's model, setting, prompt and dtype. [] when every token is
+    the reference's argmax given the candidate's own prefix. `cache` keeps the scores by
+    (oracle, prompt, tokens) across calls."""
+    valid = []
+    for tok in got[:n]:
+        if not 0 <= tok < oracle.V:
+            break
+        valid.append(tok)
+    key = (id(oracle), tuple(prompt), tuple(valid), len(got) < n)
+    scores = None if cache is None else cache.get(key)
+    if scores is None:
+        scores = reference_scores(oracle.model, prompt, valid, with_next=len(got) < n)
+        if cache is not None:
+            cache[key] = scores
+    mismatches, after = scores
+    out = []
+    for t, ref, cand, margin, gap in mismatches:
+        tie = gap < tol
+        out.append(
+            {
+                "position": t,
+                "reference": ref,
+                "candidate": cand,
+                "top2_margin": margin,
+                "candidate_gap": gap,
+                "classified": "numerical tie" if tie else "real bug",
+            }
+        )
+        if not tie:
+            return out
+    t = len(valid)
+    if t < min(n, len(got)):  # a token outside the vocabulary
+        why = "token id outside the vocabulary"
+        out.append(unjudged(t, None, got[t], why))
+    elif len(got) != n:
+        why = f"returned {len(got)} tokens, expected {n}"
+        out.append(unjudged(min(n, len(got)), after, got[n] if len(got) > n else None, why))
+    return out
+
+
+def unjudged(position: int, reference: int | None, candidate: int | None, why: str) -> dict:
     return {
-        **row,
-        "top2_margin": float(top2[0] - top2[1]),
-        "candidate_gap": gap,
-        "classified": "numerical tie" if gap < tol else "real bug",
+        "position": position,
+        "reference": reference,
+        "candidate": candidate,
+        "top2_margin": None,
+        "candidate_gap": None,
+        "classified": "real bug",
+        "why": why,
     }
 
 
@@ -93,10 +154,11 @@ def check_greedy(
     and fails, with no divergence (nothing was decoded).
 
     measured = real bugs found plus runs whose factory failed, bound = 0; ties are counted and
-    listed but pass. `references` keeps refdec's tokens across calls that share oracles (the
-    mutation check's many runs).
+    listed but pass. `references` keeps the reference's scores of each (oracle, prompt, tokens)
+    across calls that share oracles (the mutation check's many runs, greedy_<dtype> after
+    greedy_float64).
     """
-    refs: dict[tuple, list[int]] = {} if references is None else references
+    refs: dict[tuple, tuple] = {} if references is None else references
     rows: list[GreedyRun] = []
     divergences: list[Divergence] = []
     failed_builds = 0
@@ -114,28 +176,16 @@ def check_greedy(
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
         agree = 0
         for prompt in prompts(oracle):
-            key = (id(oracle), tuple(prompt), n_tokens)
-            if key not in refs:
-                refs[key] = reference_tokens(oracle.model, prompt, n_tokens)
-            ref = refs[key]
             try:
                 got = run_generate(decoder, prompt, n_tokens, GREEDY, 0)
             except Exception as e:  # noqa: BLE001 - a decoder failure is a finding
-                d = {
-                    "position": 0,
-                    "reference": ref[0],
-                    "candidate": None,
-                    "top2_margin": None,
-                    "candidate_gap": None,
-                    "classified": "real bug",
-                    "why": f"{type(e).__name__}: {e}",
-                }
+                found = [unjudged(0, None, None, f"{type(e).__name__}: {e}")]
             else:
-                d = classify(oracle, prompt, ref, got, tol)
-            if d is None:
-                agree += 1
-            else:
-                divergences.append(Divergence(model_label, setting, tuple(prompt), dtype_name(dtype), **d))
+                found = judge(oracle, prompt, got, n_tokens, tol, refs)
+            agree += not found
+            divergences += [
+                Divergence(model_label, setting, tuple(prompt), dtype_name(dtype), **d) for d in found
+            ]
         n_prompts = len(prompts(oracle))
         rows.append(GreedyRun(model_label, setting, dtype_name(dtype), n_prompts, n_tokens, agree))
         if progress:

@@ -20,6 +20,7 @@ if a mutant the plan must kill survives or any control is flagged.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import time
@@ -29,12 +30,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import refdec
+from proofs.boundaries import collect as collect_boundaries
+from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.distribution import Target, case_spec, check_distribution
 from proofs.checks.greedy import check_greedy
+from proofs.decoders.edges import EdgeBugs, EdgeSpec
 from proofs.decoders.exact_law import LawSampler
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.details import MutantRow, MutationDetails
 from proofs.progress import Progress
+from proofs.prompts import long_prompt
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import Case, CaseLaw, case_law
@@ -43,6 +48,7 @@ from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"
 WIDE = "tiny-ouro at V=61"  # the top_k=50 default is invisible below 51 tokens
+LOOPCODER64 = "tiny-loopcoder at window 64"  # the boundary mutants' model (greedy at depth)
 WHY_MODEL = (
     "R=4, vocab 13 (and 61 for the top-k default): every law is enumerated exactly, so each "
     "mutant's TV shift is known and its sampling costs microseconds"
@@ -71,7 +77,8 @@ class Mutant:
     fastdec: dict | None = None  # fastdec.Decoder kwargs
     case: str | None = None  # sampling case the bug shows in; None: every case (controls)
     control: bool = False  # lossless: must NOT be rejected
-    model: str = MODEL  # MODEL or WIDE
+    model: str = MODEL  # MODEL, WIDE or LOOPCODER64
+    edge: dict | None = None  # proofs.decoders.edges.EdgeSpec kwargs: a boundary mutant (greedy at depth)
 
     def __post_init__(self):
         if not MUTANT_ID.fullmatch(self.id):
@@ -82,6 +89,8 @@ class Mutant:
             )
 
     def build(self, oracle: Oracle):
+        if self.edge is not None:  # float32, as an engine computes: ties within float32's tolerance
+            return EdgeSpec(copy.deepcopy(oracle.model).float(), **self.edge)
         if self.fastdec is not None:
             from fastdec import Decoder
 
@@ -211,6 +220,42 @@ LIBRARY = (
         fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2},
         case="top-k=2",
     ),
+    # -- at boundaries (issue 36): greedy at depth on a LoopCoder of the published window 64 ------
+    Mutant(
+        "window-cache-untrimmable",
+        "a rotating window cache that cannot be trimmed once it wrapped",
+        "past the window (64), a rejected draft stays in the context (mlx-lm 0.32.2's RotatingKVCache)",
+        edge={"bugs": EdgeBugs(window_untrimmable=True)},
+        model=LOOPCODER64,
+    ),
+    Mutant(
+        "positions-not-rewound-at-block-edge",
+        "position ids not rewound after a rejection that crossed a block edge",
+        "after a rejection whose drafts crossed a multiple of the KV block (16), positions run on",
+        edge={"bugs": EdgeBugs(block=16)},
+        model=LOOPCODER64,
+    ),
+    Mutant(
+        "k-plus-1-prompt-as-verify",
+        "a prompt of exactly k+1 tokens routed as a verify step",
+        "a prompt of k+1 = 4 tokens: the first token is the verify row of the wrong position (vLLM #53051)",
+        edge={"bugs": EdgeBugs(k1_prompt_verify=True)},
+        model=LOOPCODER64,
+    ),
+    Mutant(
+        "page-edge-off-by-one",
+        "an off-by-one at a cache page edge",
+        "the last slot of each 128-slot cache page is written one slot late",
+        edge={"bugs": EdgeBugs(page=128)},
+        model=LOOPCODER64,
+    ),
+    Mutant(
+        "lossy-past-undeclared-position",
+        "lossy only past a position nobody declared",
+        "past position 200 (declared by no one) drafts are committed unverified",
+        edge={"bugs": EdgeBugs(lossy_after=200)},
+        model=LOOPCODER64,
+    ),
     # -- controls: lossless, must pass ------------------------------------------------------------
     Mutant(
         "control-gate-inverted",
@@ -240,7 +285,22 @@ LIBRARY = (
         {"d1": 3},
         control=True,
     ),
+    Mutant(
+        "control-edge-spec",
+        "control: the boundary mutants' decoder without a bug",
+        "greedy speculation of 3 drafts at depth 1 over refdec, context and positions rolled back exactly",
+        edge={},
+        model=LOOPCODER64,
+        control=True,
+    ),
 )
+
+
+def loopcoder64() -> refdec.LoopedLM:
+    """tiny-loopcoder at the published loop window 64 (max_seq_len 512: room for two windows past
+    the quick plan's horizon), random weights (seed 0), float64."""
+    cfg = refdec.get_preset("tiny-loopcoder").replace(loop_window_size=64, max_seq_len=512, name=LOOPCODER64)
+    return refdec.LoopedLM(cfg).init_weights(0).to(torch.float64).eval()
 
 
 def wide_model() -> refdec.LoopedLM:
@@ -288,7 +348,9 @@ class MutantRun:
         progress: Progress | None = None,
         blackbox_samples: int = 300,
         require_all: bool = False,
+        depth: tuple[int, int] = (256, 1024),
     ):
+        self.depth = depth  # the plan's depth_context, depth_cap (the boundary mutants' horizon)
         self.target, self.base_seed, self.progress = target, base_seed, progress
         self.blackbox_samples, self.require_all = blackbox_samples, require_all
         self.models = {MODEL: refdec.load_model(MODEL, dtype=torch.float64) if model is None else model}
@@ -297,11 +359,15 @@ class MutantRun:
         self.references: dict = {}
         self.cases = {c.name: c for c in CASES}
 
-    def law_of(self, model_name: str, case_name: str) -> CaseLaw:
+    def oracle_of(self, model_name: str) -> Oracle:
         if model_name not in self.oracles:
             if model_name not in self.models:
-                self.models[model_name] = wide_model()
+                self.models[model_name] = loopcoder64() if model_name == LOOPCODER64 else wide_model()
             self.oracles[model_name] = Oracle(self.models[model_name])
+        return self.oracles[model_name]
+
+    def law_of(self, model_name: str, case_name: str) -> CaseLaw:
+        self.oracle_of(model_name)
         if (model_name, case_name) not in self.laws:
             self.laws[model_name, case_name] = case_law(self.oracles[model_name], self.cases[case_name])
         return self.laws[model_name, case_name]
@@ -311,6 +377,8 @@ class MutantRun:
         `mutant/<id>` (plain data, it crosses processes and shards): its MutantRow's fields and,
         under "laws", the exact laws its cases were tested on (merged across rows by `result`)."""
         t0 = time.perf_counter()
+        if m.edge is not None:
+            return self.edge_row(m, t0)
         self.law_of(m.model, "T=0.5" if m.case is None else m.case)
         oracle = self.oracles[m.model]
         dec = m.build(oracle)
@@ -385,6 +453,57 @@ class MutantRun:
             verdict = ("rejected by " + " + ".join(rejected_by)) if killed else "not rejected"
             self.progress(f"  mutation {m.id}: {verdict} ({'ok' if row.ok else 'WRONG'})")
         return {**row.to_plain(), "laws": laws}
+
+    def edge_row(self, m: Mutant, t0: float) -> dict:
+        """A boundary mutant: the plan's greedy-at-depth check (proofs/checks/depth.py) at the
+        boundaries the mutant declares, on LOOPCODER64; it must die there (a control must not)."""
+        oracle = self.oracle_of(m.model)
+        dec = m.build(oracle)
+        cfg = oracle.cfg
+        h = horizon_for(collect_boundaries(cfg, dec, 2), *self.depth, cfg.max_seq_len)
+        bounds = collect_boundaries(cfg, dec, h)
+        places = placements(bounds, h, cfg.max_seq_len)
+        depth = check_depth(
+            f"greedy_depth[{m.id}]",
+            cfg.name,
+            [(m.id, dec, torch.float32)],
+            oracle,
+            lambda n: long_prompt(oracle.model, cfg.name, n),
+            places,
+            bounds,
+            h,
+            cache=self.references,
+            until_bug=True,
+        )
+        killed = not depth.passed
+        first = next((d for d in depth.details.divergences if d.classified == "real bug"), None)
+        row = MutantRow(
+            id=m.id,
+            bug=m.bug + (f"; first found at position {first.position} ({first.near})" if first else ""),
+            control=m.control,
+            model=cfg.name,
+            settings="edges " + ", ".join(f"{k}={v}" for k, v in vars(dec.bugs).items() if v),
+            cases=(),
+            rejected_by=("greedy_depth",) if killed else (),
+            rejected=killed,
+            ok=killed != m.control,
+            promised=None,
+            power_margin=None,
+            greedy_real_bugs=depth.details.real_bugs,
+            greedy_divergences=len(depth.details.divergences),
+            p_value=None,
+            alpha_case=None,
+            tv=None,
+            binned_tv=None,
+            empirical_binned_tv=None,
+            detectable_tv=None,
+            n_samples=0,
+            seconds=time.perf_counter() - t0,
+        )
+        if self.progress:
+            verdict = "rejected by greedy_depth" if killed else "not rejected"
+            self.progress(f"  mutation {m.id}: {verdict} ({'ok' if row.ok else 'WRONG'})")
+        return {**row.to_plain(), "laws": {}}
 
     def result(self, raws: Sequence[dict]) -> CheckResult:
         """The check from every mutant's raw row (`row`'s, in library order, any shard's)."""

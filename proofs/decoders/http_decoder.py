@@ -35,6 +35,7 @@ from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, det
 from proofs.progress import Progress
 from refdec.errors import LoopcertError
 from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
+from refdec.validate import is_int
 
 CHOICES = 16  # samples per request in generate_batch
 ENGINE_DTYPE = "float32"  # what vLLM / SGLang servers are declared to compute in by default
@@ -51,10 +52,15 @@ class HTTPOptions:
         None  # None: float32 for vLLM / SGLang / OpenAI, undeclared for loopcert serve
     )
     served_model: str | None = None  # what the server calls the certified model, when not MODEL
+    # --boundaries: positions where the server's state changes shape (its KV block size, its
+    # prefill chunk size, ...): certify's checks at depth cross each (proofs/boundaries.py)
+    boundaries: tuple[int, ...] = ()
     model: str | None = None  # certify's MODEL as given (a folder or a name)
     choices: int = CHOICES
 
     def __post_init__(self):
+        if any(not is_int(b, 1) for b in self.boundaries):
+            raise LoopcertError(f"--boundaries must be positions (integers >= 1), got {self.boundaries!r}")
         if self.server not in SERVERS:
             raise LoopcertError(f"--server must be one of {', '.join(SERVERS)}, got {self.server!r}")
         if self.compute_dtype is not None and self.compute_dtype not in DTYPES:
@@ -103,6 +109,7 @@ class HTTPDecoder:
         elif self.server.kind != "loopcert":
             self.compute_dtype = ENGINE_DTYPE
         self.seed_hint = self.dialect.seed_hint
+        self.server_boundaries = options.boundaries  # proofs/boundaries.py: source "server"
         self.vocab: int | None = None  # set by check_model
         self.choices = options.choices
         self._seed_lock = threading.Lock()

@@ -204,6 +204,20 @@ class MLXDecoder:
         self.stats = DraftStats()
 
     @property
+    def boundaries(self) -> tuple[tuple[int, str], ...]:
+        """Where mlx-lm's caches change shape (proofs/boundaries.py): LoopCoder's window caches are
+        RotatingKVCache(max_size=loop_window_size), which wrap there; its global caches are
+        KVCache, which grow in steps of KVCache.step (256 in 0.32.2)."""
+        from mlx_lm.models.cache import KVCache
+
+        w = getattr(getattr(self.mlx_model, "args", None), "loop_window_size", None)
+        w = w or self.model.cfg.loop_window_size
+        out = [(int(KVCache.step), f"mlx-lm KVCache grows by its step of {KVCache.step}")]
+        if w:
+            out.insert(0, (int(w), f"mlx-lm RotatingKVCache window {w} wraps"))
+        return tuple(out)
+
+    @property
     def description(self) -> str:
         how = (
             f"speculative, draft {self.spec.draft}, {self.spec.num_draft} draft tokens"

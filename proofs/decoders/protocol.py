@@ -50,6 +50,9 @@ class BatchDecoder(Decoder, Protocol):
                    top-k / top-p in (read through `declared_sampler_order`; absent or None:
                    "temperature-first"). Certify judges it against that law and hands it
                    SamplingParams with that `order` (docs/certify.md#sampler-conventions)
+    boundaries     positions where its state changes shape, as ints or (position, what) pairs
+                   (read through proofs.boundaries.declared_pairs): certify's greedy_depth
+                   crosses each, and coverage fails one left uncrossed (docs/certify.md#boundaries)
     """
 
     def generate_batch(

@@ -45,6 +45,9 @@ class CertifyPlan:
     power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_ids: tuple[str, ...] | None = None  # a subset of proofs.checks.mutation.LIBRARY (None: all)
     case_cap: int | None = None  # a path's options: the first whose N is at most this (choose_case)
+    # -- greedy at depth and boundary coverage (proofs/checks/depth.py; issue 36, items 2, 3, 5) --
+    depth_context: int = 256  # the greedy-at-depth horizon: at least this many context tokens ...
+    depth_cap: int = 1024  # ... and two of the largest window, at most this many
 
     @property
     def target(self) -> Target:
@@ -107,6 +110,10 @@ SIDE_BY_SIDE = {
     "trace_prompts": (4, 8),
     "trace_positions": (48, 256),
     "speed": (BENCH_PLANS["quick"].grid, BENCH_PLANS["full"].grid),
+    # greedy at depth: quick >= 256 context and two of the largest window (within reason for CI);
+    # full: the model's maximum length, or 4,096
+    "depth_context": (256, 4096),
+    "depth_cap": (1024, 4096),
 }
 QUICK, FULL = (
     CertifyPlan(mode, **{field: pair[i] for field, pair in SIDE_BY_SIDE.items()})

@@ -38,9 +38,12 @@ import refdec
 from analysis.traces import depth_pairs, traces
 from fastdec.config import DecodeConfig
 from fastdec.decoder import MAX_BATCH
+from proofs.boundaries import Boundary
+from proofs.boundaries import collect as collect_boundaries
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.bitwise import check_bitwise
 from proofs.checks.convention import check_convention
+from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.false_alarm import check_false_alarm
 from proofs.checks.greedy import check_greedy
 from proofs.checks.reproducibility import check_reproducible
@@ -55,7 +58,7 @@ from proofs.decoders.candidates import (
 )
 from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order
 from proofs.progress import Progress
-from proofs.prompts import model_prompts
+from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
 from proofs.run.cases import (
@@ -72,6 +75,7 @@ from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_pre
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
+from refdec.files import read_config
 from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
 from refdec.model import LoopedLM
 from refdec.sampling import TEMPERATURE_FIRST
@@ -181,6 +185,17 @@ def run_need(
         else certify_buffers(config_of(name), name, plan, dtype, device, fastdec_grid, rows, own)
     )
     return Need(n, tuple(copies), buffers)
+
+
+def raw_config(name: str) -> dict | None:
+    """The model folder's config.json (the windows and lengths ModelConfig does not keep), or None."""
+    folder = model_folder(name)
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        return read_config(folder)
+    except LoopcertError:
+        return None
 
 
 def dtype_of(model: LoopedLM) -> torch.dtype:
@@ -344,6 +359,61 @@ class CertifyRun:
             references=self.greedy_references,
         )
 
+    # -- 1b. greedy at depth and boundary coverage (issue 36: proofs/boundaries.py, proofs/checks/depth.py)
+    @functools.cached_property
+    def depth_decoders(self) -> list[tuple[str, Decoder | DecoderFactoryError, torch.dtype]]:
+        """(setting, decoder, dtype) of the certified model in the run's dtype, built once: the
+        decoders the greedy-at-depth check runs and whose `boundaries` the run collects."""
+        model = self.model_dt if self.model_dt is not None else self.model64
+        out = []
+        for c in self.candidates:
+            try:
+                dec = c.build(model)
+            except Exception as e:  # noqa: BLE001 - a factory that breaks is that run's failure
+                dec = (
+                    e
+                    if isinstance(e, DecoderFactoryError)
+                    else DecoderFactoryError(factory_failure(self.model_name, e))
+                )
+            out.append((c.label, dec, self.dtype))
+        return out
+
+    @functools.cached_property
+    def boundaries(self) -> list[Boundary]:
+        """Every boundary of the certified model and decoders (proofs/boundaries.py): the model's
+        config (and its folder's config.json), each decoder's declaration and speculation widths,
+        the ladder up to the horizon."""
+        decs = [d for _, d, _ in self.depth_decoders if not isinstance(d, DecoderFactoryError)]
+        raw = raw_config(self.model_name)
+        first = collect_boundaries(self.model64.cfg, decs, 2, raw_config=raw)
+        h = self.depth_horizon(first)
+        return collect_boundaries(self.model64.cfg, decs, h, raw_config=raw)
+
+    def depth_horizon(self, boundaries=None) -> int:
+        return horizon_for(
+            self.boundaries if boundaries is None else boundaries,
+            self.plan.depth_context,
+            self.plan.depth_cap,
+            self.model64.cfg.max_seq_len,
+        )
+
+    def greedy_depth(self) -> CheckResult:
+        h = self.depth_horizon()
+        places = placements(self.boundaries, h, self.model64.cfg.max_seq_len)
+        self.say(f"  greedy_depth: horizon {h}, {len(places)} placements, {len(self.boundaries)} boundaries")
+        return check_depth(
+            "greedy_depth",
+            self.model_name,
+            self.depth_decoders,
+            self.oracle,
+            lambda n: long_prompt(self.model64, self.model_name, n),
+            places,
+            self.boundaries,
+            h,
+            self.say,
+            self.greedy_references,
+        )
+
     # -- 2. bitwise -----------------------------------------------------------------------------
     def bitwise(self) -> CheckResult:
         m32 = self.float32_model()
@@ -480,6 +550,7 @@ class CertifyRun:
             progress=self.say,
             blackbox_samples=self.plan.blackbox_mutant_samples,
             require_all=self.plan.mode == "full",
+            depth=(self.plan.depth_context, self.plan.depth_cap),
         )
 
     def mutant_unit(self, mt: mutant_lib.Mutant) -> dict:

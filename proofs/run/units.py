@@ -17,6 +17,8 @@ import math
 import time
 from collections.abc import Callable
 
+from proofs.boundaries import Boundary
+from proofs.checks.depth import check_coverage, coverage
 from proofs.checks.theorem2 import check_theorem2_published
 from proofs.progress import Progress
 from proofs.result import CheckResult
@@ -88,6 +90,8 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     whole("greedy_float64", "greedy", run.greedy_float64)
     if run.model_dt is not None:
         whole(f"greedy_{dname}", "greedy", lambda: run.greedy_low(f"greedy_{dname}"))
+    # -- issue 36: greedy at depth (proofs/checks/depth.py); its coverage is assembled below --
+    whole("greedy_depth", "greedy_depth", run.greedy_depth)
     whole("bitwise_fixed_width", "bitwise", run.bitwise)
 
     def per_case(checks, kind: str, unit_result, result) -> None:
@@ -104,6 +108,17 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
 
     per_case(sampling_checks(run), "sampling", sampling_unit_result, sampling_result)
     per_case(relative_checks(run), "relative_sampling", relative_unit_result, relative_result)
+
+    # -- issue 36: boundary coverage, from the greedy-at-depth runs and the sampling units ------
+    sampled = [u for chk in sampling_checks(run) if chk.model == run.model_name for u in chk.units]
+    assemble.append(
+        lambda res: guarded(
+            "coverage",
+            "coverage",
+            lambda: coverage_result(run, res["check/greedy_depth"], sampled, res),
+            run.say,
+        )
+    )
     if run.sampler_order != TEMPERATURE_FIRST:
         whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)
@@ -128,6 +143,24 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     ):
         whole(name, kind, fn)
     return units, assemble
+
+
+def coverage_result(run: CertifyRun, depth_raw: dict, sampled: list, res: dict) -> CheckResult:
+    """The coverage check (proofs/checks/depth.py check_coverage): every boundary the greedy-at-depth
+    check recorded, the runs of it that crossed each (each placement once per setting decoded) and
+    the samples of the certified model's sampling units that did."""
+    depth = whole_result("greedy_depth", "greedy_depth", depth_raw)
+    d = depth.details
+    if d is None:
+        return check_coverage("coverage", run.model_name, 0, [], f"greedy_depth has no runs: {depth.error}")
+    n_runs = sum(r.error is None for r in d.runs)
+    greedy = [(p, n, n_runs) for p, n in d.crossings]
+    drawn = []
+    for u in sampled:
+        law = run.sampling_setup(u.model).law(u.case)
+        drawn.append((len(law.case.prompt), law.case.n, int(res.get(u.id, {}).get("samples", 0))))
+    bounds = [Boundary(p, source, what) for p, source, what in d.boundaries]
+    return check_coverage("coverage", run.model_name, d.horizon, coverage(bounds, d.horizon, greedy, drawn))
 
 
 def dispatch_order(run: CertifyRun, units: list[Unit]) -> list[Unit]:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import refdec
 from fastdec.config import DecodeConfig
 from proofs.checks.bitwise import check_bitwise
-from proofs.checks.greedy import TIE_TOLERANCE, check_greedy, classify
+from proofs.checks.greedy import TIE_TOLERANCE, check_greedy, judge, reference_scores
 from proofs.decoders.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.stats.exact_laws import Oracle
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
+from refdec.model import LoopedLM
+from refdec.score import continuation_logits
 
 PROMPTS = [(1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1)]
 
@@ -56,30 +61,59 @@ def test_crash_and_wrong_length_are_real_bugs(oracle):
     assert not r.passed and all(d.classified == "real bug" for d in r.details.divergences)
 
 
-class FakeOracle:
-    """Logits chosen by hand: token 0 leads token 1 by `gap`, the others far behind."""
+def test_divergence_classified_by_the_dtype_tolerance(oracle):
+    """A token off the argmax is a tie below the tolerance, a real bug above it; a tie no longer
+    ends the evidence: the tokens after it are judged on the candidate's own prefix."""
+    prompt = list(PROMPTS[0])
+    ref = refdec.generate(oracle.model, prompt, 8)
+    (scored, _) = reference_scores(oracle.model, prompt, ref)
+    assert scored == []
+    logits = continuation_logits(oracle.model, prompt, ref)
+    runner_up = int(torch.topk(logits[2], 2).indices[1])
+    gap = float(logits[2].max() - logits[2, runner_up])
+    got = ref[:2] + [runner_up] + refdec.generate(oracle.model, prompt + ref[:2] + [runner_up], 5)
+    tie = judge(oracle, prompt, got, 8, tol=gap * 2)
+    assert [d["classified"] for d in tie] == ["numerical tie"] and tie[0]["position"] == 2
+    assert tie[0]["candidate_gap"] == pytest.approx(gap) and tie[0]["reference"] == ref[2]
+    bug = judge(oracle, prompt, got, 8, tol=gap / 2)
+    assert [d["classified"] for d in bug] == ["real bug"]
+    # after the tie, a wrong token is still found (refdec.generate's comparison stopped at the tie)
+    worse = got[:5] + [(got[5] + 1) % oracle.V] + got[6:]
+    found = judge(oracle, prompt, worse, 8, tol=gap * 2)
+    assert [(d["position"], d["classified"]) for d in found] == [(2, "numerical tie"), (5, "real bug")]
+    assert judge(oracle, prompt, ref[:7], 8, 1e-9)[0]["reference"] == ref[7]  # too short: named
+    assert "outside the vocabulary" in judge(oracle, prompt, ref[:3] + [99] + ref[4:], 8, 1e-9)[0]["why"]
 
-    V = 4
 
-    def __init__(self, gap):
-        self.gap = gap
-
-    def logits(self, context):
-        row = torch.tensor([1.0, 1.0 - self.gap, -5.0, -6.0], dtype=torch.float64)
-        return row.expand(2, 4)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_divergence_classified_by_the_dtype_tolerance(dtype):
-    tol = TIE_TOLERANCE[dtype]
-    tie = classify(FakeOracle(tol / 10), [0], [0, 0], [0, 1], tol)
-    assert tie["classified"] == "numerical tie" and tie["position"] == 1
-    assert tie["top2_margin"] == pytest.approx(tol / 10)
-    bug = classify(FakeOracle(tol * 10), [0], [0, 0], [0, 1], tol)
-    assert bug["classified"] == "real bug"
-    far = classify(FakeOracle(tol / 10), [0], [0], [3], tol)  # a close top-2 does not excuse token 3
-    assert far["classified"] == "real bug" and far["candidate_gap"] > 6
-    assert classify(FakeOracle(1.0), [0], [0, 1], [0, 1], tol) is None
+@settings(max_examples=15, deadline=None)
+@given(
+    name=st.sampled_from(TINY_PRESETS + (TINY_LOOPCODER,)),
+    seed=st.integers(0, 2**16),
+    p_len=st.integers(1, 24),
+    n=st.integers(1, 14),
+    flips=st.lists(st.integers(0, 13), max_size=2),
+)
+def test_one_teacher_forced_pass_equals_comparing_with_generate(name, seed, p_len, n, flips):
+    """Property: on random models and prompts, judging by one teacher-forced pass gives what
+    comparing token by token with refdec.generate gives: nothing when the tokens are refdec's,
+    else its first divergence, with refdec's token there (float64: no tie at 1e-9)."""
+    model = LoopedLM(get_preset(name)).init_weights(seed).to(torch.float64).eval()
+    o = Oracle.over(model)
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, o.V, (p_len,), generator=g).tolist()
+    ref = refdec.generate(model, prompt, n)
+    got = list(ref)
+    for t in flips:
+        if t < n:
+            got[t] = (got[t] + 1 + seed % (o.V - 1)) % o.V
+    found = judge(o, prompt, got, n, TIE_TOLERANCE[torch.float64])
+    first = next((t for t in range(n) if got[t] != ref[t]), None)
+    if first is None:
+        assert found == []
+    else:
+        assert [(d["position"], d["reference"], d["classified"]) for d in found] == [
+            (first, ref[first], "real bug")
+        ]
 
 
 def test_fastdec_float32_has_no_real_bug(oracle):

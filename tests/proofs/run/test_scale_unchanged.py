@@ -62,13 +62,13 @@ def undo_savings(monkeypatch) -> list:
 
 def count_references(monkeypatch) -> list:
     calls = []
-    real = greedy_module.reference_tokens
+    real = greedy_module.reference_scores
 
-    def counted(model, prompt, n):
+    def counted(model, prompt, tokens, with_next=False):
         calls.append(tuple(prompt))
-        return real(model, prompt, n)
+        return real(model, prompt, tokens, with_next)
 
-    monkeypatch.setattr(greedy_module, "reference_tokens", counted)
+    monkeypatch.setattr(greedy_module, "reference_scores", counted)
     return calls
 
 
