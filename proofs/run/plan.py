@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proofs.checks.distribution import Target
+from proofs.checks.positions import PositionsPlan
 from proofs.speed.report import PLANS as BENCH_PLANS
 from proofs.speed.timing import Workload
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
@@ -45,6 +46,7 @@ class CertifyPlan:
     power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_ids: tuple[str, ...] | None = None  # a subset of proofs.checks.mutation.LIBRARY (None: all)
     case_cap: int | None = None  # a path's options: the first whose N is at most this (choose_case)
+    positions: PositionsPlan | None = None  # the per-position test on long samples (None: not run)
 
     @property
     def target(self) -> Target:
@@ -108,6 +110,26 @@ SIDE_BY_SIDE = {
     "trace_positions": (48, 256),
     "speed": (BENCH_PLANS["quick"].grid, BENCH_PLANS["full"].grid),
 }
+# -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) -------
+# T=1 without a filter: every token of the vocabulary in play and laws spread enough that a drift
+# shows (at T=0.7 top-k=4 the same N missed a 1.3x temperature past position 200: docs/measurements.md).
+# QUICK: 8 samples of 320 tokens after the 32-token prompt, through the grid's last setting (the most
+# speculative), about 20 s of one CPU core on the default model; every band detects TV 0.15. FULL:
+# 1,024 tokens, every setting, TV 0.1.
+POSITIONS_QUICK = PositionsPlan(
+    SamplingParams(temperature=1.0), tokens=320, tv=0.15, min_band=64, budget_s=60.0
+)
+POSITIONS_FULL = PositionsPlan(
+    SamplingParams(temperature=1.0),
+    tokens=1024,
+    tv=0.1,
+    min_band=128,
+    budget_s=300.0,
+    all_settings=True,
+    false_alarm_replicates=20000,
+)
+SIDE_BY_SIDE["positions"] = (POSITIONS_QUICK, POSITIONS_FULL)
+# -- end of the per-position block ------------------------------------------------------------------
 QUICK, FULL = (
     CertifyPlan(mode, **{field: pair[i] for field, pair in SIDE_BY_SIDE.items()})
     for i, mode in enumerate(("quick", "full"))
