@@ -99,6 +99,14 @@ def layout(plan: PositionsPlan, prompt_len: int, max_seq_len: int, boundaries: S
     return Layout(start, n, bands, left_out, alpha_test, need, 1 + math.ceil(need / narrowest))
 
 
+def ladder_samples(plan: PositionsPlan, prompt_len: int) -> int:
+    """The samples `plan` needs after a prompt of prompt_len tokens when its bands are cut at the
+    powers of two alone (what an estimate knows before the run's boundaries are collected)."""
+    horizon = prompt_len + plan.tokens
+    ladder = [2**k for k in range(horizon.bit_length()) if 2**k <= horizon]
+    return layout(plan, prompt_len, horizon, ladder).samples
+
+
 @dataclass
 class Transforms:
     """The transforms of the samples scored so far, position by position."""
