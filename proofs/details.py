@@ -8,7 +8,7 @@ imported back by it). Each check builds its own record (proofs/checks/<check>.py
 check has (wall time, an error, a skip) are fields of `proofs.result.CheckResult`, not of these.
 
 Kinds: greedy, bitwise, sampling, relative_sampling, sampler_convention, reproducibility,
-mutation, false_alarm, theorem1, theorem2_traces, theorem2_published, speed (KINDS).
+mutation, false_alarm, theorem1, theorem2_traces, theorem2_published, speed, positions (KINDS).
 """
 
 from __future__ import annotations
@@ -647,6 +647,81 @@ class GateDetails(Details):
     rounds: tuple[float, ...] = ()  # speed: this run's per-round ratios (their median is `measured`)
 
 
+# -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) ----------
+
+
+@dataclass(frozen=True)
+class PositionStratum(Record):
+    """One test of the per-position check: the randomized PIT of the tokens of one position band
+    (all of them, or the half whose law's entropy is at most / above the band's threshold), counted
+    into equal bins and tested against uniform."""
+
+    band: tuple[int, int]  # positions [lo, hi) in prompt + continuation
+    half: str  # "all", "low" (entropy <= threshold) or "high"
+    entropy_threshold: float | None  # nats; None for "all"
+    tokens: int  # transforms counted
+    counts: tuple[int, ...]  # per equal bin of U
+    stat: float | None  # None: fewer than 5 per bin expected, not tested
+    p_value: float
+    detectable_tv: float  # binned TV of U it detects with the target power at its Holm level
+    empirical_tv: float | None  # binned TV of the counts from uniform
+    has_power: bool | None  # "all": detectable_tv <= target (required); a half: None (reported)
+    holm_rejected: bool
+
+
+@dataclass(frozen=True)
+class PositionAlarms(Record):
+    """The test's level at this run's stratum sizes, by simulation of lossless runs
+    (proofs.stats.pit.simulate_false_alarms)."""
+
+    replicates: int
+    level: float
+    rejections: int
+    tail_p: float  # P(at least that many rejections | the level)
+    level_second_level: float
+    rejections_second_level: int
+    tail_p_second_level: float
+    plausibility: float  # the check fails when a tail is below this
+
+
+@dataclass(frozen=True)
+class PositionsDetails(Details):
+    kind: ClassVar[str] = "positions"
+    model: str
+    setting: str
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    order: str
+    prompt: tuple[int, ...]
+    tokens: int  # new tokens per sample
+    boundaries: tuple[int, ...]  # the positions the bands are cut at, when wide enough
+    bands: tuple[tuple[int, int], ...]
+    left_out: tuple[int, ...]  # boundaries inside the horizon that are no band edge (a band too narrow)
+    bins: int
+    alpha: float  # family-wise (Holm across every stratum)
+    alpha_test: float  # the strictest Holm level, alpha / strata
+    target_tv: float
+    power_level: float
+    needed_per_band: int  # transforms each band needs to reach the target TV
+    planned_samples: int  # the pilot included
+    samples: int  # drawn
+    seeds: tuple[int, int] | None  # first and last; the first is the pilot (entropy thresholds only)
+    uniforms: str  # where the transform's v come from
+    strata: tuple[PositionStratum, ...]
+    detectable_tv: float  # the worst band's ("all")
+    no_power: tuple[str, ...]  # bands short of the target TV
+    rejected: tuple[str, ...]  # strata Holm rejected
+    impossible: int  # tokens of probability 0 under the reference law
+    first_impossible: str | None  # "seed S position P token X"
+    malformed: int  # samples of a wrong length or an id outside the vocabulary
+    decoder_error: str | None  # the decoder failed (sampling stopped there)
+    stopped_by_deadline: bool
+    decode_seconds: float
+    reference_seconds: float  # the teacher-forced float64 passes
+    false_alarm: PositionAlarms | None
+
+
 KINDS: dict[str, type[Details]] = {
     d.kind: d
     for d in (
@@ -664,5 +739,6 @@ KINDS: dict[str, type[Details]] = {
         Theorem2TracesDetails,
         Theorem2PublishedDetails,
         SpeedDetails,
+        PositionsDetails,  # issue 36 item 4b
     )
 }

@@ -4,7 +4,8 @@ Render-only: every number printed here was computed by a check; nothing is recom
 judged. Layout: the verdict line first, the stamp, a summary table of every check (measured
 vs bound), then one section per kind of check (RENDERED), in this order: greedy and bitwise
 (reports/exactness.py), sampling (reports/sampling_checks.py), the engine-relative check
-(reports/relative_checks.py), the sampler conventions' finding (reports/convention.py),
+(reports/relative_checks.py), the per-position test on long samples (reports/positions.py), the
+sampler conventions' finding (reports/convention.py),
 reproducibility, the mutant table and
 the false-alarm rate (reports/mutants.py), Theorems 1 and 2 (reports/theorems.py), speed. A
 check of a kind with no section still gets a short one (generic_section).
@@ -13,14 +14,16 @@ check of a kind with no section still gets a short one (generic_section).
 from __future__ import annotations
 
 from proofs.certificate import Certificate
-from proofs.details import GreedyDetails, RelativeDetails, SamplingDetails, SpeedDetails
+from proofs.details import GreedyDetails, PositionsDetails, RelativeDetails, SamplingDetails, SpeedDetails
 from proofs.result import CheckResult
+from reports import positions as positions_report
 from reports import relative_checks
 from reports.convention import convention_section
 from reports.coverage import coverage_section, depth_section
 from reports.exactness import bitwise_section, greedy_section, reproducibility_section
 from reports.markdown import DASH, error_lines, fmt, heading, section, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
+from reports.positions import positions_section
 from reports.relative_checks import relative_section
 from reports.sampling_checks import sampling_section, summary_notes
 from reports.theorems import theorem1_section, theorem2_section
@@ -80,6 +83,8 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes += summary_notes(d)
     if isinstance(d, RelativeDetails):
         notes += relative_checks.summary_notes(d)
+    if isinstance(d, PositionsDetails):  # issue 36 item 4b
+        notes += positions_report.summary_notes(d)
     if c.error is not None:
         notes.append(f"could not run: {c.error}")
     if not c.passed:
@@ -156,6 +161,7 @@ RENDERED = frozenset(
         "theorem2_traces",
         "theorem2_published",
         "speed",
+        "positions",  # issue 36 item 4b
     )
 )
 
@@ -187,6 +193,8 @@ def render_certificate(cert: Certificate) -> str:
     parts.append(sampling_section(of("sampling")))
     if relative := of("relative_sampling"):
         parts.append(relative_section(relative))
+    if positions := of("positions"):  # issue 36 item 4b
+        parts.append(positions_section(positions))
     parts += map(convention_section, of("sampler_convention"))
     parts += map(reproducibility_section, of("reproducibility"))
     parts += map(mutation_section, of("mutation"))

@@ -29,6 +29,9 @@ from proofs.details import (
     GreedyRun,
     MutantRow,
     MutationDetails,
+    PositionAlarms,
+    PositionsDetails,
+    PositionStratum,
     RelativeCase,
     RelativeDetails,
     RelativeView,
@@ -562,6 +565,80 @@ def speed(**changes) -> SpeedDetails:
     return replace(d, **changes)
 
 
+# -- the per-position test on long samples (issue 36 item 4b) -------------------------------------
+
+
+def position_stratum(**changes) -> PositionStratum:
+    s = PositionStratum(
+        band=(32, 128),
+        half="all",
+        entropy_threshold=None,
+        tokens=672,
+        counts=(70, 66, 64, 68, 71, 63, 69, 65, 67, 69),
+        stat=0.9,
+        p_value=0.9,
+        detectable_tv=0.145,
+        empirical_tv=0.02,
+        has_power=True,
+        holm_rejected=False,
+    )
+    return replace(s, **changes)
+
+
+def positions(**changes) -> PositionsDetails:
+    d = PositionsDetails(
+        model="default",
+        setting="pipelined d1=2 d2=8",
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        order="temperature-first",
+        prompt=(100, 101, 32),
+        tokens=320,
+        boundaries=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        bands=((32, 128),),
+        left_out=(64,),
+        bins=10,
+        alpha=1e-3,
+        alpha_test=1e-3 / 3,
+        target_tv=0.15,
+        power_level=0.99,
+        needed_per_band=626,
+        planned_samples=8,
+        samples=8,
+        seeds=(0, 7),
+        uniforms="numpy default_rng([0x504954, seed]) per sample",
+        strata=(
+            position_stratum(),
+            position_stratum(
+                half="low", entropy_threshold=1.2, tokens=300, has_power=None, detectable_tv=0.2
+            ),
+            position_stratum(half="high", entropy_threshold=1.2, tokens=372, has_power=None, stat=None),
+        ),
+        detectable_tv=0.145,
+        no_power=(),
+        rejected=(),
+        impossible=0,
+        first_impossible=None,
+        malformed=0,
+        decoder_error=None,
+        stopped_by_deadline=False,
+        decode_seconds=18.0,
+        reference_seconds=4.0,
+        false_alarm=PositionAlarms(
+            replicates=2000,
+            level=1e-3,
+            rejections=1,
+            tail_p=0.86,
+            level_second_level=0.05,
+            rejections_second_level=93,
+            tail_p_second_level=0.78,
+            plausibility=1e-3,
+        ),
+    )
+    return replace(d, **changes)
+
+
 def one_of_each_kind() -> tuple[CheckResult, ...]:
     """A passing check of every kind, and one of each way a check can measure nothing."""
     return (
@@ -569,6 +646,7 @@ def one_of_each_kind() -> tuple[CheckResult, ...]:
         result(bitwise(), "bitwise_fixed_width"),
         result(sampling(), "sampling[tiny-raven: pipelined]", 0.4, 5e-4, power="TV >= 0.05"),
         result(relative(), "relative_sampling[tiny-raven: pipelined]", 0.65, 5e-4, power="TV >= 0.05"),
+        result(positions(), "positions[tiny-raven: pipelined]", 0.9, 1e-3 / 3, power="TV >= 0.15"),
         result(convention(), "sampler_convention", 0.061, math.nan),
         result(reproducibility(), "reproducibility"),
         result(mutation(), "mutation"),

@@ -37,10 +37,11 @@ from safetensors import safe_open
 
 from fastdec.config import DecodeConfig
 from proofs.checks.greedy import GREEDY
+from proofs.checks.positions import ladder_samples
 from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import run_generate
-from proofs.prompts import model_prompts
+from proofs.prompts import PROMPT_LEN, model_prompts
 from proofs.run.cases import PROMPT_CANDIDATES
 from proofs.run.jobs import makespan
 from proofs.run.plan import CertifyPlan, case_options
@@ -309,6 +310,12 @@ def run_parts(
     parts["sampling"] = units * max(budget_s / max(1, units), first)
     parts["reproducibility"] = REPRO_DRAWS * at["greedy_token"]
     parts["traces"] = plan.trace_prompts * at["forward64"]
+    if plan.positions is not None:  # the per-position test (issue 36 item 4b): S samples of n tokens
+        pos = plan.positions  # at the settings' mean rate per token (no batching gain: errs high) ...
+        runs = settings if pos.all_settings else 1
+        s = ladder_samples(pos, PROMPT_LEN)
+        score = at["forward64"] * (PROMPT_LEN + pos.tokens) / PROMPT_LEN  # ... and one float64 pass each
+        parts["positions"] = runs * s * (pos.tokens * at["greedy_token"] / max(1, settings) + score)
     w = plan.speed
     parts["speed"] = w.prompts * w.tokens * w.repeats * (at["greedy_token"] + at["baseline_token"])
     return parts

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proofs.checks.distribution import Target
+from proofs.checks.positions import PositionsPlan
 from proofs.speed.report import PLANS as BENCH_PLANS
 from proofs.speed.timing import Workload
 from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS, get_preset
@@ -48,6 +49,7 @@ class CertifyPlan:
     # -- greedy at depth and boundary coverage (proofs/checks/depth.py; issue 36, items 2, 3, 5) --
     depth_context: int = 256  # the greedy-at-depth horizon: at least this many context tokens ...
     depth_cap: int = 1024  # ... and two of the largest window, at most this many
+    positions: PositionsPlan | None = None  # the per-position test on long samples (None: not run)
 
     @property
     def target(self) -> Target:
@@ -115,6 +117,26 @@ SIDE_BY_SIDE = {
     "depth_context": (256, 4096),
     "depth_cap": (1024, 4096),
 }
+# -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) -------
+# T=1 without a filter: every token of the vocabulary in play and laws spread enough that a drift
+# shows (at T=0.7 top-k=4 the same N missed a 1.3x temperature past position 200: docs/measurements.md).
+# QUICK: 8 samples of 320 tokens after the 32-token prompt, through the grid's last setting (the most
+# speculative), about 20 s of one CPU core on the default model; every band detects TV 0.15. FULL:
+# 1,024 tokens, every setting, TV 0.1.
+POSITIONS_QUICK = PositionsPlan(
+    SamplingParams(temperature=1.0), tokens=320, tv=0.15, min_band=64, budget_s=60.0
+)
+POSITIONS_FULL = PositionsPlan(
+    SamplingParams(temperature=1.0),
+    tokens=1024,
+    tv=0.1,
+    min_band=128,
+    budget_s=300.0,
+    all_settings=True,
+    false_alarm_replicates=20000,
+)
+SIDE_BY_SIDE["positions"] = (POSITIONS_QUICK, POSITIONS_FULL)
+# -- end of the per-position block ------------------------------------------------------------------
 QUICK, FULL = (
     CertifyPlan(mode, **{field: pair[i] for field, pair in SIDE_BY_SIDE.items()})
     for i, mode in enumerate(("quick", "full"))

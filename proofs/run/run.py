@@ -28,6 +28,7 @@ laws and the depth traces (when their check runs, so that their cost and any fai
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from proofs.checks.convention import check_convention
 from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.false_alarm import check_false_alarm
 from proofs.checks.greedy import check_greedy
+from proofs.checks.positions import check_positions
 from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
@@ -74,6 +76,7 @@ from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
+from proofs.stats.pit import default_boundaries
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
@@ -526,6 +529,46 @@ class CertifyRun:
             o = self.oracle if name == self.model_name else Oracle(load(name, torch.float64, "cpu"))
             laws[name] = (o, self.sampling_setup(name).laws)
         return check_convention("sampler_convention", laws)
+
+    # -- 3c. the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) ----
+    def positions_candidates(self) -> list[Candidate]:
+        """The settings the per-position test samples: the user's decoder, or fastdec's grid (the
+        quick plan: only its last setting, the most speculative)."""
+        p = self.plan.positions
+        if p is None:
+            return []
+        return self.candidates if self.user is not None or p.all_settings else self.candidates[-1:]
+
+    def positions_boundaries(self, horizon: int) -> list[int]:
+        """The positions its bands are cut at (proofs.stats.pit.default_boundaries: a ladder of powers
+        of two and the model config's windows; the run's collected boundaries replace it)."""
+        return default_boundaries(self.model64.cfg, horizon)
+
+    def positions(self, candidate: Candidate) -> CheckResult:
+        """The per-position test of one setting on the certified model: its sampling check's decoder
+        (built once), the run's sampler convention, refdec in float64 for the laws."""
+        p = self.plan.positions
+        decoder = self.sampling_decoder(
+            f"sampling[{self.model_name}: {candidate.label}]", candidate, self.model_name
+        )
+        plan = dataclasses.replace(p, sampling=p.sampling.with_order(self.sampler_order))
+        prompt = self.prompts(1)[0]
+        horizon = min(len(prompt) + plan.tokens, self.model64.cfg.max_seq_len)
+        return check_positions(
+            f"positions[{self.model_name}: {candidate.label}]",
+            decoder,
+            self.model64,
+            prompt,
+            plan,
+            self.positions_boundaries(horizon),
+            self.seed,
+            self.model_name,
+            candidate.label,
+            self.models.sampling_rows,
+            self.say,
+        )
+
+    # -- end of the per-position block ------------------------------------------------------------
 
     # -- 3b. reproducibility ---------------------------------------------------------------------
     def reproducible(self) -> CheckResult:

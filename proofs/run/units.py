@@ -119,6 +119,9 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
             run.say,
         )
     )
+    # -- the per-position test on long samples (issue 36 item 4b): one whole check per setting --
+    for c in run.positions_candidates():
+        whole(f"positions[{run.model_name}: {c.label}]", "positions", lambda c=c: run.positions(c))
     if run.sampler_order != TEMPERATURE_FIRST:
         whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)

@@ -61,12 +61,14 @@ def test_a_real_certificate_round_trips(monkeypatch, tmp_path):
     """certify() of the reduced plan on tiny-ouro: the certificate read back equals the one written."""
     monkeypatch.setitem(plan_mod.PLANS, "quick", SMALL_PLAN)
     cert = certify("tiny-ouro")
-    # SMALL_PLAN has no false alarms; fastdec has no --relative-to and samples temperature-first
+    # SMALL_PLAN has no false alarms and no per-position test (tests/proofs/checks/test_positions.py
+    # certifies with one); fastdec has no --relative-to and samples temperature-first
     # (tests/proofs/run/test_certify_relative.py writes and reads back those two kinds)
     assert {c.kind for c in cert.checks} >= set(KINDS) - {
         "false_alarm",
         "relative_sampling",
         "sampler_convention",
+        "positions",
     }
     back = Certificate.from_json(json.loads(cert.dumps()))
     assert back == cert

@@ -1,0 +1,81 @@
+"""A negative control of the per-position test (proofs/checks/positions.py): a decoder lossless up
+to a position it does not declare, then sampling at a slightly wrong temperature.
+
+Tokens at positions before `position` (0-based in prompt + continuation) are drawn by the wrapped
+decoder with the asked SamplingParams, so their law is exact; from `position` on the wrapped decoder
+continues the same sequence at `temperature_factor` times the temperature, from a seed of its own.
+Greedy (temperature 0) stays greedy, and the first few tokens after a short prompt are exact: the
+greedy check and the 3-token sampling cases cannot see it. Only a test that reads every position
+of long samples can (docs/certify.md, "The per-position test"). It is what the bugs of issue 36
+look like from outside: a window that wraps, a cache page that fills, at a position nobody declared.
+
+    loopcert certify --decoder proofs.decoders.late_drift:make     # must FAIL on positions[...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from proofs.decoders.protocol import tokens_of
+from refdec.sampling import SamplingParams
+
+POSITION = 200  # not a power of two, no window of the default model: a boundary nobody declared
+TEMPERATURE_FACTOR = 1.3
+SEED_OFFSET = 2**62  # the drifted part's seed: apart from every seed of the exact part
+
+
+class LateDrift:
+    """`inner` (a BatchDecoder: fastdec.Decoder) exact before `position`, hotter from it on."""
+
+    batch_queue = True
+
+    def __init__(self, inner, position: int = POSITION, temperature_factor: float = TEMPERATURE_FACTOR):
+        self.inner, self.position, self.temperature_factor = inner, int(position), float(temperature_factor)
+        self.sampler_order = getattr(inner, "sampler_order", None)
+        self.max_batch = getattr(inner, "max_batch", None)
+        self.compute_dtype = getattr(inner, "compute_dtype", None)
+
+    def drifted(self, sampling: SamplingParams) -> SamplingParams:
+        return replace(sampling, temperature=sampling.temperature * self.temperature_factor)
+
+    def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams, seed: int) -> list[int]:
+        return self.generate_batch([prompt], max_new_tokens, sampling, [seed])[0]
+
+    def generate_batch(
+        self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds
+    ) -> list[list[int]]:
+        prompts, seeds = [list(p) for p in prompts], list(seeds)
+        exact = [min(max_new_tokens, max(0, self.position - len(p))) for p in prompts]
+        out: list[list[int]] = [[] for _ in prompts]
+        first = [i for i, k in enumerate(exact) if k > 0]
+        if first:
+            got = self.inner.generate_batch(
+                [prompts[i] for i in first], [exact[i] for i in first], sampling, [seeds[i] for i in first]
+            )
+            for i, r in zip(first, got, strict=True):
+                out[i] = list(tokens_of(r))
+        rest = [i for i, k in enumerate(exact) if k < max_new_tokens]
+        if rest:
+            got = self.inner.generate_batch(
+                [prompts[i] + out[i] for i in rest],
+                [max_new_tokens - exact[i] for i in rest],
+                self.drifted(sampling),
+                [(seeds[i] + SEED_OFFSET) % 2**64 for i in rest],
+            )
+            for i, r in zip(rest, got, strict=True):
+                out[i] += list(tokens_of(r))
+        return out
+
+
+def make(model, position: int = POSITION, temperature_factor: float = TEMPERATURE_FACTOR) -> LateDrift:
+    """The control over fastdec's pipelined strategy at its default depths (a --decoder factory)."""
+    from fastdec import Decoder  # fastdec is optional for user decoders
+    from fastdec.config import DecodeConfig
+    from proofs.decoders.candidates import default_depths
+
+    d1, d2 = default_depths(model.cfg.recurrence)
+    p = next(model.parameters())
+    inner = Decoder(
+        model, DecodeConfig("pipelined", draft_depth=d1, second_depth=d2), device=p.device, dtype=p.dtype
+    )
+    return LateDrift(inner, position, temperature_factor)
