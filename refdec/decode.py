@@ -30,6 +30,13 @@ def check_run_args(
         )
     if not isinstance(sampling, SamplingParams):
         raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
+    V = model.cfg.vocab_size
+    for name, named in (
+        ("logit_bias", [t for t, _ in sampling.logit_bias]),
+        ("stop_token_ids", sampling.stop_token_ids),
+    ):
+        if named and max(named) >= V:
+            raise LoopcertError(f"{name} names token {max(named)}, outside the vocabulary [0, {V})")
     check_seed(seed)
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
 
