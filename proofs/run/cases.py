@@ -161,6 +161,7 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
                 "top_k": law.case.sampling.top_k,
                 "top_p": law.case.sampling.top_p,
                 "order": law.case.sampling.order,
+                **_more_params(law.case.sampling),
                 "tokens": law.case.n,
                 "samples": n,
                 **({"relative_samples": relative[i]} if relative else {}),
@@ -170,6 +171,13 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
             for i, (law, n) in enumerate(zip(laws, samples, strict=True))
         ],
     }
+
+
+def _more_params(s: SamplingParams) -> dict:
+    """The engines' other parameters of a case, when it sets any ({"params": {field: value}}):
+    a record of the old three fields stays as it was."""
+    more = {k: v for k, v in s.describe().items() if k not in ("temperature", "top_k", "top_p")}
+    return {"params": more} if more else {}
 
 
 def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
@@ -184,6 +192,7 @@ def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLa
             top_k=c["top_k"],
             top_p=c["top_p"],
             order=c.get("order", TEMPERATURE_FIRST),
+            **c.get("params", {}),
         )
         law = replace(
             case_law(oracle, Case(c["name"], sp, tuple(record["prompt"]), c["tokens"])), chosen=c["chosen"]
