@@ -60,12 +60,18 @@ class Oracle:
         return got
 
     def law(
-        self, context: Sequence[int], depth: int, sampling: SamplingParams, prompt_len: int | None = None
+        self,
+        context: Sequence[int],
+        depth: int,
+        sampling: SamplingParams,
+        prompt_len: int | None = None,
+        seen: int | None = None,
     ) -> torch.Tensor:
         """(V,) float64: transform(p_depth) for the token after `context` (docs/design.md section 3).
         Parameters that follow the prefix (penalties, min_tokens) need `prompt_len`: the first
         prompt_len tokens of `context` are the prompt, the rest the output so far (no EOS id: a
-        certification case names its stops in stop_token_ids)."""
+        certification case names its stops in stop_token_ids). `seen` (a mutant's stale state):
+        the processors count only the first `seen` output tokens."""
         if not 1 <= depth <= self.R:
             raise LoopcertError(f"depth {depth} outside 1..R={self.R}")
         ctx = None
@@ -73,12 +79,9 @@ class Oracle:
             if prompt_len is None:
                 raise LoopcertError("a law under penalties or min_tokens needs the prompt's length")
             context = tuple(context)
-            ctx = Context.of(context[:prompt_len], context[prompt_len:])
-        key = (
-            (tuple(context), depth, sampling)
-            if ctx is None
-            else (tuple(context), depth, sampling, prompt_len)
-        )
+            out = context[prompt_len:] if seen is None else context[prompt_len : prompt_len + seen]
+            ctx = Context.of(context[:prompt_len], out)
+        key = (tuple(context), depth, sampling) + (() if ctx is None else (prompt_len, seen))
         got = self._laws.get(key)
         if got is None:
             got = transform(self.logits(context)[depth - 1], sampling, ctx)
