@@ -50,7 +50,7 @@ import torch
 from fastdec.cache import KVCache, Timeline
 from refdec.layers import GateWeights, at_least_float32, loop_gate, mix, rope_tables
 from refdec.model import PassAttendFor
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams, filter_probs, transform
+from refdec.sampling import TEMPERATURE_FIRST, Context, SamplingParams, filter_probs, transform
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths of calls of one sequence (fixed_width: one of these)
 # a batch engine also runs wider calls, up to 64 lanes per cache row: on a CPU a call's fixed
@@ -88,8 +88,10 @@ class Readout:
         self.logits = logits  # (n, V)
         self._laws: dict[float, torch.Tensor] = {}  # temperature -> (n, V) float64 on the host
 
-    def law(self, i: int, params: SamplingParams) -> torch.Tensor:
-        """(V,) float64: refdec.sampling.transform(logits[i], params), bit for bit."""
+    def law(self, i: int, params: SamplingParams, context: Context | None = None) -> torch.Tensor:
+        """(V,) float64: refdec.sampling.transform(logits[i], params, context), bit for bit."""
+        if not params.plain:  # the engines' other parameters: this row's own law, given its prefix
+            return transform(self.logits[i].detach().cpu(), params, context)
         filtered = params.top_k is not None or params.top_p is not None
         if self.logits.numel() > LAW_BATCH_ELEMS or (filtered and params.order != TEMPERATURE_FIRST):
             return transform(self.logits[i].detach().cpu(), params)
@@ -116,9 +118,9 @@ class LaneLogits:
     def __contains__(self, depth: int) -> bool:
         return depth in self.at
 
-    def law(self, depth: int, params: SamplingParams) -> torch.Tensor:
+    def law(self, depth: int, params: SamplingParams, context: Context | None = None) -> torch.Tensor:
         out, i = self.at[depth]
-        return out.law(i, params)
+        return out.law(i, params, context)
 
 
 @dataclass(eq=False)

@@ -28,6 +28,13 @@ driver (fastdec.batch) advances the steps of every live sequence of a batch in o
 a sequence never sees its neighbours. Lanes (fastdec.engine) hold engine state only; what a
 strategy knows about a lane (its proposals, its children) is a `Node` of that strategy.
 
+Sampling parameters that follow the prefix (penalties, min_tokens: refdec.sampling): the law of
+a lane is computed with the tokens before its position on its own branch: the committed tokens
+and, for a drafted lane, the drafts of its ancestors (`context`). A target law is computed when
+the lane is verified, after every token before it was committed, so it uses exactly the tokens
+accepted before it. A stop token (the stop ids and the EOS unless ignore_eos) that is committed
+ends the sequence there: the drafts after it are never committed.
+
 RNG: one torch.Generator(seed) per sequence, on the host; all uniforms are drawn there
 (refdec.sampling / fastdec.accept), never inside the engine, so CUDA graphs never touch it.
 autoregressive uses exactly one uniform per token, like refdec.generate.
@@ -45,7 +52,7 @@ from fastdec.accept import Source, gated_residual, greedy_verify, loopspec_verif
 from fastdec.config import DecodeConfig
 from fastdec.engine import Lane, LaneLogits
 from fastdec.telemetry import Stats
-from refdec.sampling import SamplingParams, greedy_token, sample
+from refdec.sampling import Context, SamplingParams, greedy_token, sample
 
 
 class Prefills:
@@ -132,6 +139,8 @@ class Sequence:
         unfiltered = SamplingParams(temperature=sampling.temperature)
         self.draft_params = sampling if config.draft_filter else unfiltered
         self.greedy = sampling.greedy
+        self.stops = sampling.stop_ids(eos_token_id)
+        self.plain = sampling.plain  # the law of the logits alone (no prefix, no processing)
         self.gen = torch.Generator().manual_seed(seed)
         self.R, self.d1 = config.depth, config.draft_depth
         self.d2, self.rw = config.second_depth, config.rewind_depth
@@ -146,12 +155,28 @@ class Sequence:
         self.t0 = self.c0 = 0.0
 
     # -- laws and draws -------------------------------------------------------------------------
-    def target_law(self, logits: LaneLogits, depth: int) -> torch.Tensor:
-        """transform(logits[depth], sampling), computed with its readout call's rows (Readout.law)."""
-        return logits.law(depth, self.sampling)
+    def context(self, drafted: list[int] = ()) -> Context | None:
+        """The prefix of the next position: the committed tokens, then `drafted` (a lane's
+        speculative ancestors); None when the sampling law does not depend on it."""
+        if not self.sampling.needs_context:
+            return None
+        return Context(tuple(self.prompt), tuple(self.tokens) + tuple(drafted), self.eos)
 
-    def draft_law(self, logits: LaneLogits, depth: int) -> torch.Tensor:
-        return logits.law(depth, self.draft_params)
+    def target_law(self, logits: LaneLogits, depth: int, context: Context | None = None) -> torch.Tensor:
+        """transform(logits[depth], sampling, context), computed with its readout call's rows
+        (Readout.law); context: the committed tokens when None."""
+        return logits.law(depth, self.sampling, self.context() if context is None else context)
+
+    def draft_law(self, logits: LaneLogits, depth: int, context: Context | None = None) -> torch.Tensor:
+        if not self.draft_params.needs_context:
+            return logits.law(depth, self.draft_params)
+        return logits.law(depth, self.draft_params, self.context() if context is None else context)
+
+    def target_argmax(self, logits: LaneLogits, depth: int) -> int:
+        """Greedy's target token: argmax of the processed logits (refdec.generate's)."""
+        if self.plain:
+            return greedy_token(logits[depth])
+        return int(torch.argmax(self.target_law(logits, depth)))
 
     def draw(self, law: torch.Tensor) -> int:
         return int(torch.argmax(law)) if self.greedy else sample(law, self.gen)
@@ -175,7 +200,7 @@ class Sequence:
             self.target_logits.append(
                 logits[depth].detach().cpu().clone()
             )  # a normal tensor (Engine.run_phase)
-        return len(self.tokens) >= self.max_new or token == self.eos
+        return len(self.tokens) >= self.max_new or token in self.stops
 
     def verify(self, node: Node) -> tuple[int, Source]:
         """Cascade verification of node's proposals (x1, then x2 if any) against depth R."""
@@ -183,7 +208,7 @@ class Sequence:
         lg = node.lane.logits
         if self.greedy:
             props = (node.x1,) if node.x2 is None else (node.x1, node.x2)
-            tok, src = greedy_verify(greedy_token(lg[self.R]), props)
+            tok, src = greedy_verify(self.target_argmax(lg, self.R), props)
         else:
             tok, src = loopspec_verify(
                 self.target_law(lg, self.R), node.x1, node.q1, node.x2, node.q2, rng=self.gen, check=False
@@ -299,7 +324,7 @@ class DraftVerify(Sequence):
             for _ in range(self.d1):
                 yield Step([node.lane], [n.lane for n in nodes])
             nodes.append(node)
-            node.q1 = self.draft_law(node.lane.logits, self.d1)
+            node.q1 = self.draft_law(node.lane.logits, self.d1, self.context([n.x1 for n in nodes[:-1]]))
             node.x1 = token = self.draw(node.q1)
         return nodes
 
@@ -344,7 +369,7 @@ class AdaptiveVerify(DraftVerify):
             for j, node in enumerate(nodes):  # noqa: B007 (j is where escalation starts)
                 lg = node.lane.logits
                 if self.greedy:
-                    ok = greedy_token(lg[v]) == node.x1
+                    ok = self.target_argmax(lg, v) == node.x1
                 else:
                     _, src = loopspec_verify(
                         self.target_law(lg, v), node.x1, node.q1, rng=self.gen, check=False
@@ -388,8 +413,18 @@ class Pipelined(Sequence):
             if self.front.lane.depth == self.R and self.verify_front():
                 return
 
+    def drafted(self, node: Node) -> list[int]:
+        """The tokens of node's branch past the committed ones, its own lane's included (positions
+        last committed + 1 .. node's): what its drafts are conditioned on."""
+        last, out = self.last_committed_pos(), []
+        n = node
+        while n is not None and n.lane.pos > last:
+            out.append(n.lane.token)
+            n = n.parent
+        return out[::-1]
+
     def propose_first(self, node: Node) -> None:
-        node.q1 = self.draft_law(node.lane.logits, self.d1)
+        node.q1 = self.draft_law(node.lane.logits, self.d1, self.context(self.drafted(node)))
         node.x1 = self.draw(node.q1)
         pos = node.lane.pos
         if pos + 1 < self.last_pos:  # a child at pos+1 is needed iff pos+1 <= last_pos-1
@@ -398,7 +433,7 @@ class Pipelined(Sequence):
 
     def propose_second(self, node: Node) -> None:
         """LoopSpec's gated residual second proposal (docs/design.md section 4)."""
-        p2 = self.draft_law(node.lane.logits, self.d2)
+        p2 = self.draft_law(node.lane.logits, self.d2, self.context(self.drafted(node)))
         self.stats.gate_checks += 1
         q2 = gated_residual(p2, node.q1, node.x1, self.cfg.gate)  # None: the gate is closed
         if q2 is None:

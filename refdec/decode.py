@@ -6,7 +6,7 @@ import torch
 
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM, check_depth
-from refdec.sampling import SamplingParams, greedy_token, sample, transform
+from refdec.sampling import Context, SamplingParams, greedy_token, sample, transform
 from refdec.validate import check_int, check_seed
 
 
@@ -30,6 +30,13 @@ def check_run_args(
         )
     if not isinstance(sampling, SamplingParams):
         raise LoopcertError(f"sampling must be a SamplingParams, got {sampling!r}")
+    V = model.cfg.vocab_size
+    for name, named in (
+        ("logit_bias", [t for t, _ in sampling.logit_bias]),
+        ("stop_token_ids", sampling.stop_token_ids),
+    ):
+        if named and max(named) >= V:
+            raise LoopcertError(f"{name} names token {max(named)}, outside the vocabulary [0, {V})")
     check_seed(seed)
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
 
@@ -44,18 +51,26 @@ def generate(
     depth: int | None = None,
     eos_token_id: int | None = None,
 ) -> list[int]:
-    """New token ids (not the prompt); the EOS token is included when it ends the run."""
+    """New token ids (not the prompt); a stop token (sampling.stop_ids(eos_token_id): the stop
+    token ids, and the EOS id unless ignore_eos) is included when it ends the run. The law of each
+    token follows the tokens before it (penalties, min_tokens: refdec.sampling's docstring)."""
     ids, depth = check_generate_args(model, prompt, max_new_tokens, sampling, seed, depth)
     gen = torch.Generator().manual_seed(seed)
+    stops = sampling.stop_ids(eos_token_id)
+    context = Context.of(ids, (), eos_token_id) if sampling.needs_context else None
     new: list[int] = []
     for _ in range(max_new_tokens):
         logits = model.depth_logits(ids, [depth])[0, -1]  # (V,) at the last position
-        if sampling.greedy:
+        if sampling.plain and sampling.greedy:
             tok = greedy_token(logits)
+        elif sampling.greedy:
+            tok = greedy_token(transform(logits, sampling, context))  # the one-hot's argmax
         else:
-            tok = sample(transform(logits, sampling), gen)
+            tok = sample(transform(logits, sampling, context), gen)
         new.append(tok)
         ids.append(tok)
-        if tok == eos_token_id:
+        if context is not None:
+            context = context.then(tok)
+        if tok in stops:
             break
     return new

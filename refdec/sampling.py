@@ -16,20 +16,52 @@ target = transform(logits), under one of two conventions (SamplingParams.order, 
 Temperature 0 is greedy under both: the one-hot at argmax, lowest index winning ties. Without
 top-p the two conventions keep the same tokens (a ranking does not change when every logit is
 divided by the same T > 0), so they give the same law (tests/refdec/test_sampling.py).
+
+The engines' other parameters (named as vLLM names them; docs/certify.md#sampling-parameters has
+each engine's convention, read from its source):
+
+- Before the temperature, on the float64 logits, in this order (vLLM, SGLang, transformers and
+  mlx-lm agree on it): `logit_bias` added; `repetition_penalty` r (a counted token's logit is
+  divided by r when > 0, else multiplied by r); `frequency_penalty` f and `presence_penalty` e
+  subtracted (f x count, e x [count > 0]); while fewer than `min_tokens` tokens were generated,
+  every stop token (`stop_token_ids`, and the EOS id unless `ignore_eos`) gets -inf. Greedy is the
+  argmax of these processed logits.
+- Which tokens a penalty counts (`penalty_scope`): "split" (vLLM, SGLang): the repetition penalty
+  counts the prompt's and the output's tokens, frequency and presence the output's only;
+  "context" (mlx-lm): all three count the last `penalty_window` tokens of prompt + output (mlx-lm's
+  default window is 20; None: all of them).
+- `min_p` keeps the tokens of probability >= min_p x the largest. temperature-first: on the
+  tempered law, either before top-k / top-p with a renormalisation (`min_p_order`
+  "min-p-first", vLLM's argmax-invariant processor) or after them ("min-p-last", transformers'
+  MinPLogitsWarper, SGLang's joint mask); the two differ only with top-p. filters-first (mlx-lm):
+  on the temperature-1 law, with top-p and top-k (mlx applies top-p, min-p, top-k, each a mask;
+  kept sets that are prefixes of one ranking, so the order does not matter).
+
+Penalties and min_tokens make the law of a position depend on the tokens before it: `transform`
+then needs a `Context` (the prompt, the output so far, the EOS id), and refuses to guess without
+one. A sequence ends at its first stop token (`stop_ids`), which it includes.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
 from refdec.errors import LoopcertError
-from refdec.validate import check_number, is_int
+from refdec.validate import check_int, check_number, is_int
 
 TEMPERATURE_FIRST = "temperature-first"
 FILTERS_FIRST = "filters-first"
 SAMPLER_ORDERS = (TEMPERATURE_FIRST, FILTERS_FIRST)  # the module docstring's two conventions
+MIN_P_FIRST = "min-p-first"  # vLLM: min-p on the tempered law, renormalised, then top-k / top-p
+MIN_P_LAST = "min-p-last"  # transformers, SGLang: min-p's mask after top-k / top-p
+MIN_P_ORDERS = (MIN_P_FIRST, MIN_P_LAST)
+SPLIT_SCOPE = "split"  # vLLM, SGLang: repetition counts prompt + output, frequency/presence output only
+CONTEXT_SCOPE = "context"  # mlx-lm: every penalty counts the last penalty_window tokens of the context
+PENALTY_SCOPES = (SPLIT_SCOPE, CONTEXT_SCOPE)
 
 
 def check_order(order, what: str = "order") -> str:
@@ -45,6 +77,19 @@ class SamplingParams:
     top_k: int | None = None  # keep exactly the k most probable tokens
     top_p: float | None = None  # keep the smallest prefix with mass >= top_p
     order: str = TEMPERATURE_FIRST  # which law top-k / top-p judge: SAMPLER_ORDERS
+    # the engines' other parameters (module docstring); the defaults change nothing
+    min_p: float = 0.0  # keep tokens of probability >= min_p x the largest
+    repetition_penalty: float = 1.0  # > 0; 1: off
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    # ((token id, bias), ...) sorted by id; a {id: bias} dict is accepted
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # end the sequence (sorted, unique); the EOS id is the decoder's
+    min_tokens: int = 0  # no stop token before this many new tokens
+    ignore_eos: bool = False  # the EOS id neither stops nor is masked by min_tokens
+    min_p_order: str = MIN_P_FIRST  # temperature-first only: MIN_P_ORDERS
+    penalty_scope: str = SPLIT_SCOPE  # which tokens the penalties count: PENALTY_SCOPES
+    penalty_window: int | None = None  # "context" scope: the last this many tokens (None: all)
 
     def __post_init__(self):
         check_number("temperature", self.temperature, 0)
@@ -54,6 +99,30 @@ class SamplingParams:
         if self.top_p is not None:
             check_number("top_p", self.top_p, 0, 1, low_open=True)
         check_order(self.order, "SamplingParams.order")
+        check_number("min_p", self.min_p, 0, 1)
+        check_number("repetition_penalty", self.repetition_penalty, 0, low_open=True)
+        check_number("frequency_penalty", self.frequency_penalty)
+        check_number("presence_penalty", self.presence_penalty)
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        object.__setattr__(self, "stop_token_ids", _token_ids("stop_token_ids", self.stop_token_ids))
+        check_int("min_tokens", self.min_tokens, 0)
+        if not isinstance(self.ignore_eos, bool):
+            raise LoopcertError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if self.min_p_order not in MIN_P_ORDERS:
+            raise LoopcertError(
+                f"min_p_order must be one of {', '.join(MIN_P_ORDERS)}, got {self.min_p_order!r}"
+            )
+        if self.penalty_scope not in PENALTY_SCOPES:
+            raise LoopcertError(
+                f"penalty_scope must be one of {', '.join(PENALTY_SCOPES)}, got {self.penalty_scope!r}"
+            )
+        if self.penalty_window is not None:
+            check_int("penalty_window", self.penalty_window, 1)
+            if self.penalty_scope != CONTEXT_SCOPE:
+                raise LoopcertError(
+                    f"penalty_window={self.penalty_window} applies to penalty_scope {CONTEXT_SCOPE!r} only, "
+                    f"not {self.penalty_scope!r}"
+                )
 
     @property
     def greedy(self) -> bool:
@@ -61,13 +130,170 @@ class SamplingParams:
 
     @property
     def order_matters(self) -> bool:
-        """True when the two conventions may give different laws: sampling with top-p (greedy,
-        plain temperature and top-k alone keep the same tokens under both)."""
-        return not self.greedy and self.top_p is not None
+        """True when the two conventions may give different laws: sampling with top-p or min-p
+        (greedy, plain temperature and top-k alone keep the same tokens under both)."""
+        return not self.greedy and (self.top_p is not None or self.min_p > 0)
+
+    @property
+    def penalized(self) -> bool:
+        """Some penalty is on (the law then depends on the tokens before the position)."""
+        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+
+    @property
+    def needs_context(self) -> bool:
+        """The law of a position depends on the tokens before it: `transform` needs a Context."""
+        return self.penalized or self.min_tokens > 0
+
+    @property
+    def plain(self) -> bool:
+        """Only temperature, top-k, top-p and order: the law of the logits alone, as before the
+        engines' other parameters (decoders keep their fast paths for these)."""
+        return not self.needs_context and not self.logit_bias and self.min_p == 0
+
+    def stop_ids(self, eos_token_id: int | None = None) -> frozenset[int]:
+        """The tokens that end a sequence: stop_token_ids, and the EOS id unless ignore_eos."""
+        eos = () if eos_token_id is None or self.ignore_eos else (int(eos_token_id),)
+        return frozenset(self.stop_token_ids) | frozenset(eos)
 
     def with_order(self, order: str) -> SamplingParams:
         """These parameters under convention `order` (a LoopcertError naming a bad one)."""
         return replace(self, order=check_order(order))
+
+    def describe(self) -> dict:
+        """The fields that differ from the defaults (reports, certificates): the old three always."""
+        out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+        for f in (
+            "min_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+            "stop_token_ids",
+            "min_tokens",
+            "ignore_eos",
+            "min_p_order",
+            "penalty_scope",
+            "penalty_window",
+        ):
+            v = getattr(self, f)
+            if v != SamplingParams.__dataclass_fields__[f].default:
+                out[f] = (
+                    [list(p) for p in v] if f == "logit_bias" else list(v) if f == "stop_token_ids" else v
+                )
+        return out
+
+
+def _bias_pairs(bias) -> tuple[tuple[int, float], ...]:
+    """logit_bias as ((id, bias), ...) sorted by id, from a dict or pairs; LoopcertError naming it."""
+    try:
+        items = list(bias.items()) if isinstance(bias, dict) else [tuple(p) for p in bias]
+    except TypeError:
+        raise LoopcertError(
+            f"logit_bias must be a {{token id: bias}} dict or (id, bias) pairs, got {bias!r}"
+        ) from None
+    out = {}
+    for pair in items:
+        if len(pair) != 2:
+            raise LoopcertError(f"logit_bias must hold (token id, bias) pairs, got {pair!r}")
+        t, b = pair
+        if not is_int(t, 0):
+            raise LoopcertError(f"logit_bias token ids must be integers >= 0, got {t!r}")
+        if int(t) in out:
+            raise LoopcertError(f"logit_bias names token {int(t)} twice")
+        out[int(t)] = check_number(f"logit_bias[{int(t)}]", b)
+    return tuple(sorted(out.items()))
+
+
+def _token_ids(name: str, ids) -> tuple[int, ...]:
+    try:
+        ids = list(ids)
+    except TypeError:
+        raise LoopcertError(f"{name} must be a sequence of token ids, got {ids!r}") from None
+    for t in ids:
+        if not is_int(t, 0):
+            raise LoopcertError(f"{name} must hold integers >= 0, got {t!r}")
+    return tuple(sorted({int(t) for t in ids}))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the law of one position depends on beyond its logits (the module docstring): the
+    prompt, the tokens generated before the position, and the EOS id (None: none)."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...] = ()
+    eos_token_id: int | None = None
+
+    @classmethod
+    def of(
+        cls, prompt: Sequence[int], output: Sequence[int] = (), eos_token_id: int | None = None
+    ) -> Context:
+        return cls(tuple(int(t) for t in prompt), tuple(int(t) for t in output), eos_token_id)
+
+    def then(self, token: int) -> Context:
+        """The context of the next position, after `token` was generated."""
+        return Context(self.prompt, self.output + (int(token),), self.eos_token_id)
+
+    def counted(self, params: SamplingParams) -> tuple[dict[int, int], dict[int, int]]:
+        """({token: count} the repetition penalty sees, {token: count} frequency/presence see)."""
+        if params.penalty_scope == CONTEXT_SCOPE:
+            ctx = self.prompt + self.output
+            if params.penalty_window is not None:
+                ctx = ctx[-params.penalty_window :]
+            c = _count(ctx)
+            return c, c
+        return _count(self.prompt + self.output), _count(self.output)
+
+
+def _count(tokens: Sequence[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for t in tokens:
+        out[t] = out.get(t, 0) + 1
+    return out
+
+
+def process_logits(
+    logits: torch.Tensor, params: SamplingParams, context: Context | None = None
+) -> torch.Tensor:
+    """(..., V) logits -> float64 logits after logit_bias, the penalties and the min_tokens mask
+    (the module docstring's order). The penalties and the mask need `context` ((V,) logits);
+    logit_bias alone does not."""
+    x = logits.to(torch.float64)
+    V = x.shape[-1]
+    if params.logit_bias:
+        ids = [t for t, _ in params.logit_bias]
+        if max(ids) >= V:
+            raise LoopcertError(f"logit_bias names token {max(ids)}, outside the vocabulary [0, {V})")
+        x = x.clone()
+        x[..., ids] += torch.tensor([b for _, b in params.logit_bias], dtype=torch.float64)
+    if not params.needs_context:
+        return x
+    if context is None:
+        raise LoopcertError(
+            "these sampling parameters (a penalty or min_tokens) make the law depend on the tokens "
+            "before the position: pass a refdec.sampling.Context"
+        )
+    if x.dim() != 1:
+        raise LoopcertError(f"a Context applies to one position's (V,) logits, got shape {tuple(x.shape)}")
+    x = x.clone()
+    if params.penalized:
+        rep, add = context.counted(params)
+        if params.repetition_penalty != 1 and rep:
+            idx = torch.tensor(sorted(rep), dtype=torch.long)
+            sel = x[idx]
+            x[idx] = torch.where(sel > 0, sel / params.repetition_penalty, sel * params.repetition_penalty)
+        if (params.frequency_penalty != 0 or params.presence_penalty != 0) and add:
+            idx = torch.tensor(sorted(add), dtype=torch.long)
+            n = torch.tensor([add[t] for t in sorted(add)], dtype=torch.float64)
+            x[idx] -= params.frequency_penalty * n + params.presence_penalty
+    if len(context.output) < params.min_tokens:
+        stops = sorted(t for t in params.stop_ids(context.eos_token_id) if t < V)
+        if len(stops) == V:
+            raise LoopcertError(
+                f"min_tokens={params.min_tokens} masks every token of the vocabulary (all stop)"
+            )
+        x[stops] = -math.inf
+    return x
 
 
 def greedy_token(logits: torch.Tensor) -> int:
@@ -75,14 +301,26 @@ def greedy_token(logits: torch.Tensor) -> int:
     return int(torch.argmax(logits))
 
 
-def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """(..., V) logits -> (..., V) float64 probabilities of the target law."""
-    x = logits.to(torch.float64)
+def transform(logits: torch.Tensor, params: SamplingParams, context: Context | None = None) -> torch.Tensor:
+    """(..., V) logits -> (..., V) float64 probabilities of the target law. Parameters that need
+    the tokens before the position (SamplingParams.needs_context) need `context` and (V,) logits."""
+    if params.plain:
+        x = logits.to(torch.float64)
+    else:
+        x = process_logits(logits, params, context)
     if params.greedy:
         return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(torch.float64)
     probs = torch.softmax(x / params.temperature, dim=-1)
+    if params.min_p > 0 and params.order == TEMPERATURE_FIRST and params.min_p_order == MIN_P_FIRST:
+        probs = _min_p(probs, probs, params.min_p)
     if params.top_k is None and params.top_p is None:
-        return probs
+        if params.min_p > 0 and params.order == FILTERS_FIRST:
+            return _min_p(probs, torch.softmax(x, dim=-1), params.min_p)
+        return (
+            _min_p(probs, probs, params.min_p)
+            if params.min_p > 0 and params.min_p_order == MIN_P_LAST
+            else probs
+        )
     if params.order == FILTERS_FIRST:
         rows = probs.reshape(-1, probs.shape[-1])
         ones = torch.softmax(x, dim=-1).reshape(rows.shape)  # the temperature-1 law the filters judge
@@ -90,10 +328,21 @@ def transform(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
             probs.shape
         )
     if probs.dim() != 1:
-        return torch.stack([_filter(row, params) for row in probs.reshape(-1, probs.shape[-1])]).reshape(
+        out = torch.stack([_filter(row, params) for row in probs.reshape(-1, probs.shape[-1])]).reshape(
             probs.shape
         )
-    return _filter(probs, params)
+    else:
+        out = _filter(probs, params)
+    if params.min_p > 0 and params.min_p_order == MIN_P_LAST:
+        out = _min_p(out, probs, params.min_p)
+    return out
+
+
+def _min_p(law: torch.Tensor, judge: torch.Tensor, min_p: float) -> torch.Tensor:
+    """(..., V) `law` kept where `judge` >= min_p x its largest entry, renormalised."""
+    keep = judge >= min_p * judge.max(-1, keepdim=True).values
+    out = torch.where(keep, law, 0.0)
+    return out / out.sum(-1, keepdim=True)
 
 
 def filter_probs(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -103,6 +352,8 @@ def filter_probs(probs: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
     "temperature-first" only: the filters-first law judges the temperature-1 law, which the
     tempered one does not give back bit for bit; call `transform` on the logits for it."""
+    if not params.plain:
+        raise LoopcertError("filter_probs takes temperature, top-k, top-p and order only; call transform")
     if params.greedy or (params.top_k is None and params.top_p is None):
         return probs
     if params.order != TEMPERATURE_FIRST:
@@ -150,6 +401,8 @@ def _filters_first(ones: torch.Tensor, tempered: torch.Tensor, params: SamplingP
     """(V,) temperature-1 law, (V,) law at params.temperature -> the filters-first law: the kept
     set judged on `ones` (kept_filters_first), the tempered law renormalised on it."""
     kept = kept_filters_first(ones, params)
+    if params.min_p > 0:  # mlx's apply_min_p: a mask on the same temperature-1 law
+        kept = kept[ones[kept] >= params.min_p * ones.max()]
     out = torch.zeros_like(tempered)
     out[kept] = tempered[kept]
     return out / out.sum()

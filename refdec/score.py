@@ -17,7 +17,7 @@ import torch
 
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM, check_depth
-from refdec.sampling import SamplingParams, transform
+from refdec.sampling import Context, SamplingParams, transform
 
 
 @torch.no_grad()
@@ -52,10 +52,27 @@ def continuation_laws(
     continuation: Sequence[int],
     sampling: SamplingParams,
     depth: int | None = None,
+    eos_token_id: int | None = None,
 ) -> torch.Tensor:
     """(n, V) float64: row i is the target law (refdec.sampling.transform) of continuation[i]
-    given prompt + continuation[:i]."""
+    given prompt + continuation[:i]: under penalties and min_tokens it is the law given that very
+    prefix (Context(prompt, continuation[:i], eos_token_id)). A continuation that ends at a stop
+    token is scored as it is (the stop is its last row); one that goes on past a stop token is not
+    a sequence of this law: a LoopcertError names the position."""
+    stops = sampling.stop_ids(eos_token_id)
+    for i, t in enumerate(list(continuation)[:-1]):
+        if int(t) in stops:
+            raise LoopcertError(
+                f"continuation goes on past the stop token {int(t)} at position {i}: a sequence of "
+                "this law ends at its first stop token"
+            )
     logits = continuation_logits(model, prompt, continuation, depth)
     if logits.shape[0] == 0:
         return torch.zeros(logits.shape, dtype=torch.float64)  # transform stacks rows: none here
-    return transform(logits, sampling)
+    if not sampling.needs_context:
+        return transform(logits, sampling)
+    prompt = [int(t) for t in prompt]
+    rows = []
+    for i in range(logits.shape[0]):
+        rows.append(transform(logits[i], sampling, Context.of(prompt, continuation[:i], eos_token_id)))
+    return torch.stack(rows)  # (n, V)

@@ -20,7 +20,7 @@ import numpy as np
 from proofs.details import ConventionCase, ConventionDetails, ConventionView
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
-from proofs.stats.views import CaseLaw, View
+from proofs.stats.views import CaseLaw, View, law_at
 from refdec.sampling import SAMPLER_ORDERS
 
 
@@ -36,17 +36,16 @@ def view_distance(oracle: Oracle, law: CaseLaw, view: View, order: str) -> Conve
     binned = np.zeros(k + 1)  # the other law over the view's bins; the last cell: outside them
     token_tv = None
     if view.seq_bins is None:
-        ctx = case.prompt + view.prefix
-        mine = oracle.law(ctx, oracle.R, case.sampling).numpy()
-        theirs = oracle.law(ctx, oracle.R, other).numpy()
+        mine = law_at(oracle, case, view.prefix, case.sampling).numpy()
+        theirs = law_at(oracle, case, view.prefix, other).numpy()
         token_tv = 0.5 * float(np.abs(mine - theirs).sum())
         b = view.token_bins
         np.add.at(binned, np.where(b >= 0, b, k), theirs)
     else:
         for seq, i in view.seq_bins.items():
             p = 1.0
-            for j in range(case.n):
-                p *= float(oracle.law(case.prompt + seq[:j], oracle.R, other)[seq[j]])
+            for j in range(len(seq)):  # a stopped sequence is shorter
+                p *= float(law_at(oracle, case, seq[:j], other)[seq[j]])
             binned[i] += p
         rest = max(0.0, 1.0 - float(binned.sum()))
         binned[k if view.rest is None else view.rest] += rest

@@ -129,7 +129,11 @@ def malformed_samples(samples: Sequence, law: CaseLaw, base_seed: int, shown: in
     """The samples that break the protocol, named for what they are (proofs.stats.views.malformed:
     a wrong length, an id outside the vocabulary, a negative or non-integer id) with their seeds;
     None when there are none. A case with any fails as the decoder's error."""
-    bad = [(base_seed + i, why) for i, s in enumerate(samples) if (why := malformed(s, law.case.n, law.V))]
+    bad = [
+        (base_seed + i, why)
+        for i, s in enumerate(samples)
+        if (why := malformed(s, law.case.n, law.V, law.case.sampling.stop_ids()))
+    ]
     if not bad:
         return None
     named = "; ".join(f"seed {seed}: {why}" for seed, why in bad[:shown])

@@ -59,6 +59,16 @@ CASES = (
     Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), PROMPT),
     Case("top-p=0.5", SamplingParams(temperature=1.0, top_p=0.5), PROMPT),
     Case("T=1.5 n=2", SamplingParams(temperature=1.5), PROMPT, 2),  # on WIDE only: 61^2 sequences
+    # -- the engines' other parameters (issue 37); token 3 is the likeliest after PROMPT (p 0.29) --
+    Case("min-p=0.3", SamplingParams(temperature=1.0, min_p=0.3), PROMPT),
+    Case("bias 4 +1", SamplingParams(temperature=1.0, logit_bias={4: 1.0}), PROMPT),
+    Case(
+        "penalties",
+        SamplingParams(temperature=1.0, repetition_penalty=2.5, frequency_penalty=1.0, presence_penalty=0.5),
+        PROMPT,
+    ),
+    Case("stop 3 min-tokens=1", SamplingParams(temperature=1.0, stop_token_ids=[3], min_tokens=1), PROMPT),
+    Case("T=1.5 top-k=4 top-p=0.6", SamplingParams(temperature=1.5, top_k=4, top_p=0.6), PROMPT),
 )
 GREEDY_PROMPTS = ((1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1))
 GREEDY_TOKENS = 12
@@ -212,6 +222,82 @@ LIBRARY = (
         {"d1": 1, "bugs": Bugs(target_top_k_default=50)},
         case="T=1.5 n=2",
         model=WIDE,
+    ),
+    # -- issue 37: the recovery draw, the acceptance test and the engines' other parameters ---------
+    Mutant(
+        "residual-rejecting-uniform",
+        "the residual is drawn with the rejecting uniform",
+        "after rejecting x1 on u >= p_R/q1, the residual token is the inverse CDF at that same u "
+        "(vLLM Model Runner V2's one stream for draft, acceptance and recovery, PR #47386)",
+        {"d1": 1, "bugs": Bugs(residual_same_uniform=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "recovery-draft-noise",
+        "the recovery token reuses the draft's noise",
+        "after a rejection the residual token is drawn with the uniform x1 was drawn with (a Gumbel "
+        "trick's noise reused)",
+        {"d1": 1, "bugs": Bugs(recovery_draft_noise=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "coarse-uniform-accept",
+        "acceptance on u <= p/q with a coarse u",
+        "accept iff u <= p_R/q1 with u on a grid of 8 steps, so u = 0 accepts a token of target "
+        "probability 0 (sglang #35771)",
+        {"d1": 1, "draft_filter": False, "bugs": Bugs(coarse_uniform=8)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "penalty-state-per-step",
+        "penalty and min_tokens state updated once per step",
+        "rounds of 3 tokens: penalties and min_tokens count the output up to the round's start, "
+        "not the tokens accepted before the position (sglang PR #33643)",
+        {"d1": 1, "bugs": Bugs(stale_penalty=3)},
+        case="penalties",
+    ),
+    Mutant(
+        "min-p-draft-only",
+        "min_p on the draft (the bonus token) only",
+        "min_p applied to the draft but not to the law acceptance and recovery use (vllm #42744)",
+        {"d1": 1, "bugs": Bugs(target_missing="min_p")},
+        case="min-p=0.3",
+    ),
+    Mutant(
+        "logit-bias-draft-only",
+        "logit bias on the draft (the bonus token) only",
+        "logit_bias applied to the draft but not to the verify side (vllm #42744)",
+        {"d1": 1, "bugs": Bugs(target_missing="logit_bias")},
+        case="bias 4 +1",
+    ),
+    Mutant(
+        "penalties-draft-only",
+        "penalties on the draft only",
+        "repetition / frequency / presence penalties dropped on the verify side (vllm #18902)",
+        {"d1": 1, "bugs": Bugs(target_missing="penalties")},
+        case="penalties",
+    ),
+    Mutant(
+        "verify-other-filter-order",
+        "the verify side composes top-k and top-p otherwise",
+        "p_R's top-k and top-p both judged on the tempered law, the draft's top-p on the top-k law "
+        "renormalised (sglang PR #36173: the two sides disagree)",
+        {"d1": 1, "bugs": Bugs(verify_joint_filters=True)},
+        case="T=1.5 top-k=4 top-p=0.6",
+    ),
+    Mutant(
+        "tokens-after-stop",
+        "tokens after a stop committed",
+        "a stop token accepted inside a block does not end the sequence (transformers #47912, sglang #31599)",
+        {"d1": 1, "bugs": Bugs(commit_past_stop=True)},
+        case="stop 3 min-tokens=1",
+    ),
+    Mutant(
+        "argmax-recovery",
+        "the argmax committed at T > 0",
+        "after a rejection the argmax of the residual is committed instead of a draw from it",
+        {"d1": 1, "bugs": Bugs(argmax_recovery=True)},
+        case="T=0.5",
     ),
     Mutant(
         "fastdec-adaptive-verify",

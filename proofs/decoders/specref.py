@@ -30,7 +30,14 @@ from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, draw_uniform, sample, sample_from
 from refdec.validate import check_number, is_int
 
-TARGET_FILTERS = ("temperature", "top_k", "top_p")
+TARGET_FILTERS = ("temperature", "top_k", "top_p", "min_p", "logit_bias", "penalties")
+NEUTRAL = {  # what a filter or processor missing on the target side leaves (its default)
+    "top_k": {"top_k": None},
+    "top_p": {"top_p": None},
+    "min_p": {"min_p": 0.0},
+    "logit_bias": {"logit_bias": ()},
+    "penalties": {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0},
+}
 ROUNDINGS = ("bfloat16", "int8")
 
 
@@ -64,6 +71,15 @@ class Bugs:
     first_unverified: int = 0  # rounds of this many tokens: each round's first draft is committed as is
     stale_second: bool = False  # after rejecting x2 the context keeps x2 (its lane not rolled back)
     target_top_k_default: int | None = None  # p_R carries this top_k when the user asked for none
+    # -- bugs of the engines' other parameters and of the recovery draw (issue 37) --------------
+    residual_same_uniform: bool = False  # the residual drawn with the uniform that rejected x1
+    recovery_draft_noise: bool = False  # the residual drawn with the uniform x1 was drawn with
+    coarse_uniform: int = 0  # accept iff u <= ratio, u on a grid of this many steps (u may be 0)
+    stale_penalty: int = 0  # rounds of this many tokens: penalties and min_tokens see the output
+    #                         up to the round's start (state updated once per step, not per token)
+    verify_joint_filters: bool = False  # p_R's top-k and top-p both judged on the tempered law
+    commit_past_stop: bool = False  # a stop token does not end the sequence: the rest is committed
+    argmax_recovery: bool = False  # after a rejection the argmax of the residual, at T > 0
 
     def __post_init__(self):
         if self.target_missing not in (None, *TARGET_FILTERS):
@@ -77,7 +93,7 @@ class Bugs:
             raise LoopcertError(
                 f"Bugs.draft_rounding must be None or one of {ROUNDINGS}, got {self.draft_rounding!r}"
             )
-        for name in ("first_unverified", "target_top_k_default"):
+        for name in ("first_unverified", "target_top_k_default", "coarse_uniform", "stale_penalty"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise LoopcertError(f"Bugs.{name} must be an integer >= 0, got {v!r}")
@@ -102,6 +118,49 @@ def _shrink(rho: torch.Tensor, q: torch.Tensor, normalise: bool) -> torch.Tensor
     if mass <= RESIDUAL_TOL:
         return rho
     return pos / mass if normalise else pos
+
+
+def joint_filters(tempered: torch.Tensor, s: SamplingParams) -> torch.Tensor:
+    """(V,) law at the temperature -> its top-k and top-p both judged on it (not top-p on the
+    top-k law renormalised), renormalised: the order of the verify-side mutant."""
+    ranked = sorted(range(tempered.numel()), key=lambda t: (-float(tempered[t]), t))
+    keep, before = torch.zeros_like(tempered, dtype=torch.bool), 0.0
+    for i, t in enumerate(ranked):
+        if (s.top_k is None or i < s.top_k) and (s.top_p is None or before < s.top_p):
+            keep[t] = True
+        before += float(tempered[t])
+    out = torch.where(keep, tempered, 0.0)
+    return out / out.sum()
+
+
+def _intervals(law: torch.Tensor) -> list[tuple[float, float]]:
+    """[lo, hi) of each token under an inverse-CDF draw (refdec.sampling.sample_from) of a law."""
+    cdf = torch.cumsum(law / law.sum(), 0).tolist()
+    return [(0.0 if t == 0 else cdf[t - 1], cdf[t]) for t in range(len(cdf))]
+
+
+def _recovery_law(b: Bugs, q1: torch.Tensor, a1: torch.Tensor, rho1: torch.Tensor) -> torch.Tensor:
+    """(V,) mass of each recovery token y after x1 ~ q1 was rejected (prob 1 - a1(x1)), under the
+    recovery-draw bugs: argmax rho1; inverse CDF of rho1 at the rejecting u, uniform on
+    [a1(x1), 1); or at the u x1 was drawn with (its interval under q1)."""
+    V = q1.numel()
+    rejected = (q1 * (1.0 - a1)).tolist()
+    out = torch.zeros(V, dtype=torch.float64)
+    if b.argmax_recovery:
+        out[int(torch.argmax(rho1))] = sum(rejected)
+        return out
+    rho_iv, q_iv = _intervals(rho1), _intervals(q1)
+    for x in range(V):
+        if rejected[x] <= 0:
+            continue
+        if b.residual_same_uniform:
+            lo, hi, w = float(a1[x]), 1.0, rejected[x] / (1.0 - float(a1[x]))
+        else:
+            lo, hi = q_iv[x]
+            w = (1.0 - float(a1[x])) if hi > lo else 0.0
+        for y, (a, c) in enumerate(rho_iv):
+            out[y] += w * max(0.0, min(hi, c) - max(lo, a))
+    return out
 
 
 class SpecRef(SeededDecoder):
@@ -137,30 +196,45 @@ class SpecRef(SeededDecoder):
         missing = self.bugs.target_missing
         if missing == "temperature":
             return replace(s, temperature=1.0)
-        return replace(s, **{missing: None}) if missing else s
+        return replace(s, **NEUTRAL[missing]) if missing else s
 
     def _draft_params(self, s: SamplingParams) -> SamplingParams:
         return s if self.draft_filter else SamplingParams(temperature=s.temperature)
 
-    def laws(self, context: Sequence[int], s: SamplingParams) -> dict[str, torch.Tensor]:
+    def laws(self, context: Sequence[int], s: SamplingParams, position: int = 0) -> dict[str, torch.Tensor]:
         """target, q1 (drawn), q1s (scored), and when d2 is set: p_d2, the gate mask over x1,
-        q2 (drawn) and q2s (scored). All (V,) float64; remembered per (context, sampling)."""
-        key = (tuple(context), s)
+        q2 (drawn) and q2s (scored). All (V,) float64; remembered per (context, sampling, what
+        the processors see). `position`: tokens generated so far (the prompt is the rest)."""
+        seen = position
+        if self.bugs.stale_penalty and s.needs_context:
+            seen = position - position % self.bugs.stale_penalty
+        key = (tuple(context), s, len(context) - position, seen)
         if key not in self._laws:
-            self._laws[key] = self._compute_laws(key[0], s)
+            self._laws[key] = self._compute_laws(key[0], s, key[2], seen)
         return self._laws[key]
 
-    def _compute_laws(self, context: tuple[int, ...], s: SamplingParams) -> dict[str, torch.Tensor]:
+    def _compute_laws(
+        self, context: tuple[int, ...], s: SamplingParams, prompt_len: int, seen: int
+    ) -> dict[str, torch.Tensor]:
         o, b = self.oracle, self.bugs
+
+        def law(depth, params):
+            if not params.needs_context:
+                return o.law(context, depth, params)
+            return o.law(context, depth, params, prompt_len, seen)
+
         draft = self._draft_params(s)
-        out = {"target": o.law(context, o.R, self._target_params(s)), "q1": o.law(context, self.d1, draft)}
-        out["q1s"] = out["q1"] if b.score_depth is None else o.law(context, b.score_depth, draft)
+        target = self._target_params(s)
+        out = {"target": law(o.R, target), "q1": law(self.d1, draft)}
+        if b.verify_joint_filters:
+            out["target"] = joint_filters(law(o.R, replace(target, top_k=None, top_p=None)), target)
+        out["q1s"] = out["q1"] if b.score_depth is None else law(b.score_depth, draft)
         if b.scored_unfiltered:
-            out["q1s"] = o.law(context, self.d1, SamplingParams(temperature=s.temperature))
+            out["q1s"] = law(self.d1, SamplingParams(temperature=s.temperature))
         if b.draft_rounding:
             out["q1"] = rounded(out["q1"], b.draft_rounding)
         if self.d2 is not None:
-            p_d2 = o.law(context, self.d2, draft)
+            p_d2 = law(self.d2, draft)
             out["opens"] = gate_mask(p_d2, out["q1"], self.gate)
             out["q2"] = _shrink(p_d2, out["q1"], normalise=True)  # only drawn where the gate opens
             out["q2s"] = p_d2 if b.second_scored_as_p_d2 else out["q2"]
@@ -178,8 +252,9 @@ class SpecRef(SeededDecoder):
         """One committed token: (emitted token, token the context continues with)."""
         if s.greedy:
             return self._greedy_step(context, position)
-        b, L = self.bugs, self.laws(context, s)
-        x1 = sample(L["q1"], gen)
+        b, L = self.bugs, self.laws(context, s, position)
+        u0 = draw_uniform(gen)
+        x1 = sample_from(L["q1"], u0)
         if self.unverified(position):
             return x1, x1
         proposals = [(x1, L["q1s"])]
@@ -191,11 +266,20 @@ class SpecRef(SeededDecoder):
                 accepted = sample(L["target"], gen) == x
             else:
                 u = 0.0 if (b.always_accept and j == 0) else draw_uniform(gen)
-                accepted = u < _ratio(rho, q, x)
+                if b.coarse_uniform:
+                    g = b.coarse_uniform
+                    accepted = math.floor(u * g) / g <= _ratio(rho, q, x)
+                else:
+                    accepted = u < _ratio(rho, q, x)
             if accepted:
                 return x, x
             rho = _shrink(rho, q, normalise=not b.unnormalised_residual)
-        y = sample_from(L["target"] if b.resample_target else rho, draw_uniform(gen))
+        if b.argmax_recovery:
+            y = int(torch.argmax(rho))
+        elif b.residual_same_uniform or b.recovery_draft_noise:
+            y = sample_from(rho, u if b.residual_same_uniform else u0)
+        else:
+            y = sample_from(L["target"] if b.resample_target else rho, draw_uniform(gen))
         if b.stale_kv:
             return y, x1
         return y, (proposals[1][0] if b.stale_second and len(proposals) == 2 else y)
@@ -223,11 +307,12 @@ class SpecRef(SeededDecoder):
 
     def decode(self, ids, depth, max_new_tokens, sampling, gen, eos_token_id) -> list[int]:
         context, new = list(ids), []
+        stops = set() if self.bugs.commit_past_stop else sampling.stop_ids(eos_token_id)
         for i in range(max_new_tokens):
             y, c = self.step(context, sampling, gen, i)
             new.append(y)
             context.append(c)
-            if y == eos_token_id:
+            if y in stops:
                 break
         return new
 
@@ -242,7 +327,7 @@ class SpecRef(SeededDecoder):
         """
         if s.greedy:
             raise LoopcertError("step_law is for sampling; greedy steps are deterministic")
-        b, L = self.bugs, self.laws(context, s)
+        b, L = self.bugs, self.laws(context, s, position)
         target, q1, q1s = L["target"], L["q1"], L["q1s"]
         V = target.numel()
         idx = torch.arange(V)
@@ -255,9 +340,25 @@ class SpecRef(SeededDecoder):
             a1 = target.clone()
         elif b.always_accept:
             a1 = (ratio1 > 0).to(torch.float64)
+        elif b.coarse_uniform:  # P(floor(U g)/g <= r) = (floor(r g) + 1)/g, capped at 1
+            g = b.coarse_uniform
+            a1 = torch.tensor(
+                [
+                    1.0 if not math.isfinite(r) else min(1.0, (math.floor(r * g) + 1) / g)
+                    for r in ratio1.tolist()
+                ],
+                dtype=torch.float64,
+            )
         else:
             a1 = ratio1.clamp(max=1.0)
         rho1 = _shrink(target, q1s, normalise=not b.unnormalised_residual)
+        recovery = b.residual_same_uniform or b.recovery_draft_noise or b.argmax_recovery
+        if recovery:  # one proposal: the recovery draw given x1 rejected, enumerated exactly
+            if self.d2 is not None:
+                raise LoopcertError("the recovery-draw bugs are enumerated for one proposal (no d2)")
+            joint[idx, idx] = q1 * a1
+            joint[idx, idx] += _recovery_law(b, q1, a1, rho1)
+            return joint
 
         def final(rho: torch.Tensor) -> torch.Tensor:
             law = target if b.resample_target else rho
@@ -290,12 +391,17 @@ class SpecRef(SeededDecoder):
         return joint
 
     def sequence_law(self, prompt: Sequence[int], n: int, s: SamplingParams) -> dict[tuple[int, ...], float]:
-        """Exact law of the first n emitted tokens, summed over the contexts they leave behind."""
+        """Exact law of the first n emitted tokens, summed over the contexts they leave behind; a
+        sequence ends at its first stop token (s.stop_ids(): shorter), unless commit_past_stop."""
         states: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {((), ()): 1.0}
         prompt = tuple(prompt)
+        stops = set() if self.bugs.commit_past_stop else s.stop_ids()
         for _ in range(n):
             nxt: dict = {}
             for (emitted, ctx), p in states.items():
+                if emitted and emitted[-1] in stops:  # ended: carried as it is
+                    nxt[emitted, ctx] = nxt.get((emitted, ctx), 0.0) + p
+                    continue
                 joint = self.step_law(prompt + ctx, s, len(ctx))
                 for y, c in torch.nonzero(joint > 0).tolist():
                     key = (emitted + (y,), ctx + (c,))

@@ -82,6 +82,30 @@ def option_samples(law: CaseLaw, plan: CertifyPlan) -> int:
     return planned_samples(law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views))))
 
 
+def resolve_case(oracle: Oracle, prompt: tuple[int, ...], spec: CaseSpec, order: str) -> tuple:
+    """(name, params, n) of one case spec on this model under convention `order`: the tokens its
+    Picks name taken from the model's T=1 law after `prompt` (ranked, ties by lower id), and
+    written into the name ("... (bias token 17 +1.5, stop 32)")."""
+    name, sp, k = spec[:3]
+    picks = spec[3] if len(spec) > 3 else ()
+    if picks:
+        law = oracle.law(prompt, oracle.R, SamplingParams(temperature=1.0))
+        ranked = sorted(range(law.numel()), key=lambda t: (-float(law[t]), t))
+        said = []
+        for pick in picks:
+            tok = ranked[pick.rank]
+            if pick.field == "logit_bias":
+                sp = replace(sp, logit_bias=sp.logit_bias + ((tok, pick.value),))
+                said.append(f"bias token {tok} {pick.value:+g}")
+            elif pick.field == "stop_token_ids":
+                sp = replace(sp, stop_token_ids=sp.stop_token_ids + (tok,))
+                said.append(f"stop {tok}")
+            else:
+                raise LoopcertError(f"a Pick names field logit_bias or stop_token_ids, not {pick.field!r}")
+        name = f"{name} ({', '.join(said)})"
+    return name, sp.with_order(order), k
+
+
 def choose_case(
     oracle: Oracle,
     prompt: tuple[int, ...],
@@ -95,7 +119,7 @@ def choose_case(
     plan.case_cap samples; else the eligible one that needs the fewest; else the one with power on
     its first token alone that needs the fewest; else the first (which then fails as no power); N
     as option_samples judges it. The law's `chosen` says which rule chose and what was passed over."""
-    options = tuple((name, sp.with_order(order), k) for name, sp, k in case_options(entry))
+    options = tuple(resolve_case(oracle, prompt, spec, order) for spec in case_options(entry))
     if len(options) == 1:
         name, sp, k = options[0]
         return case_law(oracle, Case(name, sp, prompt, k))
@@ -161,6 +185,7 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
                 "top_k": law.case.sampling.top_k,
                 "top_p": law.case.sampling.top_p,
                 "order": law.case.sampling.order,
+                **_more_params(law.case.sampling),
                 "tokens": law.case.n,
                 "samples": n,
                 **({"relative_samples": relative[i]} if relative else {}),
@@ -170,6 +195,13 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
             for i, (law, n) in enumerate(zip(laws, samples, strict=True))
         ],
     }
+
+
+def _more_params(s: SamplingParams) -> dict:
+    """The engines' other parameters of a case, when it sets any ({"params": {field: value}}):
+    a record of the old three fields stays as it was."""
+    more = {k: v for k, v in s.describe().items() if k not in ("temperature", "top_k", "top_p")}
+    return {"params": more} if more else {}
 
 
 def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
@@ -184,6 +216,7 @@ def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLa
             top_k=c["top_k"],
             top_p=c["top_p"],
             order=c.get("order", TEMPERATURE_FIRST),
+            **c.get("params", {}),
         )
         law = replace(
             case_law(oracle, Case(c["name"], sp, tuple(record["prompt"]), c["tokens"])), chosen=c["chosen"]

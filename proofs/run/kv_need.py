@@ -76,7 +76,7 @@ def _caches(
 
     run_size = torch.empty(0, dtype=dtype).element_size()
     sample_size = 8 if dtype == torch.float64 else 4  # the sampling decoders' copy (run.sampling_setup)
-    tokens = [n for entry in plan.sampling_cases for _, _, n in case_options(entry)]
+    tokens = [spec[2] for entry in plan.sampling_cases for spec in case_options(entry)]
     sampled = [cfg]
     tiny = sampling_preset(plan, model_name, cfg.family)
     if tiny is not None:

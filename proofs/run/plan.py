@@ -17,8 +17,20 @@ from proofs.speed.timing import Workload
 from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS, get_preset
 from refdec.sampling import SamplingParams
 
-CaseSpec = tuple[str, SamplingParams, int]  # (name, params, n tokens)
+# (name, params, n tokens), or (name, params, n tokens, picks): proofs/run/cases.py resolve_case
+CaseSpec = tuple
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A token a case names, taken from the sampled model's own law (token ids are the model's):
+    the `rank`-th most likely token (0: the first) of the T=1 law after the chosen prompt gets
+    `field`: "logit_bias" (bias `value`) or "stop_token_ids" (proofs/run/cases.py resolve_case)."""
+
+    field: str
+    rank: int = 0
+    value: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -56,9 +68,25 @@ class CertifyPlan:
         return Target(self.tv, self.power, self.alpha)
 
 
+# -- the engines' other parameters (issue 37): the quick plan's cases where each one binds --------
+ENGINE_CASES = (
+    # a flat law (T=1.5) where min-p, top-k and top-p all cut
+    ("T=1.5 min-p=0.05 top-k=8 top-p=0.9", SamplingParams(1.5, top_k=8, top_p=0.9, min_p=0.05), 3),
+    # penalties on the prompt's and the output's tokens, a bias on the second most likely token,
+    # and the most likely token a stop from the second position on (a stop inside a block)
+    (
+        "T=1 penalties bias stop",
+        SamplingParams(
+            1.0, repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.3, min_tokens=1
+        ),
+        3,
+        (Pick("logit_bias", 1, 1.5), Pick("stop_token_ids", 0)),
+    ),
+)
 QUICK_CASES = (  # one concentrated case (low T, small top-k) beside one spread case
     ("T=0.7 top-k=4", SamplingParams(temperature=0.7, top_k=4), 3),
     ("T=1.5 top-p=0.9", SamplingParams(temperature=1.5, top_p=0.9), 3),
+    *ENGINE_CASES,
 )
 # The full plan's cases. TV 0.01 needs N ~ lambda* / (kappa tv^2) per case: a view of balanced
 # bins (kappa = 4) needs many times what a view with one bin holding most of the mass does

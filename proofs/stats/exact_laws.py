@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from refdec.errors import LoopcertError
-from refdec.sampling import SamplingParams, transform
+from refdec.sampling import Context, SamplingParams, transform
 
 MAX_FULL_CONTEXTS = 400  # enumerate the whole tree when it has at most this many inner nodes
 
@@ -59,14 +59,32 @@ class Oracle:
             self._logits[key] = got
         return got
 
-    def law(self, context: Sequence[int], depth: int, sampling: SamplingParams) -> torch.Tensor:
-        """(V,) float64: transform(p_depth) for the token after `context` (docs/design.md section 3)."""
+    def law(
+        self,
+        context: Sequence[int],
+        depth: int,
+        sampling: SamplingParams,
+        prompt_len: int | None = None,
+        seen: int | None = None,
+    ) -> torch.Tensor:
+        """(V,) float64: transform(p_depth) for the token after `context` (docs/design.md section 3).
+        Parameters that follow the prefix (penalties, min_tokens) need `prompt_len`: the first
+        prompt_len tokens of `context` are the prompt, the rest the output so far (no EOS id: a
+        certification case names its stops in stop_token_ids). `seen` (a mutant's stale state):
+        the processors count only the first `seen` output tokens."""
         if not 1 <= depth <= self.R:
             raise LoopcertError(f"depth {depth} outside 1..R={self.R}")
-        key = (tuple(context), depth, sampling)
+        ctx = None
+        if sampling.needs_context:
+            if prompt_len is None:
+                raise LoopcertError("a law under penalties or min_tokens needs the prompt's length")
+            context = tuple(context)
+            out = context[prompt_len:] if seen is None else context[prompt_len : prompt_len + seen]
+            ctx = Context.of(context[:prompt_len], out)
+        key = (tuple(context), depth, sampling) + (() if ctx is None else (prompt_len, seen))
         got = self._laws.get(key)
         if got is None:
-            got = transform(self.logits(context)[depth - 1], sampling)
+            got = transform(self.logits(context)[depth - 1], sampling, ctx)
             self._laws[key] = got
         return got
 
@@ -82,6 +100,13 @@ class Oracle:
 
 def _is_float64_cpu(model) -> bool:
     return all(t.dtype == torch.float64 and t.device.type == "cpu" for t in model.state_dict().values())
+
+
+def well_ended(seq: Sequence[int], n: int, stops: frozenset[int]) -> bool:
+    """n tokens with no stop token before the last, or fewer that end at their first stop."""
+    if not seq or len(seq) > n or any(t in stops for t in seq[:-1]):
+        return False
+    return len(seq) == n or seq[-1] in stops
 
 
 IMPOSSIBLE = -1  # classify(): a sample the law gives probability zero
@@ -104,14 +129,15 @@ class ExactLaw:
     index: dict[tuple[int, ...], int] = field(repr=False)
 
     def classify(self, seq: Sequence[int]) -> int:
-        """Cell index of a generated sequence, or REMAINDER / IMPOSSIBLE."""
+        """Cell index of a generated sequence, or REMAINDER / IMPOSSIBLE. A sequence ends at its
+        first stop token (SamplingParams.stop_ids): shorter only then, never going on past one."""
         seq = tuple(seq)
-        if len(seq) != self.n:
+        if not well_ended(seq, self.n, self.sampling.stop_ids()):
             return IMPOSSIBLE
         got = self.index.get(seq)
         if got is not None:
             return got
-        for i in range(self.n):
+        for i in range(len(seq)):
             law = self.nodes.get(seq[:i])
             if law is None:
                 return REMAINDER
@@ -170,14 +196,16 @@ def exact_law(
     cells: list[tuple[int, ...]] = []
     probs: list[float] = []
     frontier = [((), 1.0)]
+    stops = sampling.stop_ids()
     for depth in range(n):
         nxt = []
         for prefix, p in frontier:
-            law = oracle.law(prompt + prefix, oracle.R, sampling).numpy()
+            at = (len(prompt),) if sampling.needs_context else ()  # an old-signature oracle serves the rest
+            law = oracle.law(prompt + prefix, oracle.R, sampling, *at).numpy()
             nodes[prefix] = law
             for t in np.flatnonzero(law > 0):
                 q = p * float(law[t])
-                if depth == n - 1:
+                if depth == n - 1 or int(t) in stops:  # a stop ends the sequence: a shorter cell
                     if q > 0 and (full or q >= min_prob):
                         cells.append(prefix + (int(t),))
                         probs.append(q)

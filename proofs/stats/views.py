@@ -11,6 +11,12 @@ samples), so each chi-square keeps its level:
   shows here), tested when the prefix has probability >= COND_MIN;
 - `n tokens`: the K most likely whole sequences (exact best-first search) + the pooled rest.
 
+Stops (SamplingParams.stop_ids: a case names its EOS there): a sequence ends at its first stop
+token, so a sample may be shorter than n. It is padded with STOPPED past its stop; a token view
+at position j counts the samples that reached j with its prefix (a stop never sits inside the
+prefix: the most likely path ends there, and the later positions are left untested, saying so);
+the joint view's cells are the most likely sequences, stopped ones as they are.
+
 Token bins: the most likely tokens one per bin (at most MAX_SINGLE, each p >= SINGLE_MIN), the
 rest pooled into at most REMAINDER_GROUPS bins of about equal mass by probability rank. On a
 65,536-token vocabulary no single tail token is ever seen 5 times, but mass moving between the
@@ -26,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proofs.stats.exact_laws import Oracle
+from proofs.stats.exact_laws import Oracle, well_ended
 from refdec.sampling import SamplingParams
 from refdec.validate import is_int
 
@@ -35,6 +41,7 @@ SINGLE_MIN = 0.01  # ... each of probability at least this
 REMAINDER_GROUPS = 3  # the other tokens, pooled by probability rank into this many bins
 GROUP_MIN = 0.01  # a remainder group lighter than this joins its neighbour
 COND_MIN = 0.3  # conditional views only when the prefix has at least this probability (N <~ 3.5x)
+STOPPED = -1  # a sample's positions past its stop token (sample arrays are rectangular)
 JOINT_HEAD = 6  # joint view: this many most likely sequences, each p >= SINGLE_MIN
 MAX_EXPANSIONS = 64  # best-first search budget (oracle calls) of the joint view
 
@@ -47,15 +54,7 @@ class Case:
     n: int = 3  # n >= 3: the third token follows positions where a rejection may have happened
 
     def describe(self) -> dict:
-        s = self.sampling
-        return {
-            "case": self.name,
-            "temperature": s.temperature,
-            "top_k": s.top_k,
-            "top_p": s.top_p,
-            "prompt": list(self.prompt),
-            "tokens": self.n,
-        }
+        return {"case": self.name, **self.sampling.describe(), "prompt": list(self.prompt), "tokens": self.n}
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,10 @@ class View:
         """(N, n) samples -> (M,) the bin of each sample this view counts (a whole-sequence view:
         every sample; a token view: those with its prefix), -1 for one outside this law's support."""
         if self.seq_bins is not None:
-            idx = [self.seq_bins.get(tuple(row), self.rest) for row in samples.tolist()]
+            idx = [
+                self.seq_bins.get(tuple(t for t in row if t != STOPPED), self.rest)
+                for row in samples.tolist()
+            ]
             return np.asarray([-1 if i is None else i for i in idx], dtype=np.int64)
         j = self.position
         mask = (
@@ -115,7 +117,7 @@ class View:
         for s, p in seq_law.items():
             if self.seq_bins is not None:
                 b = self.seq_bins.get(tuple(s), self.rest)
-            elif tuple(s[: self.position]) == self.prefix:
+            elif len(s) > self.position and tuple(s[: self.position]) == self.prefix:
                 b = int(self.token_bins[s[self.position]])
             else:
                 continue
@@ -173,17 +175,29 @@ def token_partition(law: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[str,
     return bins, np.asarray(probs), tuple(labels)
 
 
+def law_at(oracle: Oracle, case: Case, prefix: tuple[int, ...], sampling: SamplingParams):
+    """(V,) refdec's law at depth R after case.prompt + prefix under `sampling` (the prompt's
+    length passed only where the law follows the prefix: an oracle of the old signature serves
+    the rest)."""
+    if not sampling.needs_context:
+        return oracle.law(case.prompt + prefix, oracle.R, sampling)
+    return oracle.law(case.prompt + prefix, oracle.R, sampling, len(case.prompt))
+
+
 def mode_path(oracle: Oracle, case: Case) -> tuple[list[int], list[float], dict]:
     """The most likely token at each position given the most likely before it (ties: lower id),
     the probability of each prefix, and the law at each prefix node."""
     path, probs, nodes, p = [], [], {}, 1.0
+    stops = case.sampling.stop_ids()
     for _ in range(case.n):
-        law = oracle.law(case.prompt + tuple(path), oracle.R, case.sampling).numpy()
+        law = law_at(oracle, case, tuple(path), case.sampling).numpy()
         nodes[tuple(path)] = law
         probs.append(p)
         t = int(np.argmax(law))
         p *= float(law[t])
         path.append(t)
+        if t in stops:  # the most likely sequence ends here
+            break
     return path, probs, nodes
 
 
@@ -193,18 +207,19 @@ def joint_head(oracle: Oracle, case: Case, nodes: dict) -> tuple[list[tuple[int,
     MAX_EXPANSIONS oracle calls. Returns (sequences, probabilities, prefixes expanded)."""
     heap: list[tuple[float, tuple[int, ...]]] = [(-1.0, ())]
     found, probs, expanded = [], [], 0
+    stops = case.sampling.stop_ids()
     while heap and len(found) < JOINT_HEAD:
         negp, prefix = heapq.heappop(heap)
         if -negp < SINGLE_MIN:
             break
-        if len(prefix) == case.n:
+        if len(prefix) == case.n or (prefix and prefix[-1] in stops):
             found.append(prefix)
             probs.append(-negp)
             continue
         if prefix not in nodes:
             if expanded >= MAX_EXPANSIONS:
                 break
-            nodes[prefix] = oracle.law(case.prompt + prefix, oracle.R, case.sampling).numpy()
+            nodes[prefix] = law_at(oracle, case, prefix, case.sampling).numpy()
         expanded += 1
         law = nodes[prefix]
         for t in np.flatnonzero(law * -negp >= SINGLE_MIN):
@@ -212,15 +227,18 @@ def joint_head(oracle: Oracle, case: Case, nodes: dict) -> tuple[list[tuple[int,
     return found, probs, expanded
 
 
-def malformed(sample: Sequence, n: int, V: int) -> str | None:
+def malformed(sample: Sequence, n: int, V: int, stops: frozenset[int] = frozenset()) -> str | None:
     """Why `sample` breaks the protocol of a case of n tokens over a vocabulary of V: a
-    non-integer id, a wrong length, a negative id, an id outside the vocabulary; None when it
-    keeps it. Such a sample is named for what it is, never as "probability 0"."""
+    non-integer id, a wrong length (more than n, or fewer not ending at a stop token of `stops`),
+    a negative id, an id outside the vocabulary; None when it keeps it. Such a sample is named for
+    what it is, never as "probability 0". (Tokens after a stop token keep the protocol: the law
+    gives them probability 0, CaseLaw.impossible.)"""
     bad = next((t for t in sample if not is_int(t)), None)
     if bad is not None:
         return f"a non-integer id {bad!r}"
-    if len(sample) != n:
-        return f"{len(sample)} tokens, the case asks for {n}"
+    if len(sample) > n or (len(sample) < n and (not sample or sample[-1] not in stops)):
+        ending = " (or fewer ending at a stop token)" if stops else ""
+        return f"{len(sample)} tokens, the case asks for {n}{ending}"
     low = min(sample, default=0)
     if low < 0:
         return f"a negative id {low}"
@@ -242,31 +260,39 @@ class CaseLaw:
     chosen: str = ""  # a plan path's choice among its options (proofs.run.cases.choose_case)
 
     def _sorted_out(self, samples: Sequence[Sequence[int]], bad) -> tuple[np.ndarray, int]:
-        """The samples that keep the protocol (malformed: None) and that `bad` (a test of one such
-        sample) does not flag, as an [N, n] array; and how many were left out."""
+        """The samples that keep the protocol (n tokens, or fewer ending at their first stop token;
+        ids in the vocabulary: `malformed`) and that `bad` (a test of one such sample) does not
+        flag, as an [N, n] array padded with STOPPED; and how many were left out."""
         n, good, out = self.case.n, [], 0
+        stops = self.case.sampling.stop_ids()
         for s in samples:
-            if malformed(s, n, self.V) is not None or bad(tuple(s)):
+            s = tuple(s)
+            if malformed(s, n, self.V, stops) is not None or not well_ended(s, n, stops) or bad(s):
                 out += 1
             else:
-                good.append(tuple(s))
+                good.append(s + (STOPPED,) * (n - len(s)))
         return np.asarray(good, dtype=np.int64).reshape(len(good), n), out
 
     def impossible(self, s: tuple[int, ...]) -> bool:
-        """A well-formed sample with a token of probability 0 at a prefix the law enumerated."""
-        return any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(self.case.n))
+        """A well-formed sample the law gives probability 0: tokens past a stop token, or a token of
+        probability 0 at a prefix the law enumerated."""
+        if not well_ended(s, self.case.n, self.case.sampling.stop_ids()):
+            return True
+        return any(s[:j] in self.nodes and self.nodes[s[:j]][s[j]] <= 0 for j in range(len(s)))
 
     def fails(self, sample: Sequence) -> bool:
         """The sample alone fails its case: malformed, or impossible under the law."""
-        return malformed(sample, self.case.n, self.V) is not None or self.impossible(tuple(sample))
+        stops = self.case.sampling.stop_ids()
+        return malformed(sample, self.case.n, self.V, stops) is not None or self.impossible(tuple(sample))
 
     def tally(self, samples: Sequence[Sequence[int]]) -> dict:
-        """Counts of every view, and the samples that are impossible under the law (a token of
-        probability 0 at a prefix the law enumerated). Malformed samples (`malformed`) are counted
-        in neither: the sampling check names them as such (proofs/checks/distribution.py)."""
+        """Counts of every view, and the samples that are impossible under the law (tokens past a
+        stop token, or a token of probability 0 at a prefix the law enumerated). Malformed samples
+        (`malformed`) are counted in neither: the sampling check names them as such
+        (proofs/checks/distribution.py)."""
         arr, _ = self._sorted_out(samples, lambda s: False)
-        n, V = self.case.n, self.V
-        impossible = sum(malformed(s, n, V) is None and self.impossible(tuple(s)) for s in samples)
+        n, V, stops = self.case.n, self.V, self.case.sampling.stop_ids()
+        impossible = sum(malformed(s, n, V, stops) is None and self.impossible(tuple(s)) for s in samples)
         return {
             "samples": len(samples),
             "impossible": impossible,
@@ -294,8 +320,14 @@ def case_law(oracle: Oracle, case: Case) -> CaseLaw:
     views, not_tested = [], []
     for j in range(case.n):
         prefix = tuple(path[:j])
-        w = prefix_probs[j]
         name = f"token {j + 1}" + (f" | {', '.join(map(str, prefix))}" if j else "")
+        if j >= len(path):  # the most likely path stopped before position j
+            not_tested.append(
+                f"{name[: name.index(' |')] if j else name}: the most likely sequence "
+                f"ends at stop token {path[-1]} at position {len(path)}"
+            )
+            continue
+        w = prefix_probs[j]
         if w < COND_MIN:
             not_tested.append(f"{name}: the prefix has probability {w:.3g} < {COND_MIN:.3g}")
             continue

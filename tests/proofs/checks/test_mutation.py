@@ -9,7 +9,7 @@ import torch
 import refdec
 from proofs.checks.distribution import Target
 from proofs.checks.false_alarm import check_false_alarm
-from proofs.checks.mutation import LIBRARY, Mutant, check_mutants
+from proofs.checks.mutation import CASES, LIBRARY, Mutant, check_mutants
 from proofs.decoders.specref import Bugs, SpecRef
 from refdec.errors import LoopcertError
 
@@ -31,7 +31,7 @@ def test_library_has_at_least_8_mutants_and_the_named_controls():
     text = " ".join(m.id for m in controls)
     for word in ("inverted", "unfiltered", "depths"):
         assert word in text
-    assert all(m.case is None or m.case in {"T=0.5", "top-k=2", "top-p=0.5", "T=1.5 n=2"} for m in LIBRARY)
+    assert all(m.case is None or m.case in {c.name for c in CASES} for m in LIBRARY)
     for field_bug in (
         "int8",
         "reported-q",
@@ -175,3 +175,31 @@ def test_boundary_mutants_die_where_their_bug_lives_and_the_control_passes():
             pos, near = EDGE_WHERE[m.id]
             assert row["rejected_by"] == ["greedy_depth"]
             assert f"first found at position {pos} ({near})" in row["bug"], row["bug"]
+
+
+ISSUE_37 = (
+    "residual-rejecting-uniform",
+    "recovery-draft-noise",
+    "coarse-uniform-accept",
+    "penalty-state-per-step",
+    "min-p-draft-only",
+    "logit-bias-draft-only",
+    "penalties-draft-only",
+    "verify-other-filter-order",
+    "tokens-after-stop",
+    "argmax-recovery",
+)
+
+
+def test_quick_kills_the_sampling_parameter_mutants(model):
+    """Issue 37's classes (the recovery draw, the acceptance test, the engines' other parameters),
+    each on the case of its path: every one is rejected at the quick plan's target (and so also by
+    the full plan, which requires all)."""
+    lib = tuple(m for m in LIBRARY if m.id in ISSUE_37)
+    assert len(lib) == len(ISSUE_37) and all(m.case for m in lib)
+    r = check_mutants(QUICK, 0, lib, model=model)
+    assert r.passed, r.details.wrong
+    for row in r.details.rows:
+        assert row.rejected and row.tv > 0, row.id
+    stop = next(row for row in r.details.rows if row.id == "tokens-after-stop")
+    assert stop.rejected_by == ("sampling",)

@@ -265,10 +265,10 @@ def test_plans_target_detectable_tv():
 
 
 def test_quick_plan_covers_temperature_top_k_top_p_and_three_tokens():
-    ps = [sp for _, sp, _ in QUICK.sampling_cases]
+    ps = [c[1] for c in QUICK.sampling_cases]
     assert min(sp.temperature for sp in ps) < 1 < max(sp.temperature for sp in ps)
     assert any(sp.top_k for sp in ps) and any(sp.top_p for sp in ps)
-    assert all(n >= 3 for _, _, n in QUICK.sampling_cases)
+    assert all(c[2] >= 3 for c in QUICK.sampling_cases)
 
 
 def test_sampling_time_is_pooled_across_settings():
