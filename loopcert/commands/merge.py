@@ -31,7 +31,8 @@ def run(args) -> int:
     progress = timed_progress()
     shards = [read_shard(Path(d)) for d in args.shards]
     ident, results = combine(shards)
-    decoder = None if ident["decoder"] == "fastdec" else ident["decoder"]
+    compiled = ident["decoder"] == "fastdec compiled"  # certify --compile's shards
+    decoder = None if ident["decoder"] in ("fastdec", "fastdec compiled") else ident["decoder"]
     cert = certify(
         ident["model"],
         decoder,
@@ -44,6 +45,7 @@ def run(args) -> int:
         results=results,
         planned=shards[0].get("sampling"),  # the shards' plan: the laws their tallies were binned by
         relative_to=ident.get("relative_to"),
+        compile=compiled,
     )
     cert = cert.with_stamp(
         command=shards[0].get("command"),
