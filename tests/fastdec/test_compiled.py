@@ -127,3 +127,14 @@ def test_a_compiled_decoder_decodes_the_eager_tokens(strategy):
     (engine,) = compiled._engines.values()
     assert set(engine.compiled.fns) == {(k, 8) for k in PHASES}
     assert compiled.compile_seconds > 0 and eager.compile_seconds == 0
+
+
+def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
+    from proofs.decoders.candidates import fastdec_grid
+    from proofs.run.certify import certify
+
+    grid = fastdec_grid(2, full=False, compile=True)
+    assert all(c.label.endswith(" compiled") and c.settings["compile"] for c in grid)
+    assert not any("compile" in c.settings for c in fastdec_grid(2, full=False))
+    with pytest.raises(LoopcertError, match="--compile compiles fastdec"):
+        certify("tiny-raven", "some.module:make", compile=True)
