@@ -231,7 +231,7 @@ class Timeline:
             if is_side is None:
                 out.append(g)
                 continue
-            own = side[row, side_slot, level, self.layer_index[layer]]  # (W, KV, D)
+            own = side.select(3, layer)[row, side_slot, level]  # (W, KV, D); an int index: no host sync
             out.append(torch.where(at, own[:, :, None, :], g))
         return out
 

@@ -68,7 +68,9 @@ class Decoder:
                    Decoder(model, "pipelined", draft_depth=2, second_depth=8)
     device, dtype  where and in which precision to run (the model is copied when they differ)
     fixed_width    run every engine call at this width (bitwise batch invariance mode)
-    cuda_graphs    None: on for CUDA devices; True needs CUDA
+    cuda_graphs    None: on for CUDA devices (unless compile); True needs CUDA
+    compile        compile each engine call (phase, width) with torch.compile (fastdec/compiled.py):
+                   the CPU's answer to CUDA graphs; the first call of each pays its compile
     reads          "view" (strided views, eager) or "gather" (index gather, what graphs use)
     max_batch      the most sequences generate_batch decodes at once (cache rows); more wait
                    in a queue and take the rows of sequences that finish
@@ -101,6 +103,7 @@ class Decoder:
         dtype=None,
         fixed_width: int | None = None,
         cuda_graphs: bool | None = None,
+        compile: bool = False,
         reads: str = "view",
         max_batch: int = MAX_BATCH,
         cache_bytes: int | None = None,
@@ -134,8 +137,14 @@ class Decoder:
             raise LoopcertError(f"bad device {device!r}: {e}") from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise LoopcertError(f"device {str(device)!r} requested but CUDA is not available")
+        if not isinstance(compile, bool):
+            raise LoopcertError(f"compile must be True or False, got {compile!r}")
+        if compile and cuda_graphs:
+            raise LoopcertError(
+                "compile=True and cuda_graphs=True: choose one (both capture the engine step)"
+            )
         if cuda_graphs is None:
-            cuda_graphs = device.type == "cuda"
+            cuda_graphs = device.type == "cuda" and not compile
         if cuda_graphs and device.type != "cuda":
             raise LoopcertError(f"cuda_graphs=True needs a CUDA device, got device={str(device)!r}")
         p = next(model.parameters())
@@ -145,6 +154,7 @@ class Decoder:
         self.model = model.eval()
         self.config = config
         self.device, self.dtype, self.cuda_graphs, self.reads = device, dtype, bool(cuda_graphs), reads
+        self.compile = compile
         self.fixed_width, self.max_batch, self.cache_bytes = fixed_width, max_batch, cache_bytes
         self._engines: dict[tuple[int, int], Engine] = {}  # least recently used first
         self._largest = 0  # bytes of the largest engine made (the default limit follows it)
@@ -180,6 +190,12 @@ class Decoder:
     def cache_limit(self) -> int | None:
         """The byte limit on kept caches now in force (None: none): see `cache_bytes`."""
         return limit_for(self.cache_bytes, self.cuda_graphs, self._largest)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the engines it keeps spent compiling (each (phase, width)'s first call: trace,
+        code generation or inductor's on-disk cache); 0.0 when it does not compile."""
+        return sum(e.compiled.total_compile_seconds for e in self._engines.values() if e.compiled)
 
     @property
     def held_bytes(self) -> int:
@@ -218,6 +234,7 @@ class Decoder:
                 self.reads,
                 self.cuda_graphs,
                 rows=key[1],
+                compiled=self.compile,
             )
             self._prefills[key] = {}
         self._engines[key] = engine  # the most recently used last

@@ -253,6 +253,7 @@ class Engine:
         reads: str = "view",
         cuda_graphs: bool = False,
         rows: int = 1,
+        compiled: bool = False,
     ):
         self.model, self.cfg = model, model.cfg
         self.net = model.net()  # refdec's maths on the shared parameters, built once
@@ -262,7 +263,7 @@ class Engine:
         self.readout_depths = sorted(set(readout_depths) | {depth})
         self.readout_slot = {r: i for i, r in enumerate(self.readout_depths)}
         self.capacity, self.fixed_width = capacity, fixed_width
-        self.reads = "gather" if cuda_graphs else reads
+        self.reads = "gather" if cuda_graphs or compiled else reads
         self.rows = rows
         self.widths = WIDTHS + tuple(w for w in BATCH_WIDTHS if w <= WIDTHS[-1] * rows)
         self.cache = KVCache(
@@ -305,6 +306,11 @@ class Engine:
             from fastdec.graphs import CudaGraphs
 
             self.graphs = CudaGraphs(self)
+        self.compiled = None  # fastdec.compiled.CompiledPhases: phase_fn compiled per (phase, width)
+        if compiled:
+            from fastdec.compiled import CompiledPhases
+
+            self.compiled = CompiledPhases(self)
 
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width, self.widths)
@@ -375,6 +381,8 @@ class Engine:
         inp, order, plan = self.phase_inputs(kind, lanes, width)
         if self.graphs is not None:
             outs = self.graphs.run(kind, inp)
+        elif self.compiled is not None:
+            outs = self.compiled.run(kind, inp)
         else:
             outs = self.phase_fn(kind, inp, None if self.reads == "gather" else plan)
         return order, outs

@@ -67,6 +67,11 @@ def add_arguments(p) -> None:
         "test per view with the plan's power (docs/certify.md#the-engine-relative-check)",
     )
     add_http_arguments(p)
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="certify fastdec with compiled engine steps (torch.compile; docs/speed.md#compiled-steps)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16")
     mode = p.add_mutually_exclusive_group()
@@ -313,6 +318,7 @@ def run(args) -> int:
         ray_address=args.ray_address,
         plan_file=args.plan,
         relative_to=args.relative_to,
+        compile=args.compile,
     )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command

@@ -150,6 +150,12 @@ def add_decoder_arguments(p, default_strategy: str = "draft-verify") -> None:
     )
     p.add_argument("--fixed-width", type=int, default=None, help="run every engine call at this width")
     p.add_argument("--no-cuda-graphs", action="store_true", help="eager steps on CUDA")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile each engine step with torch.compile (CPU; the first call of each shape pays "
+        "its compile, cached on disk: docs/speed.md#compiled-steps)",
+    )
 
 
 def config_from_args(args):
@@ -176,7 +182,8 @@ def decoder_from_args(args, model, max_batch: int = 1):
         config,
         device=args.device,
         fixed_width=args.fixed_width,
-        cuda_graphs=False if args.no_cuda_graphs else None,
+        cuda_graphs=False if args.no_cuda_graphs or args.compile else None,
+        compile=args.compile,
         max_batch=max(max_batch, 1),
     )
 

@@ -54,7 +54,7 @@ def merged(ident: dict, results: dict, shards: list[dict], progress):
     """The certificate of the shards' results, assembled by the code of a single run."""
     return certify(
         ident["model"],
-        None if ident["decoder"] == "fastdec" else ident["decoder"],
+        None if ident["decoder"] in ("fastdec", "fastdec compiled") else ident["decoder"],
         ident["device"],
         ident["dtype"],
         ident["plan"],
@@ -64,4 +64,5 @@ def merged(ident: dict, results: dict, shards: list[dict], progress):
         results=results,
         planned=shards[0]["sampling"],  # the shards' plan: the laws their tallies were binned by
         relative_to=ident["relative_to"],
+        compile=ident["decoder"] == "fastdec compiled",  # certify --compile's shards
     )

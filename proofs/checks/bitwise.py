@@ -31,13 +31,15 @@ def check_bitwise(
     n_tokens: int,
     width: int = FIXED_WIDTH,
     progress: Progress | None = None,
+    compile: bool = False,
 ) -> CheckResult:
     """measured = (strategy, prompt) pairs whose tokens differ from the baseline's; bound 0."""
     able = [c for c in candidates if c.fixed_width and c.lossless]
     if not able:
         why = "the candidate has no fixed-width mode (only fastdec's engine does)"
         return CheckResult(name, 0, 0, True, kind="bitwise", skipped=why)
-    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
+    # compiled strategies against the compiled baseline: the same compiled kernels at one width
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"), compile=compile)
     baseline = baseline.build(model32, fixed_width=width)
     greedy = SamplingParams()
     base = {tuple(p): run_generate(baseline, p, n_tokens, greedy, 0) for p in prompts}

@@ -44,12 +44,17 @@ def default_depths(R: int) -> tuple[int, int | None]:
     return d1, default_second_depth(R, d1)
 
 
-def fastdec_candidate(config: DecodeConfig, lossless: bool = True) -> Candidate:
+def fastdec_candidate(config: DecodeConfig, lossless: bool = True, compile: bool = False) -> Candidate:
+    """fastdec with `config`; compile: its engine steps compiled (fastdec/compiled.py), the label
+    saying so."""
+
     def build(model, fixed_width=None):
         from fastdec import Decoder as FastDecoder  # fastdec is optional for user decoders
 
         p = next(model.parameters())  # the decoder runs where the model is, in its dtype
-        return FastDecoder(model, config, fixed_width=fixed_width, device=p.device, dtype=p.dtype)
+        return FastDecoder(
+            model, config, fixed_width=fixed_width, device=p.device, dtype=p.dtype, compile=compile
+        )
 
     defaults = DecodeConfig(config.strategy)
     given = {
@@ -57,12 +62,15 @@ def fastdec_candidate(config: DecodeConfig, lossless: bool = True) -> Candidate:
         for f in dataclasses.fields(config)
         if f.name == "strategy" or getattr(config, f.name) != getattr(defaults, f.name)
     }
-    return Candidate(config.label, build, {"decoder": "fastdec", **given}, lossless, fixed_width=True)
+    label = f"{config.label} compiled" if compile else config.label
+    settings = {"decoder": "fastdec", **given, **({"compile": True} if compile else {})}
+    return Candidate(label, build, settings, lossless, fixed_width=True)
 
 
-def fastdec_grid(R: int, full: bool) -> list[Candidate]:
-    """Each lossless strategy at the default depths; --full adds the unusual lossless settings."""
-    return [fastdec_candidate(c) for c in fastdec_configs(R, full)]
+def fastdec_grid(R: int, full: bool, compile: bool = False) -> list[Candidate]:
+    """Each lossless strategy at the default depths; --full adds the unusual lossless settings;
+    compile: each with compiled engine steps."""
+    return [fastdec_candidate(c, compile=compile) for c in fastdec_configs(R, full)]
 
 
 def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:

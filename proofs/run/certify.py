@@ -58,6 +58,7 @@ def certify(
     plan_out: str | None = None,
     planned: dict | None = None,
     relative_to: str | None = None,
+    compile: bool = False,
 ) -> Certificate | dict:
     """Run every check of `mode` on the candidate; returns the certificate (proofs/certificate.py).
 
@@ -75,6 +76,9 @@ def certify(
 
     `relative_to` (--relative-to SPEC2, the syntax of --decoder) adds the engine-relative check:
     the candidate's samples against SPEC2's on every sampling case (proofs/checks/relative.py).
+
+    `compile` (--compile) certifies fastdec's grid with compiled engine steps (fastdec/compiled.py;
+    the bitwise check compares them with the compiled baseline); it takes no --decoder.
 
     Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model, a decoder
     that does not apply to the model: check_applies) raise LoopcertError before any check runs."""
@@ -102,20 +106,35 @@ def certify(
         raise LoopcertError(
             f"--relative-to {relative_to} needs --decoder: it compares that decoder with this one"
         )
+    if compile and decoder:
+        raise LoopcertError(
+            f"--compile compiles fastdec's engine steps; --decoder {decoder} is certified as it is: drop one"
+        )
     user = user_candidate(decoder, connect=results is None) if decoder else None
     relative = user_candidate(relative_to, connect=results is None) if relative_to is not None else None
     t_start = time.perf_counter()
     run = CertifyRun(
-        plan, model_name, user, device, dtype, seed, say, time_budget, planned=planned, relative=relative
+        plan,
+        model_name,
+        user,
+        device,
+        dtype,
+        seed,
+        say,
+        time_budget,
+        planned=planned,
+        relative=relative,
+        compile=compile,
     )
     if results is None:  # a decoder that cannot serve the certified model is a usage error, not a FAIL
         for spec, candidate in ((decoder, user), (relative_to, relative)):
             if candidate is not None:
                 check_applies(run, spec, candidate)
+    decoder_name = decoder or ("fastdec compiled" if compile else "fastdec")
     dname = dtype_name(dtype)
     what = f" (shard {shard})" if shard else (" (merging shards)" if results is not None else "")
     say(
-        f"certifying {decoder or 'fastdec'} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
+        f"certifying {decoder_name} on {model_name} (R={run.R}, V={run.oracle.V}), {plan.mode} plan, "
         f"{device}, {dname}, seed {seed}{what}"
     )
     say("settings: " + "; ".join(c.label for c in run.candidates))
@@ -128,7 +147,7 @@ def certify(
         say(f"engine-relative check against {relative_to} (the same cases, both decoders)")
 
     units, assemble = plan_units(run, dname)
-    ident = identity(run, decoder, time_budget, relative_to)
+    ident = identity(run, decoder_name, time_budget, relative_to)
     if given is not None:
         check_plan(given, ident, [u for u, _ in units])
         say(f"the plan of {given['_path']}: its cases and N, not chosen here")
@@ -169,7 +188,7 @@ def certify(
         failed=failed,
         skipped=skipped_of(checks),
         stamp=Stamp(
-            **certificate_stamp(model_name, decoder or "fastdec", device, dtype, plan, seed),
+            **certificate_stamp(model_name, decoder_name, device, dtype, plan, seed),
             sampler_order=run.sampler_order,
             relative_to=relative_to,
             R=run.R,

@@ -48,6 +48,7 @@ class RunSpec:
     http_options: HTTPOptions | None = None  # the parent's HTTP flags for an http:// decoder
     relative_to: str | None = None  # --relative-to SPEC2 (the engine-relative check's reference)
     relative_http_options: HTTPOptions | None = None  # its HTTP flags, when it is a server
+    compile: bool = False  # certify --compile: fastdec's grid with compiled engine steps
 
     @classmethod
     def of(cls, run: CertifyRun, units) -> RunSpec:
@@ -66,6 +67,7 @@ class RunSpec:
             http_options(run.user.label) if run.user and is_http_spec(run.user.label) else None,
             run.relative.label if run.relative else None,
             http_options(run.relative.label) if run.relative and is_http_spec(run.relative.label) else None,
+            run.compile,
         )
 
     def build(self, say: Progress) -> tuple[CertifyRun, dict[str, Callable[..., dict]]]:
@@ -88,6 +90,7 @@ class RunSpec:
             models=self.models,
             sampling_setups=self.sampling_setups,
             relative=relative,
+            compile=self.compile,
         )
         units = dict(plan_units(run, self.dtype)[0])
         lost = [uid for uid in self.units if uid not in units]

@@ -225,7 +225,9 @@ class CertifyRun:
         sampling_setups: Mapping[str, SamplingSetup] | None = None,
         planned: Mapping[str, dict] | None = None,
         relative: Candidate | None = None,
+        compile: bool = False,
     ):
+        self.compile = compile  # fastdec's grid with compiled engine steps (certify --compile)
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
@@ -272,6 +274,7 @@ class CertifyRun:
             sampling_setups=self.sampling_setups,
             planned=self.planned,
             relative=self.relative,
+            compile=self.compile,
         )
 
     @functools.cached_property
@@ -298,7 +301,7 @@ class CertifyRun:
         return declared_sampler_order(decoder)
 
     def grid(self, R: int) -> list[Candidate]:
-        return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full")
+        return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full", self.compile)
 
     def prompts(self, k: int) -> list[tuple[int, ...]]:
         return model_prompts(self.model64, self.model_name, k)
@@ -422,7 +425,13 @@ class CertifyRun:
         m32 = self.float32_model()
         prompts = self.prompts(self.plan.bitwise_prompts)
         return check_bitwise(
-            "bitwise_fixed_width", self.candidates, m32, prompts, self.plan.bitwise_tokens, progress=self.say
+            "bitwise_fixed_width",
+            self.candidates,
+            m32,
+            prompts,
+            self.plan.bitwise_tokens,
+            progress=self.say,
+            compile=self.compile,
         )
 
     def float32_model(self) -> LoopedLM:

@@ -1,0 +1,145 @@
+"""Compiled engine steps (docs/design.md section 5; docs/speed.md#compiled-steps). The only module
+that calls torch.compile.
+
+A step of a small looped model is a few small matmuls: eager PyTorch spends most of it in Python
+and operator dispatch. On a GPU the answer is CUDA graphs of `Engine.phase_fn` (fastdec/graphs.py);
+on a CPU it is the same function compiled by inductor into C++ kernels, one compiled callable per
+(phase, width) of an engine, with the preconditions the graphs need:
+
+- static shapes: `dynamic=False`, every call of a (phase, width) has the same shapes (the engine
+  pads rows to its widths, and in gather mode every read spans the capacity);
+- one graph: `fullgraph=True`, so a host sync or a data-dependent shape is an error at compile time,
+  never a silent fall back to eager (tests/fastdec/test_compiled.py compiles every (phase, width)
+  for each family: the CUDA-graph path's preconditions, tested without a GPU);
+- the cache read by index tensors (`plan=None`, the engine's gather reads), written in place;
+- nothing random inside: every draw happens on the host after the logits come out, as under
+  graphs, so a compiled decoder draws exactly the uniforms an eager one draws.
+
+Compiled kernels may round differently from eager ones (fused reductions): a compiled decoder's
+logits are not bitwise an eager decoder's, so the claim is the certificate's (greedy classified
+against float64 refdec, sampling laws), plus bitwise equality among compiled strategies in
+fixed-width mode (the same compiled kernels at the same width).
+
+Compiling costs seconds per graph (measured in docs/measurements.md#compiled-steps); inductor's
+on-disk caches make a second process pay only the tracing: they live in $TORCHINDUCTOR_CACHE_DIR,
+which this module points at ~/.cache/loopcert/inductor (or $XDG_CACHE_HOME/loopcert/inductor) when
+the user has not set it, so they survive a reboot's /tmp cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from refdec.errors import LoopcertError
+
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# graphs per engine: up to 3 phases x the engine's widths (7 for one sequence, more in a batch)
+RECOMPILE_LIMIT = 64
+
+
+def compile_cache_dir() -> Path:
+    """Where inductor keeps its compiled kernels: $TORCHINDUCTOR_CACHE_DIR when set, else
+    ~/.cache/loopcert/inductor (set into the environment, which inductor reads when it compiles)."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "loopcert" / "inductor"
+    os.environ[CACHE_ENV] = str(path)
+    return path
+
+
+def _compile_kwargs() -> dict:
+    """torch.compile's options: one cache of graphs per compiled callable where this torch has
+    `isolate_recompiles` (2.10+: an engine's graphs never evict another engine's); on older
+    torch (>= 2.4) dynamo's global limit on graphs per code object is raised instead, since every
+    (phase, width) of every engine compiles the same `phase_fn`."""
+    params = inspect.signature(torch.compile).parameters
+    if "isolate_recompiles" in params and "recompile_limit" in params:
+        return {"isolate_recompiles": True, "recompile_limit": RECOMPILE_LIMIT}
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 8 * RECOMPILE_LIMIT))
+    if hasattr(dynamo_config, "accumulated_cache_size_limit"):
+        dynamo_config.accumulated_cache_size_limit = max(
+            dynamo_config.accumulated_cache_size_limit, 64 * RECOMPILE_LIMIT
+        )
+    return {}
+
+
+def skip_guards():
+    """Calls after the first without dynamo's guard evaluation (torch >= 2.6's set_stance; a no-op
+    context before it): each compiled callable holds one graph of one (phase, width) of one engine,
+    whose inputs have its shapes, dtypes and devices by construction (the engine pads every call to
+    the width, reads and writes its own cache), so no guard can fail and none needs to run: on a
+    CPU they cost about a tenth of a small model's step."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None or "skip_guard_eval_unsafe" not in inspect.signature(set_stance).parameters:
+        return contextlib.nullcontext()
+    return set_stance("default", skip_guard_eval_unsafe=True)
+
+
+def no_host_values():
+    """Dynamo's settings while a phase is traced: a tensor's value read on the host (`.item()`,
+    `int(t)`, a shape from `nonzero`) is a graph break, hence an error under fullgraph, instead of
+    an unbacked symbol traced into the graph (torch >= 2.6 may capture them): a CUDA graph could not
+    replay such a call, and on a CPU it would stall every step."""
+    import torch._dynamo.config as dynamo_config
+
+    flags = {
+        name: False
+        for name in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
+        if hasattr(dynamo_config, name)
+    }
+    return dynamo_config.patch(**flags)
+
+
+class CompiledPhases:
+    """One compiled `phase_fn` per (phase, width) of an engine, compiled on first use.
+
+    backend: torch.compile's ("inductor": C++ kernels; "aot_eager": the same tracing without code
+    generation, which the precondition test uses to check every graph quickly)."""
+
+    def __init__(self, engine, backend: str = "inductor"):
+        if engine.reads != "gather":
+            raise LoopcertError("compiled steps read the cache by index (reads='gather')")
+        self.engine, self.backend = engine, backend
+        if backend == "inductor":
+            compile_cache_dir()
+        self.fns: dict[tuple[str, int], object] = {}
+        self.compile_seconds: dict[tuple[str, int], float] = {}  # (phase, width) -> its first call
+        self.calls = 0
+
+    def run(self, kind: str, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        key = (kind, inp["pos"].shape[0])
+        fn = self.fns.get(key)
+        self.calls += 1
+        if fn is not None:
+            with skip_guards():
+                return fn(inp)
+        fn = self.fns[key] = self._compile(kind)
+        t0 = time.perf_counter()
+        with no_host_values():  # the first call traces
+            out = fn(inp)
+        self.compile_seconds[key] = time.perf_counter() - t0
+        return out
+
+    def _compile(self, kind: str):
+        engine = self.engine
+
+        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            return engine.phase_fn(kind, inp)
+
+        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **_compile_kwargs())
+
+    @property
+    def total_compile_seconds(self) -> float:
+        return sum(self.compile_seconds.values())

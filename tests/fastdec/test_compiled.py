@@ -1,0 +1,140 @@
+"""Compiled engine steps (fastdec/compiled.py): every (phase, width) the engine runs compiles as one
+graph (the CUDA-graph path's preconditions: no host sync, no data-dependent shape), and a compiled
+decoder decodes what the eager one does."""
+
+import pytest
+import torch
+from tolerances import assert_close
+
+import fastdec
+import refdec
+from fastdec.compiled import CompiledPhases
+from fastdec.engine import PHASES, Engine, Lane
+from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
+from refdec.errors import LoopcertError
+from refdec.model import LoopedLM
+
+ALL_TINY = TINY_PRESETS + (TINY_LOOPCODER,)
+
+
+def tiny(name, dtype=torch.float32):
+    return LoopedLM(get_preset(name)).init_weights(0).to(dtype).eval()
+
+
+def lanes_for(engine: Engine, kind: str, width: int) -> list[Lane]:
+    """`width` lanes of a phase over two cache rows, main and side lanes, at mixed positions and
+    depths (a verify block, drafts, a side proposal), their states random."""
+    g = torch.Generator().manual_seed(width)
+    d = engine.cfg.d_model
+    R = engine.depth
+    h = torch.randn(width, 1, d, generator=g).to(engine.dtype)
+    e = torch.randn(width, 1, d, generator=g).to(engine.dtype)
+    out = []
+    for i in range(width):
+        side = i % 5 == 4 and engine.cache.n_side > 0
+        depth = 0 if kind == "prelude" else (1 + i % R if kind == "recur" else R)
+        if kind == "readout":
+            depth = engine.readout_depths[i % len(engine.readout_depths)]
+        ln = Lane(
+            pos=i % engine.capacity,
+            token=i % engine.cfg.vocab_size,
+            row=i % engine.rows,
+            side=(i // 5) % engine.cache.n_side if side else -1,
+            depth=depth - (kind == "recur"),
+        )
+        if kind != "prelude":
+            ln.h, ln.e = (h, i), (e, i)
+        out.append(ln)
+    return out
+
+
+def check_graphs(name: str, widths=None) -> None:
+    """fullgraph=True: a graph break (a host sync, a data-dependent shape) fails here. aot_eager
+    traces what inductor would compile (dynamo, then AOT autograd's functional graph, where a
+    data-dependent index fails), without generating code; the compiled call must give the eager
+    call's outputs."""
+    model = tiny(name)
+    R = model.cfg.recurrence
+    engine = Engine(model, R, [1, R], capacity=64, n_side=2, reads="gather", rows=2)
+    phases = CompiledPhases(engine, backend="aot_eager")
+    widths = engine.widths if widths is None else widths
+    for width in widths:
+        for kind in PHASES:
+            lanes = lanes_for(engine, kind, width)
+            inp, _, _ = engine.phase_inputs(kind, lanes, width)
+            with torch.inference_mode():
+                got = phases.run(kind, inp)
+                want = engine.phase_fn(kind, inp)
+            for a, b in zip(got, want):
+                assert_close(a, b)
+    assert set(phases.fns) == {(k, w) for k in PHASES for w in widths}
+
+
+@pytest.mark.parametrize("name", ALL_TINY)
+def test_each_family_compiles_every_phase_as_one_graph(name):
+    """Every family's code paths (a width changes shapes, not code): the narrowest call and the
+    widest a two-row batch makes, side lanes included."""
+    check_graphs(name, widths=(1, 128))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL_TINY)
+def test_every_phase_and_width_compiles_as_one_graph(name):
+    check_graphs(name)
+
+
+def test_compile_settings_are_checked():
+    model = tiny(TINY_PRESETS[0])
+    with pytest.raises(LoopcertError, match="compile must be True or False"):
+        fastdec.Decoder(model, "autoregressive", compile="yes")
+    with pytest.raises(LoopcertError, match="choose one"):
+        fastdec.Decoder(model, "autoregressive", compile=True, cuda_graphs=True)
+    with pytest.raises(LoopcertError, match="by index"):
+        CompiledPhases(Engine(model, 2, [2], capacity=64))
+
+
+def test_a_host_sync_in_a_phase_fails_the_precondition_check(monkeypatch):
+    """The negative control: a cache read that branches on a tensor's value (skip the side-lane
+    overlay when no lane of the call is a side lane: the same outputs eagerly, a host sync every
+    call) is refused at compile time, as an index by a 0-d tensor in Timeline.gather was before
+    compiled steps existed."""
+    from fastdec.cache import Timeline
+
+    real = Timeline.gather
+
+    def syncing(self, layer, row, level, pos, side_slot, is_side, key_pos):
+        if is_side is not None and not bool(is_side.any()):  # the host reads is_side
+            is_side = None
+        return real(self, layer, row, level, pos, side_slot, is_side, key_pos)
+
+    monkeypatch.setattr(Timeline, "gather", syncing)
+    with pytest.raises(Exception, match="(?i)graph break|data-dependent"):
+        check_graphs(TINY_PRESETS[0], widths=(1,))
+
+
+@pytest.mark.parametrize("strategy", ["autoregressive", "pipelined"])
+def test_a_compiled_decoder_decodes_the_eager_tokens(strategy):
+    """inductor's kernels, float64 (no greedy tie at this precision): the compiled decoder's greedy
+    tokens are the eager decoder's, and it compiles each (phase, width) it runs once."""
+    model = tiny(TINY_LOOPCODER, torch.float64)
+    prompt = list(range(5, 25))  # past tiny-loopcoder's window of 8
+    kw = {"draft_depth": 1} if strategy == "pipelined" else {}
+    eager = fastdec.Decoder(model, strategy, fixed_width=8, **kw)
+    compiled = fastdec.Decoder(model, strategy, fixed_width=8, compile=True, **kw)
+    want = eager.generate(prompt, 24, refdec.SamplingParams(), seed=0).tokens
+    got = compiled.generate(prompt, 24, refdec.SamplingParams(), seed=0).tokens
+    assert got == want
+    (engine,) = compiled._engines.values()
+    assert set(engine.compiled.fns) == {(k, 8) for k in PHASES}
+    assert compiled.compile_seconds > 0 and eager.compile_seconds == 0
+
+
+def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
+    from proofs.decoders.candidates import fastdec_grid
+    from proofs.run.certify import certify
+
+    grid = fastdec_grid(2, full=False, compile=True)
+    assert all(c.label.endswith(" compiled") and c.settings["compile"] for c in grid)
+    assert not any("compile" in c.settings for c in fastdec_grid(2, full=False))
+    with pytest.raises(LoopcertError, match="--compile compiles fastdec"):
+        certify("tiny-raven", "some.module:make", compile=True)
