@@ -162,3 +162,21 @@ def test_a_full_disk_while_writing_leaves_both_old_files(tmp_path, monkeypatch):
         write_together({md: "new md", js: "new json"})
     assert (md.read_text(), js.read_text()) == ("old md", "old json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["certificate.json", "certificate.md"]
+
+
+def test_when_no_temporary_folder_can_be_made_the_result_goes_to_stdout(monkeypatch, capsys):
+    """The last resort: never only in memory."""
+    import tempfile
+
+    def no_tmp(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_tmp)
+    err = certify_cmd.keep_elsewhere(
+        "certificate",
+        "cannot write the certificate to out: No space left on device",
+        lambda f: print('{"v": 1}'),
+    )
+    cap = capsys.readouterr()
+    assert cap.out == '{"v": 1}\n' and "follows on stdout" in cap.err
+    assert str(err).endswith("No space left on device; the certificate was printed on stdout")
