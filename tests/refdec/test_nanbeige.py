@@ -271,6 +271,13 @@ def test_written_folder_round_trips_with_a_byte_level_tokenizer(tmp_path, skip):
     assert back.tokenizer.decode(byte_encode(text)) == text
     info = describe(folder)
     assert info["family"] == "nanbeige" and info["skip_loop_final_norm"] is skip and info["tokenizer"]
+    # the form llama.cpp's convert_hf_to_gguf.py reads without a known pre-tokenizer (its
+    # LlamaHfVocab: BPE with byte fallback and a Sequence decoder; docs/measurements.md, llama.cpp)
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "BPE" and tok["model"]["byte_fallback"] is True
+    assert tok["decoder"]["type"] == "Sequence" and not tok["model"].get("ignore_merges")
+    conf = json.loads((folder / "tokenizer_config.json").read_text())
+    assert conf["tokenizer_class"] == "PreTrainedTokenizerFast"
 
 
 def test_other_families_cannot_be_written_as_nanbeige(tmp_path):
