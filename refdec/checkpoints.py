@@ -233,14 +233,20 @@ def write_published(
 
 def write_tokenizer(model: LoopedLM, folder: Path) -> None:
     """tokenizer.json: the model's own (loaded from a folder) copied, else a byte-level one
-    (refdec.tokenizer.byte_level_json) when the vocabulary holds the 256 bytes; none otherwise."""
-    from refdec.tokenizer import FILE, byte_level_json
+    (refdec.tokenizer.byte_level_json, with its tokenizer_config.json) when the vocabulary holds
+    the 256 bytes; none otherwise."""
+    from refdec.tokenizer import CONFIG_FILE, FILE, byte_level_config, byte_level_json
 
     own = getattr(model, "tokenizer", None)
     if own is not None:
         text = own.path.read_text()
+        config = own.path.parent / CONFIG_FILE
+        if config.is_file():
+            write_atomic(folder / CONFIG_FILE, lambda p: Path(p).write_text(config.read_text()))
     elif model.cfg.vocab_size >= 256:
         text = json.dumps(byte_level_json(model.cfg.vocab_size), ensure_ascii=False) + "\n"
+        conf = json.dumps(byte_level_config(model.cfg.max_seq_len), indent=2) + "\n"
+        write_atomic(folder / CONFIG_FILE, lambda p: Path(p).write_text(conf))
     else:
         return
     write_atomic(folder / FILE, lambda p: Path(p).write_text(text))

@@ -76,30 +76,20 @@ def load_tokenizer(folder) -> Tokenizer | None:
     return Tokenizer(path) if path.is_file() else None
 
 
-def byte_symbols() -> list[str]:
-    """The printable character that stands for each byte 0..255 in a byte-level BPE vocabulary
-    (GPT-2's convention, which `tokenizers`' ByteLevel and llama.cpp's "gpt2" vocabularies use):
-    printable Latin-1 bytes stand for themselves, the others for chr(256 + n) in byte order."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    kept = set(keep)
-    out, n = [], 0
-    for b in range(256):
-        if b in kept:
-            out.append(chr(b))
-        else:
-            out.append(chr(256 + n))
-            n += 1
-    return out
+CONFIG_FILE = "tokenizer_config.json"
 
 
 def byte_level_json(vocab_size: int) -> dict:
     """A tokenizer.json whose id b < 256 is byte b (as refdec.tokenizer.byte_encode reads text)
-    and whose ids 256.. are special tokens <|extra_i|>: a byte-level BPE without merges, what a
-    model written with a byte-level vocabulary (tiny-nanbeige, tiny-loopcoder) carries so that
-    tools that need a tokenizer in the folder (converters to GGUF, mlx-lm's loader) find one."""
+    and whose ids 256.. are special tokens <|extra_i|>: a BPE of the 256 byte-fallback pieces
+    <0x00>..<0xFF>, no merges, no normalizer or pre-tokenizer, so every byte of the text falls back
+    to its own piece. It is the form of a Llama tokenizer converted from SentencePiece (byte
+    fallback, a Sequence decoder), which llama.cpp's convert_hf_to_gguf.py reads (LlamaHfVocab)
+    without knowing its pre-tokenizer: what a model written with a byte-level vocabulary
+    (tiny-nanbeige) carries so that tools needing a tokenizer in the folder take it."""
     if vocab_size < 256:
         raise LoopcertError(f"a byte-level tokenizer needs vocab_size >= 256, got {vocab_size}")
-    vocab = {s: i for i, s in enumerate(byte_symbols())}
+    vocab = {f"<0x{b:02X}>": b for b in range(256)}
     added = [
         {
             "id": i,
@@ -118,14 +108,9 @@ def byte_level_json(vocab_size: int) -> dict:
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {
-            "type": "ByteLevel",
-            "add_prefix_space": False,
-            "trim_offsets": True,
-            "use_regex": True,
-        },
+        "pre_tokenizer": None,
         "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -133,9 +118,15 @@ def byte_level_json(vocab_size: int) -> dict:
             "continuing_subword_prefix": None,
             "end_of_word_suffix": None,
             "fuse_unk": False,
-            "byte_fallback": False,
+            "byte_fallback": True,
             "ignore_merges": False,
             "vocab": vocab | {a["content"]: a["id"] for a in added},
             "merges": [],
         },
     }
+
+
+def byte_level_config(max_length: int) -> dict:
+    """tokenizer_config.json beside byte_level_json's file: transformers' AutoTokenizer (which
+    llama.cpp's converter calls) then loads it without knowing the model_type."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length}

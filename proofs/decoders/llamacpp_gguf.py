@@ -25,8 +25,10 @@ EOS. llama.cpp's `ignore_eos` does not ignore end-of-generation tokens: it sets 
 GGUF vocabulary is the model's V tokens plus one token appended at id V, `<|loopcert_eos|>`, the
 file's only EOS and end-of-generation token; its embedding and head rows are zero. With
 ignore_eos on every request, its logit is -inf and the law over ids 0..V-1 is the model's exactly;
-without it, nothing the model emits ends a sequence early. The token pieces are `<id>` placeholders
-(byte-level safe): loopcert sends and reads token ids only.
+without it, nothing the model emits ends a sequence early. The token pieces are `<id>` placeholders,
+ASCII: loopcert sends and reads token ids only, and llama.cpp's completion `logprobs` give a token
+whose piece opens an incomplete UTF-8 sequence (a byte piece) no entry of its own
+(docs/measurements.md, llama.cpp), so real pieces could lose ids.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Serving engines beside fastdec: greedy tokens per second on one checkpoint, in one run.
 
-The engines tables of `tox -e vllm` (reports/out/vllm/engines.md) and `tox -e mlx`
+The engines tables of `tox -e vllm` (reports/out/vllm/engines.md), `tox -e mlx`
 (reports/out/mlx/engines.md: mlx-lm plain and speculative, in process, batch 1 only: it decodes
-one sequence per call). vLLM's: vLLM-CPU plain and with ngram
-speculation, through its HTTP API, against fastdec's autoregressive, draft-verify and pipelined
-strategies in this process, on the same checkpoint, the same prompts and the same lengths; greedy,
-at batch 1 (one sequence at a time) and batch 16 (16 sequences at once: 16 concurrent requests,
-or one generate_batch). Each rate is new tokens over wall time; the table's ratio is each row's
-rate over fastdec autoregressive's at the same batch (docs/speed.md: speed is a ratio measured in
-one run). vLLM's rates include HTTP and JSON per request, which is what its users pay.
+one sequence per call) and `tox -e llamacpp` (reports/out/llamacpp/engines.md: llama.cpp plain,
+draft-model, one-loop self-draft and n-gram speculative, in process, batch 1 only). vLLM's:
+vLLM-CPU plain and with ngram speculation, through its HTTP API, against fastdec's
+autoregressive, draft-verify and pipelined strategies in this process, on the same checkpoint, the
+same prompts and the same lengths; greedy, at batch 1 (one sequence at a time) and batch 16 (16
+sequences at once: 16 concurrent requests, or one generate_batch). Each rate is new tokens over
+wall time; the table's ratio is each row's rate over fastdec autoregressive's at the same batch
+(docs/speed.md: speed is a ratio measured in one run). vLLM's rates include HTTP and JSON per
+request, which is what its users pay.
 """
 
 from __future__ import annotations

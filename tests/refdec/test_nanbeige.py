@@ -271,6 +271,13 @@ def test_written_folder_round_trips_with_a_byte_level_tokenizer(tmp_path, skip):
     assert back.tokenizer.decode(byte_encode(text)) == text
     info = describe(folder)
     assert info["family"] == "nanbeige" and info["skip_loop_final_norm"] is skip and info["tokenizer"]
+    # the form llama.cpp's convert_hf_to_gguf.py reads without a known pre-tokenizer (its
+    # LlamaHfVocab: BPE with byte fallback and a Sequence decoder; docs/measurements.md, llama.cpp)
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "BPE" and tok["model"]["byte_fallback"] is True
+    assert tok["decoder"]["type"] == "Sequence" and not tok["model"].get("ignore_merges")
+    conf = json.loads((folder / "tokenizer_config.json").read_text())
+    assert conf["tokenizer_class"] == "PreTrainedTokenizerFast"
 
 
 def test_other_families_cannot_be_written_as_nanbeige(tmp_path):
@@ -312,3 +319,17 @@ def test_tiny_nanbeige_has_a_trained_lms_scales():
         model.lm_head.weight.div_(model.HEAD_GAIN)
     top1, agree = _laws(model)
     assert top1 < 0.1 and agree < 0.4
+
+
+@pytest.mark.parametrize("skip, shown", [(False, "after every loop"), (True, "once, before the head")])
+def test_inspect_shows_where_the_final_norm_runs(tmp_path, capsys, skip, shown):
+    from loopcert.cli import main as cli_main
+
+    model = refdec.LoopedLM(get_preset(TINY_NANBEIGE).replace(skip_loop_final_norm=skip)).init_weights(0)
+    folder = write_published(model, tmp_path / "nb")
+    assert cli_main(["inspect", str(folder)]) == 0
+    rows = dict(line.split("  ", 1) for line in capsys.readouterr().out.splitlines())
+    rows = {k.strip(): v.strip() for k, v in rows.items()}
+    assert rows["family / block"] == "nanbeige / prenorm" and rows["recurrence R"] == "2"
+    assert rows["loop final norm"] == f"{shown} (skip_loop_final_norm {skip})"
+    assert "loop window" not in rows

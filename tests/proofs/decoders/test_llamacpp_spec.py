@@ -135,3 +135,13 @@ def test_models_llamacpp_cannot_run_are_not_applicable():
     with pytest.raises(NotApplicable, match="tiny-ouro is ouro"):
         check_servable(refdec.load_model("tiny-ouro", seed=0))
     check_servable(refdec.load_model(TINY_NANBEIGE, seed=0))
+
+
+def test_a_missing_xllamacpp_names_the_extra(monkeypatch):
+    import sys
+
+    from proofs.decoders.llamacpp_decoder import decoder_for
+
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # import xllamacpp -> ImportError
+    with pytest.raises(LoopcertError, match=r"pip install 'loopcert\[llamacpp\]'"):
+        decoder_for("llama.cpp", refdec.load_model(TINY_NANBEIGE, seed=0))
