@@ -125,3 +125,19 @@ def test_certify_runs_it_per_setting_and_the_certificate_reads_back_and_renders(
     md = render_certificate(cert)
     lo, hi = checks[0].details.bands[0]
     assert "## The per-position test on long samples" in md and f"| [{lo}, {hi}) | all " in md
+
+
+def test_predict_cuts_the_samples_short_and_scales_the_time_back():
+    """--predict's probe runs the check with shorter samples (proofs/run/predict.py probe_plan), its
+    time scaled back by the work (samples x tokens) at the powers-of-two bands."""
+    from proofs.checks.mutation import LIBRARY
+    from proofs.checks.positions import ladder_samples
+    from proofs.run.plan import FULL
+    from proofs.run.predict import probe_plan
+
+    for plan in (plan_mod.QUICK, FULL):
+        probe, scale = probe_plan(plan, LIBRARY)
+        pos, short = plan.positions, probe.positions
+        assert short.tokens < pos.tokens and short.tv == pos.tv
+        work = ladder_samples(pos, 32) * pos.tokens / (ladder_samples(short, 32) * short.tokens)
+        assert scale["positions"][1] == pytest.approx(work) and work > 1
