@@ -141,3 +141,25 @@ def test_predict_cuts_the_samples_short_and_scales_the_time_back():
         assert short.tokens < pos.tokens and short.tv == pos.tv
         work = ladder_samples(pos, 32) * pos.tokens / (ladder_samples(short, 32) * short.tokens)
         assert scale["positions"][1] == pytest.approx(work) and work > 1
+
+
+def test_the_report_names_each_cause_of_a_failure():
+    from certificates import certificate, positions, result
+
+    d = positions(
+        rejected=("[32, 128) all",),
+        no_power=("[128, 256) all",),
+        impossible=2,
+        first_impossible="seed 3 position 40 token 7",
+        decoder_error="seeds 5..7: RuntimeError: boom",
+        stopped_by_deadline=True,
+    )
+    md = render_certificate(certificate(result(d, "positions[default: mine]", 0.0, 1e-3 / 3, False)))
+    assert "**FAIL**" in md and "(stopped by its time budget)" in md
+    for note in (
+        "rejected: [32, 128) all",
+        "no power: [128, 256) all",
+        "2 impossible token(s), first seed 3 position 40 token 7",
+        "decoder error: seeds 5..7: RuntimeError: boom",
+    ):
+        assert note in md, note
