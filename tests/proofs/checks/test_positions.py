@@ -82,6 +82,17 @@ def test_the_quick_plan_rejects_a_drift_past_position_200_on_the_default_model()
     assert not any(x.startswith("[32, 128)") for x in d.rejected)
 
 
+@pytest.mark.slow  # ~22 s of one idle core: what certify --quick runs
+def test_the_quick_plan_passes_fastdec_pipelined_on_the_default_model():
+    m64 = refdec.load_model("default", dtype=torch.float64)
+    m32 = refdec.load_model("default", dtype=torch.float32)
+    dec = FastDecoder(m32, DecodeConfig("pipelined", draft_depth=2, second_depth=8))
+    prompt = list(model_prompts(m64, "default", 1)[0])
+    r = run(dec, m64, prompt, POSITIONS_QUICK)
+    assert r.passed, (r.details.rejected, r.details.no_power)
+    assert r.details.detectable_tv <= POSITIONS_QUICK.tv
+
+
 class Fixed:
     """A decoder that returns the same tokens for every seed."""
 
