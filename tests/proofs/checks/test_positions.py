@@ -56,6 +56,22 @@ def test_a_lossless_decoder_passes_with_power(tiny):
     assert r.bound == pytest.approx(1e-3 / 6) and r.measured > r.bound
 
 
+class Reference:
+    """refdec's own sampler (uncached, float64): the law by definition."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        return refdec.generate(self.model, prompt, max_new_tokens, sampling, seed)
+
+
+def test_the_reference_decoder_passes(tiny):
+    m64, _ = tiny
+    r = run(Reference(m64), m64, [1, 2, 3], replace(TINY_PLAN, tokens=60, tv=0.3))
+    assert r.passed and r.details.samples == r.details.planned_samples, r.details.rejected
+
+
 def test_a_decoder_lossy_past_an_undeclared_position_is_rejected_past_it(tiny):
     m64, dec = tiny
     r = run(LateDrift(dec, position=64, temperature_factor=1.5), m64, [1, 2, 3])
