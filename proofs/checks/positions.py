@@ -143,7 +143,7 @@ def score(
 
 
 def stratum_rows(
-    t: Transforms, lay: Layout, plan: PositionsPlan
+    t: Transforms, lay: Layout, plan: PositionsPlan, seed: int
 ) -> tuple[list[PositionStratum], PositionAlarms | None]:
     """Every stratum's test (Holm-judged) and the simulated level at their sizes. t.u[0] is the
     pilot's: its entropies set the thresholds, its transforms are not tested."""
@@ -186,7 +186,7 @@ def stratum_rows(
     alarms = None
     if plan.false_alarm_replicates:
         sim = pit.simulate_false_alarms(
-            [s.n for s in tests], plan.bins, plan.alpha, plan.false_alarm_replicates, len(t.u)
+            [s.n for s in tests], plan.bins, plan.alpha, plan.false_alarm_replicates, seed
         )
         alarms = PositionAlarms(
             replicates=sim["replicates"],
@@ -249,7 +249,7 @@ def check_positions(
         if d.stopped_by_deadline:
             stopped = True
             break
-    strata, alarms = stratum_rows(t, lay, plan)
+    strata, alarms = stratum_rows(t, lay, plan, base_seed)
     bands = [s for s in strata if s.half == "all"]
     no_power = tuple(label(s) for s in bands if not s.has_power)
     rejected = tuple(label(s) for s in strata if s.holm_rejected)

@@ -24,10 +24,12 @@ from dataclasses import replace
 
 from proofs.checks.distribution import sample_tally
 from proofs.checks.mutation import LIBRARY, Mutant
+from proofs.checks.positions import ladder_samples
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
+from proofs.prompts import PROMPT_LEN
 from proofs.run import cut_estimate
 from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
@@ -79,6 +81,15 @@ def probe_plan(
     probe_r = max(1, math.ceil(r / PROBE_DIVISOR))
     cut["speed"] = replace(plan.speed, repeats=probe_r)
     scale["speed"] = (f"repeats {probe_r} of {r}", r / probe_r)
+    if plan.positions is not None:  # the per-position test (issue 36 item 4b): shorter samples
+        pos = plan.positions
+        short = replace(pos, tokens=max(pos.min_band, math.ceil(pos.tokens / PROBE_DIVISOR)))
+        work = ladder_samples(pos, PROMPT_LEN) * pos.tokens
+        cut["positions"] = short
+        scale["positions"] = (
+            f"tokens {short.tokens} of {pos.tokens}",
+            work / (ladder_samples(short, PROMPT_LEN) * short.tokens),
+        )
     names = tuple(mt.id for mt in library[::MUTANT_PROBE_STRIDE])
     cut["mutant_ids"] = names
     scale["mutation"] = (f"{len(names)} of {len(library)} mutants", len(library) / max(1, len(names)))
@@ -375,7 +386,7 @@ def probe_checks(
             mutant_t += took
             continue
         name = uid.removeprefix("check/")
-        key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name
+        key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name.split("[")[0]
         how, factor = scale.get(key, ("whole", 1.0))
         checks.append(
             {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}

@@ -56,6 +56,22 @@ def test_a_lossless_decoder_passes_with_power(tiny):
     assert r.bound == pytest.approx(1e-3 / 6) and r.measured > r.bound
 
 
+class Reference:
+    """refdec's own sampler (uncached, float64): the law by definition."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        return refdec.generate(self.model, prompt, max_new_tokens, sampling, seed)
+
+
+def test_the_reference_decoder_passes(tiny):
+    m64, _ = tiny
+    r = run(Reference(m64), m64, [1, 2, 3], replace(TINY_PLAN, tokens=60, tv=0.3))
+    assert r.passed and r.details.samples == r.details.planned_samples, r.details.rejected
+
+
 def test_a_decoder_lossy_past_an_undeclared_position_is_rejected_past_it(tiny):
     m64, dec = tiny
     r = run(LateDrift(dec, position=64, temperature_factor=1.5), m64, [1, 2, 3])
@@ -80,6 +96,17 @@ def test_the_quick_plan_rejects_a_drift_past_position_200_on_the_default_model()
     assert not r.passed and d.samples == d.planned_samples == 8
     assert "[256, 352) all" in d.rejected
     assert not any(x.startswith("[32, 128)") for x in d.rejected)
+
+
+@pytest.mark.slow  # ~22 s of one idle core: what certify --quick runs
+def test_the_quick_plan_passes_fastdec_pipelined_on_the_default_model():
+    m64 = refdec.load_model("default", dtype=torch.float64)
+    m32 = refdec.load_model("default", dtype=torch.float32)
+    dec = FastDecoder(m32, DecodeConfig("pipelined", draft_depth=2, second_depth=8))
+    prompt = list(model_prompts(m64, "default", 1)[0])
+    r = run(dec, m64, prompt, POSITIONS_QUICK)
+    assert r.passed, (r.details.rejected, r.details.no_power)
+    assert r.details.detectable_tv <= POSITIONS_QUICK.tv
 
 
 class Fixed:
@@ -125,3 +152,41 @@ def test_certify_runs_it_per_setting_and_the_certificate_reads_back_and_renders(
     md = render_certificate(cert)
     lo, hi = checks[0].details.bands[0]
     assert "## The per-position test on long samples" in md and f"| [{lo}, {hi}) | all " in md
+
+
+def test_predict_cuts_the_samples_short_and_scales_the_time_back():
+    """--predict's probe runs the check with shorter samples (proofs/run/predict.py probe_plan), its
+    time scaled back by the work (samples x tokens) at the powers-of-two bands."""
+    from proofs.checks.mutation import LIBRARY
+    from proofs.checks.positions import ladder_samples
+    from proofs.run.plan import FULL
+    from proofs.run.predict import probe_plan
+
+    for plan in (plan_mod.QUICK, FULL):
+        probe, scale = probe_plan(plan, LIBRARY)
+        pos, short = plan.positions, probe.positions
+        assert short.tokens < pos.tokens and short.tv == pos.tv
+        work = ladder_samples(pos, 32) * pos.tokens / (ladder_samples(short, 32) * short.tokens)
+        assert scale["positions"][1] == pytest.approx(work) and work > 1
+
+
+def test_the_report_names_each_cause_of_a_failure():
+    from certificates import certificate, positions, result
+
+    d = positions(
+        rejected=("[32, 128) all",),
+        no_power=("[128, 256) all",),
+        impossible=2,
+        first_impossible="seed 3 position 40 token 7",
+        decoder_error="seeds 5..7: RuntimeError: boom",
+        stopped_by_deadline=True,
+    )
+    md = render_certificate(certificate(result(d, "positions[default: mine]", 0.0, 1e-3 / 3, False)))
+    assert "**FAIL**" in md and "(stopped by its time budget)" in md
+    for note in (
+        "rejected: [32, 128) all",
+        "no power: [128, 256) all",
+        "2 impossible token(s), first seed 3 position 40 token 7",
+        "decoder error: seeds 5..7: RuntimeError: boom",
+    ):
+        assert note in md, note
