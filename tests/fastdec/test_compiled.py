@@ -129,6 +129,12 @@ def test_a_compiled_decoder_decodes_the_eager_tokens(strategy):
     assert compiled.compile_seconds > 0 and eager.compile_seconds == 0
 
 
+def test_a_compiled_engine_pads_to_fewer_widths():
+    model = tiny(TINY_PRESETS[0])
+    assert Engine(model, 2, [2], capacity=64, compiled=True).widths == (1, 4, 16, 64)
+    assert Engine(model, 2, [2], capacity=64, rows=16, compiled=True).widths == (1, 4, 16, 64, 256, 1024)
+
+
 def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
     from proofs.decoders.candidates import fastdec_grid
     from proofs.run.certify import certify
