@@ -208,7 +208,9 @@ class Decoder:
         return engine_bytes(self.model.cfg, self.config, capacity, rows, itemsize)
 
     def engine(self, n_positions: int, batch: int = 1) -> Engine:
-        key = (capacity_for(n_positions), rows_for(batch))
+        # a compiled decoder keeps one engine per capacity, with max_batch's rows whatever the batch:
+        # each engine compiles its own graphs, and a sampler's calls come in many batch sizes
+        key = (capacity_for(n_positions), rows_for(self.max_batch if self.compile else batch))
         engine = self._engines.pop(key, None)
         if engine is None:
             size = self.engine_bytes(*key)
@@ -239,6 +241,18 @@ class Decoder:
             self._prefills[key] = {}
         self._engines[key] = engine  # the most recently used last
         return engine
+
+    def prepare(self, n_positions: int) -> float:
+        """Compile, now, every (phase, width) of the engine that decodes sequences of up to
+        `n_positions` positions (compile=True; fastdec/compiled.py), so that no later call pays a
+        compile: certify calls it before it times a decoder (the protocol's optional `prepare`).
+        -> the seconds it took; 0.0, doing nothing, for an eager decoder."""
+        if not self.compile:
+            return 0.0
+        key = (capacity_for(check_int("n_positions", n_positions, 1)), rows_for(self.max_batch))
+        engine = self.engine(n_positions, self.max_batch)
+        self._prefills[key].clear()  # the warm-up calls write cache slots no prefill may rely on
+        return engine.compiled.warm()
 
     def forget_prefills(self) -> None:
         """Benchmarks: something other than a decode wrote the cache (a step-cost probe)."""

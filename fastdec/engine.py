@@ -66,6 +66,10 @@ PHASES = ("prelude", "recur", "readout")
 # makes dozens of runs. So small models (short keys) gather; a model with long keys keeps its views.
 GATHER_PIECES = 2
 PIECE_ELEMS = 32768
+# a compiled engine (fastdec/compiled.py) compiles one graph per (phase, width): it pads to these
+# fewer widths, each 4x the last (on a CPU a small model's padded rows cost less than the seconds
+# each further graph takes to compile; certify builds many engines)
+COMPILED_WIDTHS = (1, 4, 16, 64, 256, 1024)
 LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
 
 
@@ -266,6 +270,8 @@ class Engine:
         self.reads = "gather" if cuda_graphs or compiled else reads
         self.rows = rows
         self.widths = WIDTHS + tuple(w for w in BATCH_WIDTHS if w <= WIDTHS[-1] * rows)
+        if compiled:
+            self.widths = tuple(w for w in COMPILED_WIDTHS if w <= WIDTHS[-1] * rows)
         self.cache = KVCache(
             self.cfg, depth, len(self.readout_depths), capacity, n_side, self.dtype, self.device, rows
         )

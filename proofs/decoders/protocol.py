@@ -9,6 +9,7 @@ fastdec result). A BatchDecoder also has `generate_batch`, many seeds in one cal
 from __future__ import annotations
 
 import importlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -53,6 +54,10 @@ class BatchDecoder(Decoder, Protocol):
     boundaries     positions where its state changes shape, as ints or (position, what) pairs
                    (read through proofs.boundaries.declared_pairs): certify's greedy_depth
                    crosses each, and coverage fails one left uncrossed (docs/certify.md#boundaries)
+    prepare        prepare(n_positions) -> seconds: do now the one-time work (compiles) that
+                   decoding sequences of up to n_positions positions needs (read through
+                   `prepare_decoder`); certify calls it before it times the decoder, so the
+                   sampling budget buys samples, not compiles (fastdec.Decoder with compile=True)
     """
 
     def generate_batch(
@@ -94,6 +99,17 @@ def declared_sampler_order(decoder) -> str:
     if order is None:
         return TEMPERATURE_FIRST
     return check_order(order, f"{type(decoder).__name__}.sampler_order")
+
+
+def prepare_decoder(decoder, n_positions: int) -> float:
+    """Call the decoder's optional `prepare(n_positions)` (see BatchDecoder) -> the seconds it took
+    (0.0 when it has none)."""
+    prepare = getattr(decoder, "prepare", None)  # optional
+    if prepare is None:
+        return 0.0
+    t0 = time.perf_counter()
+    prepare(n_positions)
+    return time.perf_counter() - t0
 
 
 def batch_call_limit(decoder: BatchDecoder) -> int | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from proofs.checks.distribution import evaluate, sample_tally
 from proofs.decoders.candidates import Candidate
-from proofs.decoders.protocol import Decoder, NotApplicable
+from proofs.decoders.protocol import Decoder, NotApplicable, prepare_decoder
 from proofs.details import SamplingDetails
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
@@ -192,6 +192,10 @@ def sampling_unit_result(
             if pool is not None:
                 pool.share(unit.id)  # counted off: its share stays in the pool for the units after it
             return {"unit": unit.id, "not_applicable": str(decoder)}
+        case = run.sampling_setup(unit.model).law(unit.case).case
+        prepared = prepare_decoder(decoder, len(case.prompt) + case.n)  # compiles: not the budget's
+        if prepared >= 1.0:
+            run.say(f"  {unit.id}: the decoder prepared (compiled) in {prepared:.1f}s, outside the budget")
         if pool is not None:
             share = pool.share(unit.id)
         t0 = time.perf_counter()

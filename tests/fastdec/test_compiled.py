@@ -129,6 +129,12 @@ def test_a_compiled_decoder_decodes_the_eager_tokens(strategy):
     assert compiled.compile_seconds > 0 and eager.compile_seconds == 0
 
 
+def test_a_compiled_engine_pads_to_fewer_widths():
+    model = tiny(TINY_PRESETS[0])
+    assert Engine(model, 2, [2], capacity=64, compiled=True).widths == (1, 4, 16, 64)
+    assert Engine(model, 2, [2], capacity=64, rows=16, compiled=True).widths == (1, 4, 16, 64, 256, 1024)
+
+
 def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
     from proofs.decoders.candidates import fastdec_grid
     from proofs.run.certify import certify
@@ -138,3 +144,36 @@ def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
     assert not any("compile" in c.settings for c in fastdec_grid(2, full=False))
     with pytest.raises(LoopcertError, match="--compile compiles fastdec"):
         certify("tiny-raven", "some.module:make", compile=True)
+
+
+def test_prepare_compiles_every_shape_and_changes_no_token():
+    """Decoder.prepare compiles the engine's every (phase, width) before decoding (aot_eager here:
+    the graphs, not inductor's code); the tokens after it are the eager decoder's, in batches of any
+    size, all in the one engine of max_batch rows."""
+    import fastdec.compiled as compiled_mod
+
+    model = tiny(TINY_PRESETS[0], torch.float64)
+    dec = fastdec.Decoder(model, "pipelined", compile=True, max_batch=4)
+    real = compiled_mod.CompiledPhases.__init__
+
+    def aot_eager(self, engine, backend="inductor"):
+        real(self, engine, "aot_eager")
+
+    compiled_mod.CompiledPhases.__init__ = aot_eager
+    try:
+        assert dec.prepare(40) > 0
+        (engine,) = dec._engines.values()
+        assert set(engine.compiled.fns) == {(k, w) for k in PHASES for w in engine.widths}
+        n = len(engine.compiled.fns)
+        eager = fastdec.Decoder(model, "pipelined", max_batch=4)
+        V = model.cfg.vocab_size
+        prompts = [[t % V for t in range(a, b)] for a, b in ((3, 20), (9, 30), (1, 12))]
+        sampling = refdec.SamplingParams(temperature=0.8)
+        for b in (1, 3):
+            got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
+            want = eager.generate_batch(prompts[:b], 12, sampling, list(range(b)))
+            assert [r.tokens for r in got] == [r.tokens for r in want]
+        assert len(dec._engines) == 1 and len(engine.compiled.fns) == n  # nothing compiled after
+    finally:
+        compiled_mod.CompiledPhases.__init__ = real
+    assert fastdec.Decoder(model, "pipelined").prepare(40) == 0.0
