@@ -5,7 +5,7 @@ optimum-intel exports an `ouro` folder to OpenVINO IR only with the model's own 
 (trust_remote_code: transformers imports the classes config.json's auto_map names from the folder).
 loopcert writes its own: refdec/hf/modeling_ouro.py, a transformers PreTrainedModel written from
 refdec's Ouro maths (tested against refdec's logits in float64 by tests/proofs/engines/
-test_openvino_export.py). refdec never imports it (it needs transformers, and nothing in a folder
+test_openvino_decoder.py). refdec never imports it (it needs transformers, and nothing in a folder
 is executed by loopcert); `refdec.checkpoints.write_published` copies it from this text.
 """
 

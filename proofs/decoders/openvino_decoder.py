@@ -164,7 +164,10 @@ class OpenVINODecoder:
         )
 
     def generation_config(self, max_new_tokens: int, sampling: SamplingParams, seed: int):
-        cfg = self.pipe.get_generation_config()
+        """A fresh GenerationConfig (not the folder's generation_config.json: its penalties or
+        default top-k would change the law) holding exactly what `sampling` says."""
+        _, og = import_genai()
+        cfg = og.GenerationConfig()
         cfg.max_new_tokens = max_new_tokens
         cfg.ignore_eos = True
         cfg.eos_token_id = 0  # never stops: ignore_eos (GenAI refuses the default -1)

