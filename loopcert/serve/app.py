@@ -21,6 +21,7 @@ import json
 import secrets
 import time
 import uuid
+from dataclasses import replace
 
 import torch
 from fastapi import FastAPI, Request
@@ -45,7 +46,20 @@ class ClientGone(Exception):
 
 
 def sampling_of(req: CompletionRequest) -> SamplingParams:
-    return intake.sampling(req.temperature, req.top_k, req.top_p)
+    """The request's law: temperature, top-k and top-p as both APIs read them (intake.sampling),
+    and the engines' other parameters as refdec.SamplingParams names them."""
+    base = intake.sampling(req.temperature, req.top_k, req.top_p)
+    return replace(
+        base,
+        min_p=req.min_p if not base.greedy else 0.0,
+        repetition_penalty=req.repetition_penalty,
+        frequency_penalty=req.frequency_penalty,
+        presence_penalty=req.presence_penalty,
+        logit_bias={int(k): b for k, b in (req.logit_bias or {}).items()},
+        stop_token_ids=req.stop_token_ids or (),
+        min_tokens=req.min_tokens,
+        ignore_eos=req.ignore_eos,
+    )
 
 
 def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], list[Job], int]:
@@ -74,6 +88,12 @@ def make_jobs(served: Served, req: CompletionRequest) -> tuple[list[list[int]], 
     for p, param in zip(ids, params):
         intake.check_context(served, p, param, req.max_tokens, "max_tokens")
     seed = req.seed if req.seed is not None else secrets.randbits(62)
+    V = served.vocab_size
+    named = (("logit_bias", [int(k) for k in req.logit_bias or {}]), ("stop_token_ids", req.stop_token_ids))
+    for field, given in named:
+        bad = next((t for t in given or () if t >= V), None)
+        if bad is not None:
+            raise APIError(400, f"{field}: token id {bad} is outside the vocabulary [0, {V})", field)
     sampling = sampling_of(req)
     eos = None if req.ignore_eos else served.eos
     jobs = [
@@ -127,7 +147,7 @@ def choice_of(served: Served, req: CompletionRequest, job: Job, index: int) -> t
     tokens = list(job.result.tokens)
     finish = "length"
     text_tokens = tokens
-    if job.eos_token_id is not None and tokens and tokens[-1] == job.eos_token_id:
+    if tokens and tokens[-1] in job.sampling.stop_ids(job.eos_token_id):
         finish, text_tokens = "stop", tokens[:-1]
     text = None
     if req.stop:
@@ -174,7 +194,7 @@ def live_text(served: Served, req: CompletionRequest, job: Job) -> str | None:
     an unfinished UTF-8 character, and the last len(stop) - 1 characters (a stop string may be
     completing there); None once a stop string has occurred (the final chunk cuts there)."""
     tokens = job.partial
-    if job.eos_token_id is not None and tokens and tokens[-1] == job.eos_token_id:
+    if tokens and tokens[-1] in job.sampling.stop_ids(job.eos_token_id):
         tokens = tokens[:-1]
     text = served.decode(tokens)
     if text is None:

@@ -2,12 +2,14 @@
 
 Requests are validated strictly: an unknown field, a wrong type or an out-of-range value is an
 HTTP 400 naming the field (loopcert/serve/api_errors.py), never silently ignored or coerced. OpenAI
-fields that would change the sampling law and that fastdec does not implement (penalties,
-logit_bias, best_of > n, echo, suffix) are accepted only at their neutral value, so a client
-can never believe it sampled a law it did not. A float field refuses NaN and infinities by name
+fields that would change the sampling law and that fastdec does not implement (best_of > n,
+echo, suffix) are accepted only at their neutral value, so a client can never believe it sampled
+a law it did not. The penalties and logit_bias are honoured (refdec.sampling: vLLM's conventions,
+min-p before top-k / top-p, repetition over prompt and output, frequency and presence over the
+output). A float field refuses NaN and infinities by name
 (Python's json, which FastAPI reads bodies with, accepts the `NaN` and `Infinity` literals).
-Extensions (as vLLM spells them): `top_k` and
-`ignore_eos`.
+Extensions (as vLLM spells them): `top_k`, `ignore_eos`, `min_p`, `repetition_penalty`,
+`stop_token_ids` and `min_tokens`.
 """
 
 from __future__ import annotations
@@ -58,14 +60,19 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension: decode max_tokens tokens whatever the EOS
+    # -- the engines' other sampling parameters (refdec.SamplingParams' fields, vLLM's names) ------
+    min_p: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)  # extension
+    repetition_penalty: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False)  # extension
+    stop_token_ids: list[int] | None = None  # extension: a stop token ends a choice (it is included)
+    min_tokens: int = Field(0, ge=0)  # extension: no stop token (nor the EOS) before this many
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = None  # {"token id": bias in [-100, 100]}
     user: str | None = None
     # Neutral values only (see the module docstring).
     echo: Literal[False] = False
     suffix: None = None
-    presence_penalty: float = Field(0.0, ge=0.0, le=0.0, allow_inf_nan=False)
-    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0, allow_inf_nan=False)
     best_of: int | None = None
-    logit_bias: dict[str, float] | None = None
 
     @field_validator("prompt")
     @classmethod
@@ -88,9 +95,22 @@ class CompletionRequest(BaseModel):
             raise ValueError("must be a non-empty string")
         return v
 
-    _no_bias = refuse_set(
-        "logit_bias", "is not supported (it would change the sampling law); send null or {}"
-    )
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v):
+        for k, b in (v or {}).items():
+            if not k.isdigit():
+                raise ValueError(f"keys must be token ids (decimal strings), got {k!r}")
+            if not (-100.0 <= b <= 100.0):  # NaN fails this too
+                raise ValueError(f"bias of token {k} must be in [-100, 100], got {b!r}")
+        return v
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _stop_ids(cls, v):
+        if v is not None and any(t < 0 for t in v):
+            raise ValueError("must hold token ids >= 0")
+        return v
 
     def prompts(self) -> list[str | list[int]]:
         """The request's prompts, one per choice block."""

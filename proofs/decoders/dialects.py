@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from refdec.errors import LoopcertError
-from refdec.sampling import SamplingParams
+from refdec.sampling import MIN_P_LAST, SamplingParams
 from refdec.validate import is_int
 
 VLLM_NO_TOP_K = 0  # vllm/sampling_params.py: "top_k must be 0 (disable), or at least 1"
@@ -89,16 +89,21 @@ def consecutive_runs(
 
 
 def check_choice(server: str, what: str, k: int, ids, finish, ask: Ask, vocab: int | None) -> list[int]:
-    """Choice k's new ids, or a LoopcertError naming the server, the request and the field."""
+    """Choice k's new ids, or a LoopcertError naming the server, the request and the field. A
+    choice ends at max_tokens (finish "length"), or at a stop token of the case's stop_token_ids
+    (finish "stop", the stop token the last id: tokens past it are never the law's)."""
     where = f"{server}: {what}: choice {k}"
-    if finish != "length":
-        raise LoopcertError(
-            f"{where} has finish reason {finish!r}, not 'length' (certify asks for exactly "
-            f"{ask.max_new_tokens} tokens with EOS ignored)"
-        )
+    stops = ask.sampling.stop_ids()
     if not isinstance(ids, list) or not all(is_int(t) for t in ids):
         raise LoopcertError(f"{where}: the token ids are not a list of ints: {str(ids)[:120]}")
-    if len(ids) != ask.max_new_tokens:
+    stopped = bool(ids) and ids[-1] in stops
+    if finish != "length" and not (finish == "stop" and stopped):
+        raise LoopcertError(
+            f"{where} has finish reason {finish!r}, not 'length' (certify asks for exactly "
+            f"{ask.max_new_tokens} tokens with EOS ignored"
+            + (f", or a stop at one of the stop token ids {sorted(stops)})" if stops else ")")
+        )
+    if len(ids) != ask.max_new_tokens and not (stopped and len(ids) < ask.max_new_tokens):
         raise LoopcertError(f"{where} has {len(ids)} token ids, not max_tokens {ask.max_new_tokens}")
     bad = next((t for t in ids if vocab is not None and not 0 <= t < vocab), None)
     if bad is not None:
@@ -154,9 +159,19 @@ def completions_body(model_id: str | None, ask: Ask) -> dict:
         "ignore_eos": True,
         "temperature": float(s.temperature),
         "top_p": 1.0 if s.top_p is None else float(s.top_p),
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    }
+        "presence_penalty": float(s.presence_penalty),
+        "frequency_penalty": float(s.frequency_penalty),
+    } | ({"logit_bias": {str(t): b for t, b in s.logit_bias}} if s.logit_bias else {})
+
+
+def engine_fields(s: SamplingParams, max_new_tokens: int) -> dict:
+    """vLLM's (and loopcert serve's) names for the parameters OpenAI lacks: min_p, the repetition
+    penalty, the stop token ids and min_tokens (a fixed length, max_new_tokens, when the case has
+    no stop tokens)."""
+    out = {"min_p": float(s.min_p), "repetition_penalty": float(s.repetition_penalty)}
+    if s.stop_token_ids:
+        return out | {"stop_token_ids": list(s.stop_token_ids), "min_tokens": s.min_tokens}
+    return out | {"min_tokens": max_new_tokens}
 
 
 class OpenAI(Dialect):
@@ -176,6 +191,13 @@ class OpenAI(Dialect):
         body = completions_body(model_id, ask)
         if ask.sampling.top_k is not None:  # OpenAI has no "no top-k" value: absent is none
             body["top_k"] = int(ask.sampling.top_k)
+        if not ask.sampling.plain or ask.sampling.stop_token_ids:  # loopcert serve's extensions
+            if not self.loopcert:
+                raise LoopcertError(
+                    "an OpenAI-compatible server has no min_p, repetition_penalty, stop_token_ids or "
+                    "min_tokens fields: this case's parameters cannot be asked for"
+                )
+            body |= engine_fields(ask.sampling, ask.max_new_tokens)
         return body
 
     def tokens(self, answer, ask, server, vocab):
@@ -228,6 +250,7 @@ class VLLM(Dialect):
             "min_p": 0.0,
             "repetition_penalty": 1.0,
         }
+        body |= engine_fields(ask.sampling, ask.max_new_tokens)
         if self.token_ids:
             body["return_token_ids"] = True
         else:
@@ -291,19 +314,29 @@ class SGLang(Dialect):
 
     def sampling_params(self, ask: Ask, j: int) -> dict:
         s = ask.sampling
-        return {
+        if s.min_p > 0 and s.top_p is not None and s.min_p_order != MIN_P_LAST:
+            raise LoopcertError(
+                f"SamplingParams.min_p_order {s.min_p_order!r}: SGLang masks min-p with top-k / top-p "
+                f"on one law ({MIN_P_LAST!r}) and has no field to ask otherwise"
+            )
+        out = {
             "temperature": float(s.temperature),
             "top_k": SGLANG_NO_TOP_K if s.top_k is None else int(s.top_k),
             "top_p": 1.0 if s.top_p is None else float(s.top_p),
-            "min_p": 0.0,
+            "min_p": float(s.min_p),
             "max_new_tokens": ask.max_new_tokens,
-            "min_new_tokens": ask.max_new_tokens,
+            "min_new_tokens": s.min_tokens if s.stop_token_ids else ask.max_new_tokens,
             "ignore_eos": True,
-            "repetition_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
+            "repetition_penalty": float(s.repetition_penalty),
+            "presence_penalty": float(s.presence_penalty),
+            "frequency_penalty": float(s.frequency_penalty),
             "sampling_seed": ask.seeds[j],
         }
+        if s.stop_token_ids:
+            out["stop_token_ids"] = list(s.stop_token_ids)
+        if s.logit_bias:
+            out["logit_bias"] = {str(t): b for t, b in s.logit_bias}
+        return out
 
     def body(self, model_id, ask):
         if ask.n == 1:

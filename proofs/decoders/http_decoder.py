@@ -34,7 +34,7 @@ from proofs.decoders.http_client import HTTPClient, Transport, httpx_module, std
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
 from proofs.progress import Progress
 from refdec.errors import LoopcertError
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
+from refdec.sampling import SPLIT_SCOPE, TEMPERATURE_FIRST, SamplingParams
 from refdec.validate import is_int
 
 CHOICES = 16  # samples per request in generate_batch
@@ -190,11 +190,18 @@ class HTTPDecoder:
 
 
 def _ordered(sampling: SamplingParams) -> SamplingParams:
-    """`sampling` when its order is the servers' (temperature-first); else a LoopcertError."""
+    """`sampling` when its conventions are the servers' (temperature-first; vLLM's min-p before
+    top-k / top-p, and penalties "split": refdec.sampling's docstring); else a LoopcertError."""
     if sampling.order != TEMPERATURE_FIRST:
         raise LoopcertError(
             f"SamplingParams.order {sampling.order!r}: an HTTP server samples {TEMPERATURE_FIRST} "
             "(vLLM, SGLang and loopcert serve have no field to ask for another order)"
+        )
+    if sampling.penalized and (sampling.penalty_scope != SPLIT_SCOPE or sampling.penalty_window is not None):
+        raise LoopcertError(
+            f"SamplingParams.penalty_scope {sampling.penalty_scope!r}: vLLM, SGLang and loopcert serve count "
+            f"the penalties {SPLIT_SCOPE!r} (repetition over prompt and output, frequency and presence "
+            "over the output) and have no field to ask otherwise"
         )
     return sampling
 

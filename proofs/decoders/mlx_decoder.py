@@ -143,11 +143,22 @@ def sampler_args(s: SamplingParams, vocab_size: int) -> dict:
             f"SamplingParams.order {s.order!r}: mlx-lm's make_sampler samples {FILTERS_FIRST} "
             "(top-p, then top-k, on the temperature-1 law, then the temperature) and has no other order"
         )
+    passed_on = ("min_p",)  # make_sampler's; the logits processors are not wired yet (issue 37)
+    other = [k for k in s.describe() if k not in ("temperature", "top_k", "top_p", *passed_on)]
+    if other:
+        raise LoopcertError(
+            f"SamplingParams {', '.join(other)}: the mlx-lm decoder passes on temperature, top-k, "
+            "top-p and min_p only (make_logits_processors' penalties and logit bias, and stop tokens, "
+            "are not wired): refused rather than sampled without"
+        )
     if s.greedy:
         return {"temp": 0.0}
     top_k = s.top_k if s.top_k is not None and s.top_k < vocab_size else 0
     top_p = s.top_p if s.top_p is not None and s.top_p < 1.0 else 0.0
-    return {"temp": float(s.temperature), "top_k": int(top_k), "top_p": float(top_p)}
+    out = {"temp": float(s.temperature), "top_k": int(top_k), "top_p": float(top_p)}
+    if s.min_p > 0:  # apply_min_p on the temperature-1 log-probabilities: refdec's filters-first min-p
+        out["min_p"] = float(s.min_p)
+    return out
 
 
 @dataclass

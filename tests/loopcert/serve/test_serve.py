@@ -85,6 +85,56 @@ def test_openai_client_sampling_with_seed_n_and_logprobs(client, local):
     assert [c.text for c in again.choices] == [c.text for c in out.choices]
 
 
+def test_the_engines_other_parameters_are_honoured(client, local):
+    """min_p, the penalties, logit_bias, stop_token_ids and min_tokens reach fastdec as the
+    SamplingParams of the same names: choice i is generate(seed + i) under them; a stop token ends
+    a choice with finish "stop" (the token kept in loopcert.choices[].tokens)."""
+    model, dec = local
+    prompt = list(b"def ")
+    likely = dec.generate(prompt, 1, SamplingParams()).tokens[0]
+    sp = SamplingParams(
+        temperature=0.9,
+        top_p=0.95,
+        min_p=0.05,
+        repetition_penalty=1.3,
+        frequency_penalty=0.5,
+        presence_penalty=0.25,
+        logit_bias={likely: 2.0},
+        stop_token_ids=[likely],
+        min_tokens=2,
+    )
+    extra = {
+        "min_p": 0.05,
+        "repetition_penalty": 1.3,
+        "stop_token_ids": [likely],
+        "min_tokens": 2,
+    }
+    out = client.completions.create(
+        model="default",
+        prompt=prompt,
+        max_tokens=8,
+        seed=3,
+        n=4,
+        temperature=0.9,
+        top_p=0.95,
+        frequency_penalty=0.5,
+        presence_penalty=0.25,
+        logit_bias={str(likely): 2.0},
+        extra_body=extra,
+    )
+    stopped = 0
+    for i, choice in enumerate(out.choices):
+        want = dec.generate(prompt, 8, sp, seed=3 + i).tokens
+        assert out.model_extra["loopcert"]["choices"][i]["tokens"] == want
+        assert choice.finish_reason == ("stop" if want[-1] == likely else "length")
+        stopped += want[-1] == likely
+    assert stopped > 0
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):
+        client.completions.create(model="default", prompt=prompt, max_tokens=2, logit_bias={"1000000": 1.0})
+    with pytest.raises(openai.BadRequestError, match="min_p"):
+        client.completions.create(model="default", prompt=prompt, max_tokens=2, extra_body={"min_p": 2.0})
+
+
 def test_stream_equals_plain_and_stop_cuts(client):
     kw = dict(model="default", prompt="def ", max_tokens=24, temperature=0.8, seed=5)
     plain = client.completions.create(**kw)
@@ -140,8 +190,12 @@ def test_a_stream_sends_text_while_the_choice_decodes(server):
         ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
         # loopcert serve samples temperature-first only: asking for another order is refused
         ({"prompt": "x", "sampler_order": "filters-first"}, "sampler_order"),
-        ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
-        ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+        ({"prompt": "x", "presence_penalty": 2.5}, "presence_penalty"),
+        ({"prompt": "x", "logit_bias": {"one": 5}}, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"1": 500}}, "logit_bias"),
+        ({"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"prompt": "x", "stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"prompt": "x", "min_tokens": -1}, "min_tokens"),
         ({"prompt": "x", "best_of": 3}, "best_of"),
         ({"prompt": [1, 2, 256]}, "prompt"),
         ({"prompt": []}, "prompt"),

@@ -3,9 +3,11 @@ wrong is refused naming the server, the request and the field (proofs/decoders/d
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from proofs.decoders.dialects import VLLM, Ask, OpenAI, SGLang, consecutive_runs
+from proofs.decoders.dialects import VLLM, Ask, OpenAI, SGLang, check_choice, consecutive_runs
 from proofs.decoders.server_info import version_tuple
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
@@ -162,3 +164,50 @@ def test_loopcert_answers_need_the_extension_and_state_each_choice_seed():
         OpenAI(loopcert=False).tokens(plain, ASK, "O", 13)
     ids = {"choices": [{"index": 0, "finish_reason": "length", "token_ids": [2, 2, 2]}]}
     assert OpenAI(loopcert=False).tokens(ids, ASK, "O", 13) == [[2, 2, 2]]
+
+
+ENGINE = SamplingParams(
+    temperature=0.8,
+    top_p=0.9,
+    min_p=0.1,
+    repetition_penalty=1.3,
+    frequency_penalty=0.5,
+    presence_penalty=0.25,
+    logit_bias={4: 1.5},
+    stop_token_ids=[9],
+    min_tokens=1,
+)
+
+
+def test_the_engines_other_parameters_are_sent_by_their_names():
+    ask = Ask(((1, 2),), (7,), 3, ENGINE)
+    v = VLLM().body("m", ask)
+    assert (v["min_p"], v["repetition_penalty"], v["frequency_penalty"], v["presence_penalty"]) == (
+        0.1,
+        1.3,
+        0.5,
+        0.25,
+    )
+    assert v["logit_bias"] == {"4": 1.5} and v["stop_token_ids"] == [9] and v["min_tokens"] == 1
+    o = OpenAI().body("m", ask)
+    assert o["stop_token_ids"] == [9] and o["min_p"] == 0.1 and o["logit_bias"] == {"4": 1.5}
+    with pytest.raises(LoopcertError, match="OpenAI-compatible server has no min_p"):
+        OpenAI(loopcert=False).body("m", ask)
+    with pytest.raises(LoopcertError, match="min_p_order 'min-p-first': SGLang"):
+        SGLang().body("m", ask)
+    sg = SGLang().body("m", Ask(((1, 2),), (7,), 3, replace(ENGINE, min_p_order="min-p-last")))
+    p = sg["sampling_params"]
+    assert p["min_new_tokens"] == 1 and p["stop_token_ids"] == [9] and p["logit_bias"] == {"4": 1.5}
+
+
+def test_a_choice_may_end_at_a_stop_token_and_never_go_past_it():
+    ask = Ask(((1, 2),), (7,), 3, ENGINE)
+    assert check_choice("s", "w", 0, [5, 9], "stop", ask, 13) == [5, 9]
+    assert check_choice("s", "w", 0, [5, 6, 9], "stop", ask, 13) == [5, 6, 9]
+    assert check_choice("s", "w", 0, [5, 6, 7], "length", ask, 13) == [5, 6, 7]
+    with pytest.raises(LoopcertError, match="2 token ids, not max_tokens 3"):
+        check_choice("s", "w", 0, [5, 6], "length", ask, 13)
+    with pytest.raises(LoopcertError, match="finish reason 'stop'"):
+        check_choice("s", "w", 0, [5, 6], "stop", ask, 13)  # not at a stop token
+    with pytest.raises(LoopcertError, match="finish reason 'stop'"):
+        check_choice("s", "w", 0, [9], "stop", ASK, 13)  # the case has no stop tokens

@@ -91,14 +91,16 @@ def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
     assert est["at_layers"] == dict.fromkeys(ce.QUANTITIES, pytest.approx(at))
     p = est["parts"]
     assert p["load"] == 60.0
-    assert est["contexts"] == 6 + ce.CONTEXTS_PER_CASE * 2
+    cases = len(QUICK.sampling_cases)  # 3: temperature + top-k, top-p, the engines' parameters
+    assert est["contexts"] == 6 + ce.CONTEXTS_PER_CASE * cases
     assert p["exact laws"] == pytest.approx(est["contexts"] * at)
     # 2 prompts x 12 tokens: the reference, then every setting (greedy64_token is their sum)
     assert p["greedy_float64"] == pytest.approx(2 * 12 * (at + at))
     assert p["greedy_float32"] == pytest.approx(2 * 12 * at)
     assert p["speed"] == pytest.approx(2 * 32 * 3 * (at + at))  # the settings and the baseline
-    # 6 (setting, case) units, each its first chunk of 64 samples: 64 x 49 s is past 270 / 6
-    assert p["sampling"] == pytest.approx(6 * 64 * at)
+    # 3 settings x 3 cases (setting, case) units, each its first chunk of 64 samples: 64 x 49 s
+    # is past 270 / 9
+    assert p["sampling"] == pytest.approx(3 * cases * 64 * at)
     assert est["serial_seconds"] == pytest.approx(sum(p.values()))
     assert est["wall_seconds"] == pytest.approx(est["serial_seconds"])  # one worker
     two = estimate_of(torch.float32, cut_timings(1.0, 2.0), jobs=2, load=60.0)
@@ -143,8 +145,9 @@ def test_the_estimate_samples_as_many_rows_a_call_as_the_run():
     )
     assert full["at_layers"]["sample"] == pytest.approx(24.0) and full["first_chunk"] == 64
     assert few["at_layers"]["sample"] == pytest.approx(48.0) and few["first_chunk"] == 8
-    assert few["parts"]["sampling"] == pytest.approx(6 * 8 * 48.0)  # 6 units, each its first 8
-    assert full["parts"]["sampling"] == pytest.approx(6 * 64 * 24.0)
+    units = 3 * len(QUICK.sampling_cases)  # (setting, case) units
+    assert few["parts"]["sampling"] == pytest.approx(units * 8 * 48.0)  # each its first 8
+    assert full["parts"]["sampling"] == pytest.approx(units * 64 * 24.0)
 
 
 def est_of(parts: dict, wall: float) -> dict:
