@@ -407,7 +407,7 @@ class CertifyRun:
         h = self.depth_horizon()
         places = placements(self.boundaries, h, self.model64.cfg.max_seq_len)
         self.say(f"  greedy_depth: horizon {h}, {len(places)} placements, {len(self.boundaries)} boundaries")
-        return check_depth(
+        result = check_depth(
             "greedy_depth",
             self.model_name,
             self.depth_decoders,
@@ -419,6 +419,8 @@ class CertifyRun:
             self.say,
             self.greedy_references,
         )
+        self.__dict__.pop("depth_decoders", None)  # their KV caches are not kept through the sampling
+        return result
 
     # -- 2. bitwise -----------------------------------------------------------------------------
     def bitwise(self) -> CheckResult:

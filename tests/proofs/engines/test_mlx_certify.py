@@ -89,7 +89,12 @@ def why(cert: dict) -> str:
         d = c.get("details") or {}
         if c["name"].startswith("greedy"):
             first = next(iter(d.get("divergences") or []), None)
-            if first:
+            if first and "prompt_len" in first:  # greedy_depth: an absolute position, named by boundary
+                parts.append(
+                    f"{c['name']}: prompt of {first['prompt_len']} tokens, position {first['position']} "
+                    f"({first['near']}): refdec {first['reference']}, mlx-lm {first['candidate']}"
+                )
+            elif first:
                 parts.append(
                     f"{c['name']}: prompt of {len(first['prompt'])} tokens, position {first['position']}: "
                     f"refdec {first['reference']}, mlx-lm {first['candidate']}"
