@@ -102,22 +102,6 @@ def no_host_values():
     return dynamo_config.patch(**flags)
 
 
-def placeholder_lanes(engine, kind: str, width: int) -> list:
-    """`width` lanes a call of `kind` may hold: positions and rows spread over the engine, states
-    zero, depths each phase accepts (recur: levels 0 .. R-1; readout: the full depth)."""
-    from fastdec.engine import Lane
-
-    zeros = torch.zeros(width, 1, engine.cfg.d_model, dtype=engine.dtype, device=engine.device)
-    lanes = []
-    for i in range(width):
-        depth = {"prelude": 0, "recur": i % engine.depth, "readout": engine.depth}[kind]
-        lane = Lane(pos=i % engine.capacity, token=0, row=i % engine.rows, depth=depth)
-        if kind != "prelude":
-            lane.h, lane.e = (zeros, i), (zeros, i)
-        lanes.append(lane)
-    return lanes
-
-
 class CompiledPhases:
     """One compiled `phase_fn` per (phase, width) of an engine, compiled on first use.
 
@@ -160,17 +144,15 @@ class CompiledPhases:
         """Compile every (phase, width) of the engine not compiled yet, by calls on placeholder
         lanes (zero states, main line, every row); -> the seconds it took. The calls write cache
         slots that no committed position owns (the caller drops what it held: Decoder.prepare)."""
-        from fastdec.engine import PHASES
-
         t0 = time.perf_counter()
         engine = self.engine
         # as Engine.run_phase calls them: inputs made in inference mode are inference tensors, and
         # a graph traced on others would not serve the real calls (dynamo guards on it)
         with torch.inference_mode():
             for width in engine.widths:
-                for kind in PHASES:
+                for kind in engine.phases:
                     if (kind, width) not in self.fns:
-                        lanes = placeholder_lanes(engine, kind, width)
+                        lanes = engine.placeholder_lanes(kind, width)
                         self.run(kind, engine.phase_inputs(kind, lanes, width)[0])
         return time.perf_counter() - t0
 

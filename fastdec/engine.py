@@ -318,8 +318,24 @@ class Engine:
 
             self.compiled = CompiledPhases(self)
 
+    phases = PHASES
+
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width, self.widths)
+
+    def placeholder_lanes(self, kind: str, width: int) -> list[Lane]:
+        """`width` lanes a call of `kind` may hold, to compile it (fastdec.compiled): positions and
+        rows spread over the engine, states zero, depths each phase accepts (recur: levels 0 ..
+        R-1; readout: the full depth)."""
+        zeros = torch.zeros(width, 1, self.cfg.d_model, dtype=self.dtype, device=self.device)
+        lanes = []
+        for i in range(width):
+            depth = {"prelude": 0, "recur": i % self.depth, "readout": self.depth}[kind]
+            lane = Lane(pos=i % self.capacity, token=0, row=i % self.rows, depth=depth)
+            if kind != "prelude":
+                lane.h, lane.e = (zeros, i), (zeros, i)
+            lanes.append(lane)
+        return lanes
 
     @property
     def cache_bytes(self) -> int:
