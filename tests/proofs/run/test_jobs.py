@@ -125,10 +125,24 @@ def test_dispatch_order_puts_whole_checks_first_then_sampling_by_n():
     assert order.index("check/speed") < order.index(next(u for u in order if u in n))
 
 
-@pytest.mark.parametrize("shard, workers", [("1/9", 2), ("9/9", 2), ("18/18", None)])
-def test_jobs_are_capped_by_the_work_units(tmp_path, monkeypatch, shard, workers):
-    """Issue 41: `--jobs 6 --shard 37/37` forked 6 workers of ~200 MB for one unit. The shard plan
-    has 18 units: 2 in a ninth, 1 in an eighteenth (run in this process)."""
+def shard_plan_units() -> int:
+    import torch
+
+    run = CertifyRun(SHARD_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    return len(plan_units(run, "float32")[0])
+
+
+@pytest.mark.parametrize("part", ["two", "last", "one"])
+def test_jobs_are_capped_by_the_work_units(tmp_path, monkeypatch, part):
+    """`--jobs 6 --shard 37/37` forked 6 workers of ~200 MB for one unit. Of the shard plan's U
+    units, a shard of two units gets 2 workers, and a shard of one runs in this process."""
+    units = shard_plan_units()
+    count = (units + 1) // 2  # shard i of count takes units i - 1, i - 1 + count, ...
+    shard, workers = {
+        "two": ("1/" + str(count), 2),
+        "last": (f"{count}/{count}", 2 if units % 2 == 0 else None),
+        "one": (f"{units}/{units}", None),
+    }[part]
     monkeypatch.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
     seen = []
     real = jobs_mod.run_units

@@ -106,7 +106,8 @@ def test_shards_that_planned_other_units_are_refused_naming_the_first_difference
     _, _, root = runs
     shutil.copytree(root / "s2", root / "bad-units", dirs_exist_ok=True)
     data = json.loads((root / "bad-units" / "shard.json").read_text())
-    k = next(k for k, u in enumerate(data["units"]) if u.startswith("sampling/"))
+    # a unit another shard runs (one of its own would also be a result no unit names: refused first)
+    k = next(k for k, u in enumerate(data["units"]) if u.startswith("sampling/") and u not in data["results"])
     good = data["units"][k]
     data["units"][k] = good.rsplit("/", 1)[0] + "/T=0.3"
     (root / "bad-units" / "shard.json").write_text(json.dumps(data))
@@ -175,14 +176,22 @@ def test_a_corrupt_shard_is_named_with_its_folder_and_field_and_nothing_is_writt
     _, _, root = runs
     corrupt, said = CORRUPT[name]
     bad = "bad-" + name.replace(" ", "-").replace("{}", "empty").replace("[", "").replace("]", "")
-    shutil.copytree(root / "s2", root / bad, dirs_exist_ok=True)
-    data = json.loads((root / bad / "shard.json").read_text())
-    corrupt(data)
+    for victim in ("s2", "s1", "s3"):  # the first shard that holds what the corruption needs
+        data = json.loads((root / victim / "shard.json").read_text())
+        try:
+            corrupt(data)
+        except StopIteration:
+            continue
+        break
+    else:
+        raise AssertionError(f"no shard holds what {name!r} corrupts")
+    shutil.copytree(root / victim, root / bad, dirs_exist_ok=True)
     (root / bad / "shard.json").write_text(json.dumps(data))
     out = root / f"m-{bad}"
+    folders = [bad if s == victim else s for s in ("s1", "s2", "s3")]
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(plan_mod.PLANS, "quick", SHARD_PLAN)
-        rc = merge(root, "s1", bad, "s3", out=out.name)
+        rc = merge(root, *folders, out=out.name)
     err = capsys.readouterr().err
     assert rc == 2, err
     assert f"{root / bad}: shard.json" in err and said in err, err
