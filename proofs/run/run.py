@@ -58,7 +58,7 @@ from proofs.decoders.candidates import (
     fastdec_candidate,
     fastdec_grid,
 )
-from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order
+from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order, prepare_decoder
 from proofs.progress import Progress
 from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
@@ -76,7 +76,6 @@ from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
-from proofs.stats.pit import default_boundaries
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
@@ -550,10 +549,12 @@ class CertifyRun:
             return []
         return self.candidates if self.user is not None or p.all_settings else self.candidates[-1:]
 
-    def positions_boundaries(self, horizon: int) -> list[int]:
-        """The positions its bands are cut at (proofs.stats.pit.default_boundaries: a ladder of powers
-        of two and the model config's windows; the run's collected boundaries replace it)."""
-        return default_boundaries(self.model64.cfg, horizon)
+    def positions_boundaries(self, horizon: int, decoder=None) -> list[int]:
+        """The positions its bands are cut at: the boundaries greedy_depth crosses
+        (proofs/boundaries.py: the model's config and folder, the decoder's declaration and
+        speculation widths, the ladder of powers of two) up to the horizon."""
+        found = collect_boundaries(self.model64.cfg, decoder, horizon, raw_config=raw_config(self.model_name))
+        return sorted({b.position for b in found if b.position <= horizon})
 
     def positions(self, candidate: Candidate) -> CheckResult:
         """The per-position test of one setting on the certified model: its sampling check's decoder
@@ -565,13 +566,16 @@ class CertifyRun:
         plan = dataclasses.replace(p, sampling=p.sampling.with_order(self.sampler_order))
         prompt = self.prompts(1)[0]
         horizon = min(len(prompt) + plan.tokens, self.model64.cfg.max_seq_len)
+        prepared = prepare_decoder(decoder, horizon)  # compiles (fastdec --compile): not its budget's
+        if prepared >= 1.0:
+            self.say(f"  positions: the decoder prepared (compiled) in {prepared:.1f}s, outside the budget")
         return check_positions(
             f"positions[{self.model_name}: {candidate.label}]",
             decoder,
             self.model64,
             prompt,
             plan,
-            self.positions_boundaries(horizon),
+            self.positions_boundaries(horizon, decoder),
             self.seed,
             self.model_name,
             candidate.label,
