@@ -44,15 +44,24 @@ RECOMPILE_LIMIT = 64
 
 
 def compile_cache_dir() -> Path:
-    """Where inductor keeps its compiled kernels: $TORCHINDUCTOR_CACHE_DIR when set, else
-    ~/.cache/loopcert/inductor (set into the environment, which inductor reads when it compiles)."""
-    given = os.environ.get(CACHE_ENV)
-    if given:
-        return Path(given)
+    """Where inductor keeps its compiled kernels: $TORCHINDUCTOR_CACHE_DIR when the user set it,
+    else ~/.cache/loopcert/inductor/CAPABILITY (set into the environment, which inductor reads when
+    it first compiles). CAPABILITY is $ATEN_CPU_CAPABILITY (or "native"): inductor 2.13's cache key
+    leaves it out, and a process under ATEN_CPU_CAPABILITY=default reusing another's precompiled
+    header fails to build its kernels ("'at::vec' has not been declared"), as `tox -e portable`
+    beside `tox -e py` did."""
+    if USER_CACHE:
+        return Path(USER_CACHE)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = base / "loopcert" / "inductor"
+    path = base / "loopcert" / "inductor" / (os.environ.get("ATEN_CPU_CAPABILITY") or "native")
     os.environ[CACHE_ENV] = str(path)
     return path
+
+
+# read once, when fastdec.compiled is first imported (Engine imports it for a compiled engine, before
+# any compile): inductor writes the variable itself on its first use, after which a value there no
+# longer says that the user chose it
+USER_CACHE = os.environ.get(CACHE_ENV)
 
 
 def _compile_kwargs() -> dict:
@@ -112,8 +121,7 @@ class CompiledPhases:
         if engine.reads != "gather":
             raise LoopcertError("compiled steps read the cache by index (reads='gather')")
         self.engine, self.backend = engine, backend
-        if backend == "inductor":
-            compile_cache_dir()
+        compile_cache_dir()
         self.fns: dict[tuple[str, int], object] = {}
         self.compile_seconds: dict[tuple[str, int], float] = {}  # (phase, width) -> its first call
         self.calls = 0
