@@ -28,7 +28,6 @@ the user has not set it, so they survive a reboot's /tmp cleanup.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import time
@@ -84,18 +83,6 @@ def _compile_kwargs() -> dict:
     return {}
 
 
-def skip_guards():
-    """Calls after the first without dynamo's guard evaluation (torch >= 2.6's set_stance; a no-op
-    context before it): each compiled callable holds one graph of one (phase, width) of one engine,
-    whose inputs have its shapes, dtypes and devices by construction (the engine pads every call to
-    the width, reads and writes its own cache), so no guard can fail and none needs to run: on a
-    CPU they cost about a tenth of a small model's step."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is None or "skip_guard_eval_unsafe" not in inspect.signature(set_stance).parameters:
-        return contextlib.nullcontext()
-    return set_stance("default", skip_guard_eval_unsafe=True)
-
-
 def no_host_values():
     """Dynamo's settings while a phase is traced: a tensor's value read on the host (`.item()`,
     `int(t)`, a shape from `nonzero`) is a graph break, hence an error under fullgraph, instead of
@@ -131,8 +118,7 @@ class CompiledPhases:
         fn = self.fns.get(key)
         self.calls += 1
         if fn is not None:
-            with skip_guards():
-                return fn(inp)
+            return fn(inp)
         fn = self.fns[key] = self._compile(kind)
         t0 = time.perf_counter()
         with no_host_values():  # the first call traces

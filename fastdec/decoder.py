@@ -208,9 +208,7 @@ class Decoder:
         return engine_bytes(self.model.cfg, self.config, capacity, rows, itemsize)
 
     def engine(self, n_positions: int, batch: int = 1) -> Engine:
-        # a compiled decoder keeps one engine per capacity, with max_batch's rows whatever the batch:
-        # each engine compiles its own graphs, and a sampler's calls come in many batch sizes
-        key = (capacity_for(n_positions), rows_for(self.max_batch if self.compile else batch))
+        key = (capacity_for(n_positions), self.rows_for(batch))
         engine = self._engines.pop(key, None)
         if engine is None:
             size = self.engine_bytes(*key)
@@ -242,6 +240,15 @@ class Decoder:
         self._engines[key] = engine  # the most recently used last
         return engine
 
+    def rows_for(self, batch: int) -> int:
+        """Cache rows of the engine that decodes `batch` sequences at once. A compiled decoder has
+        two engines per capacity, one row (generate) and max_batch's rows (every batch of more):
+        each engine compiles its own graphs, and a sampler's calls come in many batch sizes; an
+        eager one, the next power of two."""
+        if self.compile:
+            return 1 if batch <= 1 else rows_for(self.max_batch)
+        return rows_for(batch)
+
     def prepare(self, n_positions: int) -> float:
         """Compile, now, every (phase, width) of the engine that decodes sequences of up to
         `n_positions` positions (compile=True; fastdec/compiled.py), so that no later call pays a
@@ -249,10 +256,13 @@ class Decoder:
         -> the seconds it took; 0.0, doing nothing, for an eager decoder."""
         if not self.compile:
             return 0.0
-        key = (capacity_for(check_int("n_positions", n_positions, 1)), rows_for(self.max_batch))
-        engine = self.engine(n_positions, self.max_batch)
-        self._prefills[key].clear()  # the warm-up calls write cache slots no prefill may rely on
-        return engine.compiled.warm()
+        capacity = capacity_for(check_int("n_positions", n_positions, 1))
+        seconds = 0.0
+        for batch in sorted({1, self.max_batch}):
+            engine = self.engine(n_positions, batch)
+            self._prefills[(capacity, self.rows_for(batch))].clear()  # the warm-up writes cache slots
+            seconds += engine.compiled.warm()
+        return seconds
 
     def forget_prefills(self) -> None:
         """Benchmarks: something other than a decode wrote the cache (a step-cost probe)."""

@@ -149,7 +149,7 @@ def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
 def test_prepare_compiles_every_shape_and_changes_no_token():
     """Decoder.prepare compiles the engine's every (phase, width) before decoding (aot_eager here:
     the graphs, not inductor's code); the tokens after it are the eager decoder's, in batches of any
-    size, all in the one engine of max_batch rows."""
+    size, in its two engines (one row; max_batch's rows)."""
     import fastdec.compiled as compiled_mod
 
     model = tiny(TINY_PRESETS[0], torch.float64)
@@ -162,9 +162,11 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
     compiled_mod.CompiledPhases.__init__ = aot_eager
     try:
         assert dec.prepare(40) > 0
-        (engine,) = dec._engines.values()
-        assert set(engine.compiled.fns) == {(k, w) for k in PHASES for w in engine.widths}
-        n = len(engine.compiled.fns)
+        engines = list(dec._engines.values())
+        assert sorted(e.rows for e in engines) == [1, 4]
+        for engine in engines:
+            assert set(engine.compiled.fns) == {(k, w) for k in PHASES for w in engine.widths}
+        n = sum(len(e.compiled.fns) for e in engines)
         eager = fastdec.Decoder(model, "pipelined", max_batch=4)
         V = model.cfg.vocab_size
         prompts = [[t % V for t in range(a, b)] for a, b in ((3, 20), (9, 30), (1, 12))]
@@ -173,7 +175,8 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
             got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             want = eager.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             assert [r.tokens for r in got] == [r.tokens for r in want]
-        assert len(dec._engines) == 1 and len(engine.compiled.fns) == n  # nothing compiled after
+        assert len(dec._engines) == 2  # nothing compiled after prepare:
+        assert sum(len(e.compiled.fns) for e in dec._engines.values()) == n
     finally:
         compiled_mod.CompiledPhases.__init__ = real
     assert fastdec.Decoder(model, "pipelined").prepare(40) == 0.0
