@@ -73,7 +73,7 @@ from proofs.run.cases import (
     setup_record,
 )
 from proofs.run.kv_need import certify_buffers
-from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
+from proofs.run.plan import ENGINE_CASES, REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
@@ -204,6 +204,15 @@ def dtype_of(model: LoopedLM) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def without_engine_cases(plan: CertifyPlan) -> CertifyPlan:
+    """`plan` without the cases where the engines' other sampling parameters bind (min_p, penalties,
+    logit bias, stops: proofs.run.plan.ENGINE_CASES). A --decoder is not sampled under them yet: no
+    decoder declares which of them it honours, and an engine handed one it ignores would be judged
+    against a law it was never asked to sample (docs/certify.md#sampling-parameters)."""
+    kept = tuple(c for c in plan.sampling_cases if c not in ENGINE_CASES)
+    return plan if len(kept) == len(plan.sampling_cases) else dataclasses.replace(plan, sampling_cases=kept)
+
+
 class CertifyRun:
     """What every check of one certify run shares: plan, models, oracle, candidates, progress,
     the sampling setups and the sampling time pool. `models` and `sampling_setups` may come from
@@ -227,6 +236,8 @@ class CertifyRun:
         compile: bool = False,
     ):
         self.compile = compile  # fastdec's grid with compiled engine steps (certify --compile)
+        if user is not None:  # engines' other sampling parameters: fastdec's grid only, for now
+            plan = without_engine_cases(plan)
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
