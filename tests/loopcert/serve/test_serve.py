@@ -152,9 +152,11 @@ def test_stream_equals_plain_and_stop_cuts(client):
 
 
 def test_a_stream_sends_text_while_the_choice_decodes(server):
-    """Incremental streaming: the first text arrives well before the choice has ended (the server's
-    own queue + decode time, from the final chunk's extension), and the pieces join to the whole
-    text. Sent only when the choice ends, the first text would arrive after all of that time."""
+    """Incremental streaming: the first text arrives before the choice has ended (the server's own
+    queue + decode time, from the final chunk's extension), and the pieces join to the whole text.
+    Sent only when the choice ends, the first text would arrive after all of that time: the client's
+    clock starts before the server's, so the bound holds at any load (a bound of half that time
+    failed in CI with two suites sharing two cores: 1.88 s against 3.35 s)."""
     body = {"prompt": "def ", "max_tokens": 160, "temperature": 0.8, "seed": 11, "stream": True}
     texts, first, ext = [], None, None
     with httpx.Client(timeout=120) as c:
@@ -172,7 +174,7 @@ def test_a_stream_sends_text_while_the_choice_decodes(server):
     plain = httpx.post(server.url + "/completions", json={**body, "stream": False}, timeout=120).json()
     assert "".join(texts) == plain["choices"][0]["text"]
     served_s = ext["queue_seconds"] + ext["decode_seconds"]
-    assert len(texts) > 2 and first < 0.5 * served_s, (first, served_s, len(texts))
+    assert len(texts) > 2 and first < served_s, (first, served_s, len(texts))
 
 
 @pytest.mark.parametrize(
