@@ -64,6 +64,21 @@ CONTEXT_SCOPE = "context"  # mlx-lm: every penalty counts the last penalty_windo
 PENALTY_SCOPES = (SPLIT_SCOPE, CONTEXT_SCOPE)
 
 
+# the engines' other parameters (the module docstring), each honoured or not by a decoder as a
+# whole: proofs.decoders.protocol.declared_sampling reads which a decoder declares
+ENGINE_FIELDS = (
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "stop_token_ids",
+    "min_tokens",
+    "ignore_eos",
+)
+CONVENTION_FIELDS = ("min_p_order", "penalty_scope", "penalty_window")  # how an engine applies them
+
+
 def check_order(order, what: str = "order") -> str:
     """`order` when it is one of SAMPLER_ORDERS; else a LoopcertError naming it (and `what`)."""
     if not isinstance(order, str) or order not in SAMPLER_ORDERS:
@@ -154,6 +169,12 @@ class SamplingParams:
         """The tokens that end a sequence: stop_token_ids, and the EOS id unless ignore_eos."""
         eos = () if eos_token_id is None or self.ignore_eos else (int(eos_token_id),)
         return frozenset(self.stop_token_ids) | frozenset(eos)
+
+    def engine_fields(self) -> tuple[str, ...]:
+        """The ENGINE_FIELDS these parameters set (differ from the defaults), in that order."""
+        return tuple(
+            f for f in ENGINE_FIELDS if getattr(self, f) != SamplingParams.__dataclass_fields__[f].default
+        )
 
     def with_order(self, order: str) -> SamplingParams:
         """These parameters under convention `order` (a LoopcertError naming a bad one)."""

@@ -12,6 +12,7 @@ import importlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -19,7 +20,15 @@ import torch
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams, check_order
+from refdec.sampling import (
+    CONVENTION_FIELDS,
+    ENGINE_FIELDS,
+    MIN_P_FIRST,
+    SPLIT_SCOPE,
+    TEMPERATURE_FIRST,
+    SamplingParams,
+    check_order,
+)
 from refdec.validate import is_int
 
 
@@ -54,6 +63,13 @@ class BatchDecoder(Decoder, Protocol):
     boundaries     positions where its state changes shape, as ints or (position, what) pairs
                    (read through proofs.boundaries.declared_pairs): certify's greedy_depth
                    crosses each, and coverage fails one left uncrossed (docs/certify.md#boundaries)
+    sampling_fields  the engines' other parameters it honours (refdec.sampling.ENGINE_FIELDS names,
+                   or "all"; read through `declared_sampling`; absent: none): certify samples it
+                   only under the plan's cases whose fields it declares and lists the others as
+                   not declared; a parameter the engine refuses at run time raises `Refused`
+    min_p_order, penalty_scope, penalty_window
+                   how it applies them (refdec.sampling's conventions; absent: SamplingParams'
+                   defaults, vLLM's): every case it is handed carries them, and is judged under them
     prepare        prepare(n_positions) -> seconds: do now the one-time work (compiles) that
                    decoding sequences of up to n_positions positions needs (read through
                    `prepare_decoder`); certify calls it before it times the decoder, so the
@@ -99,6 +115,62 @@ def declared_sampler_order(decoder) -> str:
     if order is None:
         return TEMPERATURE_FIRST
     return check_order(order, f"{type(decoder).__name__}.sampler_order")
+
+
+@dataclass(frozen=True)
+class SamplingSupport:
+    """Which of the engines' other sampling parameters a decoder honours, and under which
+    conventions (see BatchDecoder: `sampling_fields`, `min_p_order`, `penalty_scope`,
+    `penalty_window`)."""
+
+    fields: frozenset[str] = frozenset()  # of refdec.sampling.ENGINE_FIELDS
+    min_p_order: str = MIN_P_FIRST
+    penalty_scope: str = SPLIT_SCOPE
+    penalty_window: int | None = None
+
+    def missing(self, sampling: SamplingParams) -> tuple[str, ...]:
+        """The fields `sampling` sets that the decoder does not declare (none: it may be handed it)."""
+        return tuple(f for f in sampling.engine_fields() if f not in self.fields)
+
+    def apply(self, sampling: SamplingParams) -> SamplingParams:
+        """`sampling` under the decoder's conventions (what it is handed and judged by)."""
+        return replace(
+            sampling,
+            min_p_order=self.min_p_order,
+            penalty_scope=self.penalty_scope,
+            penalty_window=self.penalty_window,
+        )
+
+
+ALL_FIELDS = SamplingSupport(frozenset(ENGINE_FIELDS))  # fastdec, refdec's own decoders: every one
+
+
+def declared_sampling(decoder) -> SamplingSupport:
+    """What the decoder (or its factory, or class) declares of the engines' other parameters (see
+    BatchDecoder); none when it declares nothing. A bad declaration is a LoopcertError naming it."""
+    who = f"{getattr(decoder, '__name__', type(decoder).__name__)}"
+    fields = getattr(decoder, "sampling_fields", None)  # optional
+    if fields is None:
+        fields = ()
+    elif fields == "all":
+        fields = ENGINE_FIELDS
+    elif isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise LoopcertError(
+            f'{who}.sampling_fields must be "all" or a collection of field names, got {fields!r}'
+        )
+    unknown = sorted(set(fields) - set(ENGINE_FIELDS))
+    if unknown:
+        raise LoopcertError(
+            f"{who}.sampling_fields names {', '.join(unknown)}: not among {', '.join(ENGINE_FIELDS)}"
+        )
+    conventions = {f: getattr(decoder, f) for f in CONVENTION_FIELDS if getattr(decoder, f, None) is not None}
+    try:  # SamplingParams checks each convention and names a bad one
+        checked = replace(SamplingParams(), **conventions)
+    except LoopcertError as e:
+        raise LoopcertError(f"{who} declares a bad sampling convention: {e}") from None
+    return SamplingSupport(
+        frozenset(fields), checked.min_p_order, checked.penalty_scope, checked.penalty_window
+    )
 
 
 def prepare_decoder(decoder, n_positions: int) -> float:
@@ -162,6 +234,12 @@ class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
     """Raised by a factory for a model it does not serve (e.g. a decoder bound to its own
     checkpoint, handed a tiny preset): certify reports that run "not applicable" with the
     message, and hides nothing else. Declining the certified model itself is a failure."""
+
+
+class Refused(LoopcertError):
+    """Raised by a decoder when its engine refuses the sampling parameters it was handed (vLLM
+    0.32's 400 on min_p under speculative decoding): certify reports that case "refused by the
+    engine: <message>", neither a pass nor a crash (docs/certify.md#sampling-parameters)."""
 
 
 def check_decoder(obj, where: str) -> Decoder:
