@@ -222,6 +222,8 @@ class SamplingCase(CaseSpec):
     chosen: str  # how the plan chose this case among a path's options ("" for a fixed case)
     views: tuple[SamplingView, ...]
     order: str = "temperature-first"  # the sampler convention of its law (refdec.sampling)
+    params: dict | None = None  # its SamplingParams as SamplingParams.describe() (None: written before)
+    refused: str | None = None  # the engine refused its parameters (protocol.Refused): not sampled
 
 
 def nothing_sampled(model: str, why_this_model: str, budget_s: float) -> dict:

@@ -49,6 +49,7 @@ def stamp_section(cert: Certificate) -> str:
             ),
         ],
         *([["relative to", s.relative_to]] if s.relative_to else []),
+        *sampling_rows(s),
         ["settings", "; ".join(s.settings)],
         ["device", s.device + (f" ({s.device_name})" if s.device_name else "")],
         ["dtype", s.dtype],
@@ -64,6 +65,24 @@ def stamp_section(cert: Certificate) -> str:
         ["run time", f"{fmt(s.seconds, 3)} s"],
     ]
     return "## Stamp\n\n" + table(rows, ["", ""])
+
+
+def sampling_rows(s) -> list[list[str]]:
+    """The stamp's rows on the engines' other sampling parameters (none for a certificate written
+    before decoders declared them)."""
+    if s.sampling_fields is None:
+        return []
+    c = s.sampling_conventions or {}
+    scope = c.get("penalty_scope", "split")
+    if c.get("penalty_window"):
+        scope += f", the last {c['penalty_window']} tokens"
+    said = ", ".join(s.sampling_fields) + f" (min-p {c.get('min_p_order', 'min-p-first')}; penalties {scope})"
+    rows = [["other sampling parameters", said if s.sampling_fields else "none declared"]]
+    if s.not_declared:
+        rows.append(
+            ["not sampled under", "; ".join(s.not_declared) + " (parameters the decoder does not declare)"]
+        )
+    return rows
 
 
 def status(c: CheckResult) -> tuple[str, str]:

@@ -39,8 +39,12 @@ def failure_notes(d: SamplingDetails | RelativeDetails, rejected: str, failed: s
 
 def summary_notes(d: SamplingDetails) -> list[str]:
     """Why a sampling check failed, for the summary: rejected on its samples is named as such,
-    never as "no power"."""
-    return failure_notes(d, "rejected", "impossible samples or decoder errors")
+    never as "no power"; and the cases the engine refused (a pass or a failure says nothing of
+    them)."""
+    refused = [c.case for c in d.cases if c.refused]
+    return failure_notes(d, "rejected", "impossible samples or decoder errors") + (
+        ["refused by the engine: " + ", ".join(refused)] if refused else []
+    )
 
 
 def case_by_case(
@@ -112,6 +116,8 @@ def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[st
         for v in r.views
     ]
     notes = []
+    if r.refused:  # not sampled: neither a pass nor a failure of the case
+        return rows, [f"- {name} {r.case}: refused by the engine: `{r.refused}`"]
     if r.error:
         notes.append(f"- {name} {r.case}: the decoder failed: `{r.error}`")
     if r.impossible:

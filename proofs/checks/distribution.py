@@ -122,6 +122,7 @@ def sample_tally(
         "error": "; ".join(e for e in (d.error, bad) if e) or None,
         "stopped_by_deadline": d.stopped_by_deadline,
         "seeds": [base_seed, base_seed + n_samples - 1],
+        **({"refused": d.refused} if d.refused else {}),  # the engine refused the case's parameters
     }
 
 
@@ -192,7 +193,14 @@ def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float)
     samples (rejected, impossible or malformed, an error) is named for that; "no power" names only
     the cases that could have passed unseen. Passes iff all three lists are empty."""
     rejected = sorted({v.case for c in cases for v in c.views if v.holm_rejected})
-    no_power = [c.case for c in cases if not c.has_power and c.case not in fatal and c.case not in rejected]
+    refused = [c.case for c in cases if getattr(c, "refused", None)]  # neither passed nor failed
+    no_power = [
+        c.case
+        for c in cases
+        if not c.has_power and c.case not in fatal and c.case not in rejected and c.case not in refused
+    ]
+    if cases and len(refused) == len(cases):  # nothing sampled: the check has no evidence
+        no_power = list(refused)
     return dict(
         alpha=target.alpha,
         alpha_test=alpha_test,
@@ -224,7 +232,9 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     for law, t in zip(laws, tallies, strict=True):
         fatal = bool(t["impossible"] or t["error"])
         per_case.append(
-            [
+            []  # refused by the engine: no sample, no view in Holm's family, no power asked of it
+            if t.get("refused")
+            else [
                 view_row(law.case.name, v, c, target, alpha_test, fatal)
                 for v, c in zip(law.views, t["counts"], strict=True)
             ]
@@ -251,6 +261,8 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
             chosen=law.chosen,
             views=views,
             order=law.case.sampling.order,
+            params=law.case.sampling.describe(),
+            refused=t.get("refused"),
         )
         for law, t, views in zip(laws, tallies, per_case, strict=True)
     ]

@@ -17,10 +17,19 @@ from fastdec.config import DecodeConfig, default_draft_depth, default_second_dep
 from proofs.decoders.protocol import (
     Decoder,
     NotApplicable,
+    SamplingSupport,
     build_decoder,
     declared_sampler_order,
+    declared_sampling,
     load_factory,
 )
+
+
+def class_sampling(owner) -> SamplingSupport | None:
+    """What a decoder class or factory declares of the engines' other parameters, when it declares
+    `sampling_fields` itself (not per instance, as the HTTP decoder's dialect does); else None."""
+    fields = getattr(owner, "sampling_fields", None)
+    return declared_sampling(owner) if isinstance(fields, (str, tuple, list, set, frozenset)) else None
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,9 @@ class Candidate:
     # the sampler convention its decoders declare, when known without building one (a factory or
     # class declaring `sampler_order`, the HTTP decoder); None: read from a built decoder
     sampler_order: str | None = None
+    # which of the engines' other sampling parameters its decoders honour, and how, when known
+    # without building one (protocol.declared_sampling); None: read from a built decoder
+    sampling: SamplingSupport | None = None
 
 
 def default_depths(R: int) -> tuple[int, int | None]:
@@ -133,7 +145,11 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
         from proofs.decoders.mlx_decoder import MLXDecoder, mlx_factory
 
         return Candidate(
-            spec, mlx_factory(spec), {"decoder": spec}, sampler_order=declared_sampler_order(MLXDecoder)
+            spec,
+            mlx_factory(spec),
+            {"decoder": spec},
+            sampler_order=declared_sampler_order(MLXDecoder),
+            sampling=class_sampling(MLXDecoder),
         )
     if is_llamacpp_spec(spec):
         from proofs.decoders.llamacpp_decoder import LlamaCppDecoder, llamacpp_factory
@@ -143,6 +159,7 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
             llamacpp_factory(spec),
             {"decoder": spec},
             sampler_order=declared_sampler_order(LlamaCppDecoder),
+            sampling=class_sampling(LlamaCppDecoder),
         )
     if is_openvino_spec(spec):
         from proofs.decoders.openvino_decoder import OpenVINODecoder, openvino_factory
@@ -152,6 +169,7 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
             openvino_factory(spec),
             parse_openvino_spec(spec).settings(),
             sampler_order=declared_sampler_order(OpenVINODecoder),
+            sampling=class_sampling(OpenVINODecoder),
         )
     factory = load_factory(spec)
 
@@ -167,4 +185,4 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
     declared = (
         declared_sampler_order(factory) if isinstance(getattr(factory, "sampler_order", None), str) else None
     )
-    return Candidate(spec, build, {"decoder": spec}, sampler_order=declared)
+    return Candidate(spec, build, {"decoder": spec}, sampler_order=declared, sampling=class_sampling(factory))

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proofs.decoders.protocol import BatchDecoder, Decoder, batch_call_limit, run_generate, tokens_of
+from proofs.decoders.protocol import BatchDecoder, Decoder, Refused, batch_call_limit, run_generate, tokens_of
 from refdec.sampling import SamplingParams
 
 FIRST_CHUNK = 64  # seeds of the first generate_batch call
@@ -28,6 +28,7 @@ class Draw:
     batched: bool  # generate_batch was used
     error: str | None = None  # the decoder failed (sampling stopped there)
     stopped_by_deadline: bool = False
+    refused: str | None = None  # its engine refused the parameters on the first call (protocol.Refused)
 
     @property
     def samples_per_s(self) -> float:
@@ -73,6 +74,16 @@ def draw(
                     raise ValueError(f"generate_batch returned {len(got)} results for {len(seeds)} seeds")
             else:
                 got = [run_generate(decoder, prompt, n_tokens, sampling, s) for s in seeds]
+        except Refused as e:  # the engine refused the parameters: a verdict on the case, when it is one
+            if not out:
+                return Draw(out, time.perf_counter() - t0, batched, refused=str(e))
+            return Draw(  # after samples it gave: not a refusal of the parameters, a failure
+                out,
+                time.perf_counter() - t0,
+                batched,
+                f"seeds {seeds[0]}..{seeds[-1]}: refused after {len(out)} samples of the same parameters: "
+                f"{e}",
+            )
         except Exception as e:  # noqa: BLE001 - any failure of the candidate is a finding
             return Draw(
                 out,

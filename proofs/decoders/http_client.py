@@ -74,6 +74,14 @@ class Transport:
             raise LoopcertError("--api-key (or LOOPCERT_API_KEY) must not be empty")
 
 
+class Answered(LoopcertError):
+    """The server answered a request with a status other than 200 or 5xx (those are retried)."""
+
+    def __init__(self, message: str, status: int, text: str):
+        super().__init__(message)
+        self.status, self.text = status, text
+
+
 class HTTPClient:
     """GET and POST JSON against one server under the module's rules; thread-safe."""
 
@@ -185,8 +193,10 @@ class HTTPClient:
                 if r.status_code != 200:
                     if absent_ok and r.status_code in (404, 405):
                         return None
-                    raise LoopcertError(
-                        f"{self.base_url}: {what} answered HTTP {r.status_code}: {r.text[:300]}"
+                    raise Answered(
+                        f"{self.base_url}: {what} answered HTTP {r.status_code}: {r.text[:300]}",
+                        r.status_code,
+                        r.text[:300],
                     )
                 try:
                     out = r.json()

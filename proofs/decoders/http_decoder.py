@@ -30,16 +30,28 @@ import threading
 from dataclasses import dataclass, field
 
 from proofs.decoders.dialects import VLLM, Ask, Dialect, OpenAI, SGLang
-from proofs.decoders.http_client import HTTPClient, Transport, httpx_module, stderr_line
+from proofs.decoders.http_client import Answered, HTTPClient, Transport, httpx_module, stderr_line
+from proofs.decoders.protocol import Refused
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
 from proofs.progress import Progress
 from refdec.errors import LoopcertError
-from refdec.sampling import SPLIT_SCOPE, TEMPERATURE_FIRST, SamplingParams
+from refdec.sampling import (
+    ENGINE_FIELDS,
+    MIN_P_FIRST,
+    MIN_P_LAST,
+    SPLIT_SCOPE,
+    TEMPERATURE_FIRST,
+    SamplingParams,
+)
 from refdec.validate import is_int
 
 CHOICES = 16  # samples per request in generate_batch
 ENGINE_DTYPE = "float32"  # what vLLM / SGLang servers are declared to compute in by default
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+# what a plain OpenAI-compatible server is asked of the engines' other parameters: none (the
+# OpenAI dialect sends them only to loopcert serve, proofs/decoders/dialects.py)
+OPENAI_FIELDS: tuple[str, ...] = ()
+REFUSALS = (400, 422)  # a client error answering parameters the server does not take
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,20 @@ class HTTPDecoder:
     another order by name rather than sending a request whose law the server would not follow."""
 
     sampler_order = TEMPERATURE_FIRST  # proofs.decoders.protocol.declared_sampler_order
+
+    @property
+    def sampling_fields(self) -> tuple[str, ...]:
+        """The engines' other parameters its dialect sends (proofs.decoders.protocol.declared_sampling):
+        vLLM, SGLang and loopcert serve take every one; a plain OpenAI server only OpenAI's own."""
+        if isinstance(self.dialect, OpenAI) and not self.dialect.loopcert:
+            return OPENAI_FIELDS
+        return ENGINE_FIELDS
+
+    @property
+    def min_p_order(self) -> str:
+        """SGLang masks min-p jointly with top-k / top-p (min-p-last); vLLM and loopcert serve
+        apply it first (refdec.sampling's docstring)."""
+        return MIN_P_LAST if isinstance(self.dialect, SGLang) else MIN_P_FIRST
 
     def __init__(
         self,
@@ -182,7 +208,15 @@ class HTTPDecoder:
     def _post(self, ask: Ask) -> list[list[int]]:
         d = self.dialect
         path = d.path if d.at_root else self.v1 + d.path
-        answer = self.http.post(path, d.body(self.server.model_id, ask), ask.what("POST " + path), ask.n)
+        try:
+            answer = self.http.post(path, d.body(self.server.model_id, ask), ask.what("POST " + path), ask.n)
+        except Answered as e:
+            # a client error on a request that sets the engines' other parameters: the server
+            # refuses them (vLLM 0.32 answers 400 to min_p under speculative decoding); on a plain
+            # request it stays a failure (proofs.decoders.protocol.Refused)
+            if e.status in REFUSALS and ask.sampling.engine_fields():
+                raise Refused(f"HTTP {e.status}: {e.text}") from None
+            raise
         return d.tokens(answer, ask, self.label, self.vocab)
 
     def close(self) -> None:

@@ -24,12 +24,13 @@ from proofs.checks.distribution import (
     planned_samples,
     relative_samples,
 )
+from proofs.decoders.protocol import ALL_FIELDS, SamplingSupport
 from proofs.prompts import model_prompts
 from proofs.run.plan import CaseSpec, CertifyPlan, case_options
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
+from refdec.sampling import ENGINE_FIELDS, TEMPERATURE_FIRST, SamplingParams
 
 PROMPT_CANDIDATES = 6  # the prompts pick_prompt chooses among
 
@@ -48,14 +49,44 @@ class SamplingSetup:
         return next(law for law in self.laws if law.case.name == case_name)
 
 
+def entry_fields(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[str, ...]:
+    """The engines' other parameters (refdec.sampling.ENGINE_FIELDS) one plan entry sets, in any
+    of its options, its Picks included."""
+    found = set()
+    for spec in case_options(entry):
+        found |= set(spec[1].engine_fields())
+        found |= {pick.field for pick in (spec[3] if len(spec) > 3 else ())}
+    return tuple(f for f in ENGINE_FIELDS if f in found)
+
+
+def declared_plan(plan: CertifyPlan, support: SamplingSupport) -> tuple[CertifyPlan, tuple[str, ...]]:
+    """(the plan with only the entries whose parameters the decoder declares it honours, each left
+    out entry as "<case> (<fields it does not declare>)"): a decoder is never judged against a
+    law it was not declared to sample (proofs.decoders.protocol.declared_sampling)."""
+    kept, left = [], []
+    for entry in plan.sampling_cases:
+        missing = [f for f in entry_fields(entry) if f not in support.fields]
+        if missing:
+            left.append(f"{case_options(entry)[0][0]} ({', '.join(missing)})")
+        else:
+            kept.append(entry)
+    if not left:
+        return plan, ()
+    return replace(plan, sampling_cases=tuple(kept)), tuple(left)
+
+
 def chosen_cases(
-    oracle: Oracle, name: str, plan: CertifyPlan, order: str = TEMPERATURE_FIRST
+    oracle: Oracle,
+    name: str,
+    plan: CertifyPlan,
+    order: str = TEMPERATURE_FIRST,
+    support: SamplingSupport = ALL_FIELDS,
 ) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
     """(law, N) of every plan entry on the model `oracle` holds (named `name`): its cases at the
-    most informative of its prompts under sampler convention `order`, N at the Holm level of all
-    of them."""
+    most informative of its prompts under sampler convention `order` and the decoder's other
+    conventions (`support`: min-p order, penalty scope), N at the Holm level of all of them."""
     prompt = pick_prompt(oracle, model_prompts(oracle.model, name, PROMPT_CANDIDATES))
-    laws = tuple(choose_case(oracle, prompt, entry, plan, order) for entry in plan.sampling_cases)
+    laws = tuple(choose_case(oracle, prompt, entry, plan, order, support) for entry in plan.sampling_cases)
     alpha = alpha_per_test(laws, plan.target)
     return laws, tuple(planned_samples(law, plan.target, alpha) for law in laws)
 
@@ -82,8 +113,11 @@ def option_samples(law: CaseLaw, plan: CertifyPlan) -> int:
     return planned_samples(law, plan.target, plan.alpha / (len(plan.sampling_cases) * max(1, len(law.views))))
 
 
-def resolve_case(oracle: Oracle, prompt: tuple[int, ...], spec: CaseSpec, order: str) -> tuple:
-    """(name, params, n) of one case spec on this model under convention `order`: the tokens its
+def resolve_case(
+    oracle: Oracle, prompt: tuple[int, ...], spec: CaseSpec, order: str, support: SamplingSupport = ALL_FIELDS
+) -> tuple:
+    """(name, params, n) of one case spec on this model under convention `order` and the decoder's
+    other conventions (`support`; they change only a case that sets min-p or a penalty): the tokens its
     Picks name taken from the model's T=1 law after `prompt` (ranked, ties by lower id), and
     written into the name ("... (bias token 17 +1.5, stop 32)")."""
     name, sp, k = spec[:3]
@@ -103,6 +137,8 @@ def resolve_case(oracle: Oracle, prompt: tuple[int, ...], spec: CaseSpec, order:
             else:
                 raise LoopcertError(f"a Pick names field logit_bias or stop_token_ids, not {pick.field!r}")
         name = f"{name} ({', '.join(said)})"
+    if sp.min_p > 0 or sp.penalized:
+        sp = support.apply(sp)
     return name, sp.with_order(order), k
 
 
@@ -112,6 +148,7 @@ def choose_case(
     entry: CaseSpec | tuple[CaseSpec, ...],
     plan: CertifyPlan,
     order: str = TEMPERATURE_FIRST,
+    support: SamplingSupport = ALL_FIELDS,
 ) -> CaseLaw:
     """The law of the case one entry of the plan samples on this model: a fixed case as it is; of a
     path's options, the first that is eligible (it has power, N > 0, and a view past the first
@@ -119,7 +156,7 @@ def choose_case(
     plan.case_cap samples; else the eligible one that needs the fewest; else the one with power on
     its first token alone that needs the fewest; else the first (which then fails as no power); N
     as option_samples judges it. The law's `chosen` says which rule chose and what was passed over."""
-    options = tuple(resolve_case(oracle, prompt, spec, order) for spec in case_options(entry))
+    options = tuple(resolve_case(oracle, prompt, spec, order, support) for spec in case_options(entry))
     if len(options) == 1:
         name, sp, k = options[0]
         return case_law(oracle, Case(name, sp, prompt, k))

@@ -32,7 +32,7 @@ from proofs.stamp import git_commit, stamp
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, parse_dtype
 from refdec.load import model_fingerprint
-from refdec.sampling import TEMPERATURE_FIRST
+from refdec.sampling import ENGINE_FIELDS, TEMPERATURE_FIRST
 from refdec.validate import check_int, check_number
 from refdec.values import check_device, dtype_name
 
@@ -143,6 +143,11 @@ def certify(
             f"the decoder declares sampler_order {run.sampler_order!r}: "
             "the sampling cases are judged under it"
         )
+    if run.declared[1]:
+        say(
+            "not sampled under the plan's case(s) whose parameters the decoder does not declare "
+            "(sampling_fields): " + "; ".join(run.declared[1])
+        )
     if relative is not None:
         say(f"engine-relative check against {relative_to} (the same cases, both decoders)")
 
@@ -191,6 +196,7 @@ def certify(
             **certificate_stamp(model_name, decoder_name, device, dtype, plan, seed),
             sampler_order=run.sampler_order,
             relative_to=relative_to,
+            **sampling_stamp(run),
             R=run.R,
             vocab_size=run.oracle.V,
             settings=tuple(c.label for c in run.candidates),
@@ -285,6 +291,21 @@ def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
     """Check name -> why it did not run (CheckResult.skipped): a skip is never silent; the
     verdict line, the certificate and the CLI's summary all name it."""
     return {c.name: c.skipped for c in checks if c.skipped}
+
+
+def sampling_stamp(run: CertifyRun) -> dict:
+    """The stamp's account of the engines' other sampling parameters: what the decoder declares
+    and the plan's cases it was not sampled under (CertifyRun.declared)."""
+    s = run.sampling_support
+    return {
+        "sampling_fields": tuple(f for f in ENGINE_FIELDS if f in s.fields),
+        "sampling_conventions": {
+            "min_p_order": s.min_p_order,
+            "penalty_scope": s.penalty_scope,
+            "penalty_window": s.penalty_window,
+        },
+        "not_declared": run.declared[1],
+    }
 
 
 def certificate_stamp(

@@ -58,7 +58,15 @@ from proofs.decoders.candidates import (
     fastdec_candidate,
     fastdec_grid,
 )
-from proofs.decoders.protocol import Decoder, NotApplicable, declared_sampler_order, prepare_decoder
+from proofs.decoders.protocol import (
+    ALL_FIELDS,
+    Decoder,
+    NotApplicable,
+    SamplingSupport,
+    declared_sampler_order,
+    declared_sampling,
+    prepare_decoder,
+)
 from proofs.progress import Progress
 from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
@@ -66,6 +74,7 @@ from proofs.run.budget import SamplingPool
 from proofs.run.cases import (
     SamplingSetup,
     chosen_cases,
+    declared_plan,
     planned_cases,
     planned_relative,
     recorded_order,
@@ -73,7 +82,7 @@ from proofs.run.cases import (
     setup_record,
 )
 from proofs.run.kv_need import certify_buffers
-from proofs.run.plan import ENGINE_CASES, REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
+from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
@@ -204,15 +213,6 @@ def dtype_of(model: LoopedLM) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
-def without_engine_cases(plan: CertifyPlan) -> CertifyPlan:
-    """`plan` without the cases where the engines' other sampling parameters bind (min_p, penalties,
-    logit bias, stops: proofs.run.plan.ENGINE_CASES). A --decoder is not sampled under them yet: no
-    decoder declares which of them it honours, and an engine handed one it ignores would be judged
-    against a law it was never asked to sample (docs/certify.md#sampling-parameters)."""
-    kept = tuple(c for c in plan.sampling_cases if c not in ENGINE_CASES)
-    return plan if len(kept) == len(plan.sampling_cases) else dataclasses.replace(plan, sampling_cases=kept)
-
-
 class CertifyRun:
     """What every check of one certify run shares: plan, models, oracle, candidates, progress,
     the sampling setups and the sampling time pool. `models` and `sampling_setups` may come from
@@ -236,8 +236,6 @@ class CertifyRun:
         compile: bool = False,
     ):
         self.compile = compile  # fastdec's grid with compiled engine steps (certify --compile)
-        if user is not None:  # engines' other sampling parameters: fastdec's grid only, for now
-            plan = without_engine_cases(plan)
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
@@ -304,11 +302,56 @@ class CertifyRun:
                 return setup.laws[0].case.sampling.order
         if self.user.sampler_order is not None:
             return self.user.sampler_order
-        try:
-            decoder = self.user.build(self.model_dt if self.model_dt is not None else self.model64)
-        except Exception:  # noqa: BLE001 - the checks building it report the failure
-            return TEMPERATURE_FIRST
-        return declared_sampler_order(decoder)
+        decoder = self.declaring_decoder(self.user)
+        return TEMPERATURE_FIRST if decoder is None else declared_sampler_order(decoder)
+
+    @functools.cached_property
+    def sampling_support(self) -> SamplingSupport:
+        """Which of the engines' other sampling parameters the certified decoder honours, and its
+        conventions for them (proofs.decoders.protocol.declared_sampling; fastdec's grid: every
+        one, vLLM's conventions). With --relative-to, only the fields both decoders declare, and
+        the two must declare the same conventions."""
+        if self.user is None:
+            return ALL_FIELDS
+        support = self.support_of(self.user)
+        if self.relative is not None:
+            other = self.support_of(self.relative)
+            mine = dataclasses.replace(support, fields=other.fields)
+            if mine != other:
+                raise LoopcertError(
+                    f"{self.user.label} and {self.relative.label} declare other sampling conventions "
+                    f"({support} against {other}): the engine-relative check compares them under one"
+                )
+            support = dataclasses.replace(support, fields=support.fields & other.fields)
+        return support
+
+    def support_of(self, candidate: Candidate) -> SamplingSupport:
+        """What one candidate declares: known without building it, else read from a decoder built on
+        the certified model (a factory that cannot build one declares nothing: the checks that
+        build it fail naming why)."""
+        if candidate.sampling is not None:
+            return candidate.sampling
+        decoder = self.declaring_decoder(candidate)
+        return SamplingSupport() if decoder is None else declared_sampling(decoder)
+
+    def declaring_decoder(self, candidate: Candidate) -> Decoder | None:
+        """A decoder of `candidate` on the certified model, built once, to read its declarations;
+        None when the factory cannot build one."""
+        built = self.__dict__.setdefault("_declaring", {})
+        if candidate.label not in built:
+            try:
+                built[candidate.label] = candidate.build(
+                    self.model_dt if self.model_dt is not None else self.model64
+                )
+            except Exception:  # noqa: BLE001 - the checks building it report the failure
+                built[candidate.label] = None
+        return built[candidate.label]
+
+    @functools.cached_property
+    def declared(self) -> tuple[CertifyPlan, tuple[str, ...]]:
+        """(the plan's sampling cases that the decoder is sampled under, the cases left out as
+        "<case> (<fields it does not declare>)"): proofs/run/cases.py declared_plan."""
+        return declared_plan(self.plan, self.sampling_support)
 
     def grid(self, R: int) -> list[Candidate]:
         return [self.user] if self.user else fastdec_grid(R, self.plan.mode == "full", self.compile)
@@ -491,7 +534,9 @@ class CertifyRun:
                 laws, samples = planned_cases(o, name, self.planned[name])
                 relative = planned_relative(self.planned[name])
             else:
-                laws, samples = chosen_cases(o, name, self.plan, self.sampler_order)
+                laws, samples = chosen_cases(
+                    o, name, self.declared[0], self.sampler_order, self.sampling_support
+                )
             relative = relative or relative_plan(laws, self.plan)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
             held = self.models.sampling_model(run_dtype, self.device) if name == self.model_name else None

@@ -165,3 +165,33 @@ def test_loopcert_serve_is_certified_through_its_sglang_endpoint(good_server, tm
     cert = read_certificate(tmp_path / "certificate.json")
     assert rc == 0 and cert.verdict == "PASS", cert.failed
     assert "sglang dialect" in cert.stamp.decoder and "--server sglang" in cert.stamp.command
+
+
+def test_http_decoder_declares_its_dialects_parameters_and_reports_a_refusal(good_server):
+    """vLLM, SGLang and loopcert serve take every engine parameter (SGLang masks min-p last); a
+    client error answering a request that sets one is the engine refusing it (protocol.Refused,
+    with the server's message); on a plain request it stays an error (the negative control)."""
+    import httpx
+
+    from proofs.decoders.http_decoder import HTTPOptions
+    from proofs.decoders.protocol import Refused, declared_sampling
+    from refdec.sampling import ENGINE_FIELDS, MIN_P_FIRST, MIN_P_LAST
+
+    dec = HTTPDecoder(good_server.url)
+    sg = HTTPDecoder(good_server.url, HTTPOptions(server="sglang"))
+    try:
+        assert declared_sampling(dec).fields == set(ENGINE_FIELDS) and dec.min_p_order == MIN_P_FIRST
+        assert declared_sampling(sg).min_p_order == MIN_P_LAST
+
+        def handler(req):
+            return httpx.Response(400, json={"error": {"message": "min_p is not supported with ngram"}})
+
+        dec.http.client = httpx.Client(transport=httpx.MockTransport(handler))
+        with pytest.raises(Refused, match="HTTP 400: .*min_p is not supported with ngram"):
+            dec.generate_batch([[1]], 2, SamplingParams(temperature=1.0, min_p=0.1), [5])
+        with pytest.raises(LoopcertError, match="answered HTTP 400") as plain:
+            dec.generate_batch([[1]], 2, SamplingParams(temperature=1.0), [5])
+        assert not isinstance(plain.value, Refused)
+    finally:
+        dec.close()
+        sg.close()
