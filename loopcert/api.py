@@ -18,10 +18,13 @@ from proofs.decoders.protocol import (
     Decoder,
     Factory,
     NotApplicable,
+    Refused,
+    SamplingSupport,
     batch_call_limit,
     declared_compute_dtype,
     declared_max_batch,
     declared_sampler_order,
+    declared_sampling,
 )
 from proofs.details import KINDS as DETAIL_KINDS
 from proofs.details import Details
@@ -30,7 +33,7 @@ from proofs.run.certify import certify
 from refdec.errors import LoopcertError
 from refdec.load import load_model
 from refdec.model import LoopedLM
-from refdec.sampling import SAMPLER_ORDERS, SamplingParams
+from refdec.sampling import ENGINE_FIELDS, SAMPLER_ORDERS, SamplingParams
 from reports.render import render_certificate
 
 __all__ = [
@@ -39,13 +42,17 @@ __all__ = [
     "Decoder",
     "Factory",
     "NotApplicable",
+    "Refused",
+    "SamplingSupport",
     "batch_call_limit",
     "declared_compute_dtype",
     "declared_max_batch",
     "declared_sampler_order",
+    "declared_sampling",
     # the model and its sampling
     "LoopcertError",
     "LoopedLM",
+    "ENGINE_FIELDS",
     "SAMPLER_ORDERS",
     "SamplingParams",
     "load_model",
