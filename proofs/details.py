@@ -399,6 +399,17 @@ class ReproducibilityDetails(Details):
     seed_sensitive: bool  # two seeds gave different tokens: the check has power
 
 
+@dataclass(frozen=True)
+class SeedInvarianceDetails(ReproducibilityDetails):
+    """proofs/checks/seed_invariance.py: each run's `equal` counts the decodes beside other prompts
+    that gave the tokens decoded alone; a difference's `first` is the alone tokens, `second` the
+    tokens beside others."""
+
+    kind: ClassVar[str] = "seed_invariance"
+    neighbours: int = 0  # other prompts decoded beside the target
+    no_batch: tuple[str, ...] = ()  # settings without generate_batch: nothing decoded beside them
+
+
 # -- mutation power (proofs/checks/mutation.py) ---------------------------------------------------
 
 
@@ -735,6 +746,7 @@ KINDS: dict[str, type[Details]] = {
         RelativeDetails,
         ConventionDetails,
         ReproducibilityDetails,
+        SeedInvarianceDetails,
         MutationDetails,
         FalseAlarmDetails,
         Theorem1Details,

@@ -8,7 +8,13 @@ check's kind states about its first failure; else its measured value against its
 
 from __future__ import annotations
 
-from proofs.details import BitwiseDetails, GreedyDetails, MutationDetails, ReproducibilityDetails
+from proofs.details import (
+    BitwiseDetails,
+    GreedyDetails,
+    MutationDetails,
+    ReproducibilityDetails,
+    SeedInvarianceDetails,
+)
 from proofs.result import CheckResult
 from reports.markdown import DASH, fmt
 from reports.render import status
@@ -37,6 +43,12 @@ def failure_line(c: CheckResult) -> str:
         why = (
             f"judged wrongly: {', '.join(d.wrong)} ({d.survivors} mutant(s) survived, "
             f"{d.controls_flagged} control(s) flagged)"
+        )
+    elif isinstance(d, SeedInvarianceDetails) and d.differences:
+        s = d.differences[0]
+        why = (
+            f"{len(d.differences)} decode(s) beside other prompts gave other tokens than alone; first: "
+            f"{s.setting} seed {s.seed}"
         )
     elif isinstance(d, ReproducibilityDetails) and d.differences:
         s = d.differences[0]

@@ -3,7 +3,7 @@ with fastdec's baseline, and reproducibility of a seed (kinds greedy, bitwise, r
 
 from __future__ import annotations
 
-from proofs.details import BitwiseDetails, GreedyDetails, ReproducibilityDetails
+from proofs.details import BitwiseDetails, GreedyDetails, ReproducibilityDetails, SeedInvarianceDetails
 from proofs.result import CheckResult
 from reports.markdown import fmt, heading, section, stopped, table
 
@@ -117,6 +117,34 @@ def reproducibility_section(c: CheckResult, d: ReproducibilityDetails, title: st
         # the power line carries the flag that pins a server's seeds (a decoder's seed_hint)
         if c.power:
             out.append(f"Checked: {c.power}.")
+    if c.error is not None:
+        out.append(f"No power: {c.error}")
+    return "\n\n".join(out)
+
+
+@section(SeedInvarianceDetails, "## Seed invariance")
+def seed_invariance_section(c: CheckResult, d: SeedInvarianceDetails, title: str) -> str:
+    out = [
+        heading(c, title),
+        f"Each setting decodes {d.tokens} tokens at T={d.temperature:g} with each of the seeds "
+        f"{fmt(d.seeds)}: alone, then beside {d.neighbours} other prompts and seeds (first, middle and "
+        "last of one generate_batch call; an HTTP decoder sends them as concurrent requests). Every "
+        "decode must give the tokens decoded alone: a seed is a promise about one request, whatever "
+        "else is decoded beside it. A failure only here, or with reproducibility, is NON-REPRODUCIBLE.",
+    ]
+    if d.runs:
+        out.append(
+            table([[r.setting, f"{r.equal}/{r.seeds}"] for r in d.runs], ["setting", "decodes as alone"])
+        )
+    if d.no_batch:
+        out.append("Without generate_batch (nothing decoded beside it): " + ", ".join(d.no_batch) + ".")
+    if d.differences:
+        out.append(
+            table(
+                [[v.setting, v.seed, fmt(v.first), fmt(v.second)] for v in d.differences],
+                ["setting", "seed", "alone", "beside others"],
+            )
+        )
     if c.error is not None:
         out.append(f"No power: {c.error}")
     return "\n\n".join(out)

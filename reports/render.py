@@ -20,7 +20,12 @@ from reports import positions as positions_report
 from reports import relative_checks
 from reports.convention import convention_section
 from reports.coverage import coverage_section, depth_section
-from reports.exactness import bitwise_section, greedy_section, reproducibility_section
+from reports.exactness import (
+    bitwise_section,
+    greedy_section,
+    reproducibility_section,
+    seed_invariance_section,
+)
 from reports.markdown import DASH, error_lines, fmt, heading, section, table, verdict
 from reports.mutants import false_alarm_section, mutation_section
 from reports.positions import positions_section
@@ -174,6 +179,7 @@ RENDERED = frozenset(
         "relative_sampling",
         "sampler_convention",
         "reproducibility",
+        "seed_invariance",
         "mutation",
         "false_alarm",
         "theorem1",
@@ -216,6 +222,7 @@ def render_certificate(cert: Certificate) -> str:
         parts.append(positions_section(positions))
     parts += map(convention_section, of("sampler_convention"))
     parts += map(reproducibility_section, of("reproducibility"))
+    parts += map(seed_invariance_section, of("seed_invariance"))
     parts += map(mutation_section, of("mutation"))
     parts += map(false_alarm_section, of("false_alarm"))
     parts.append(theorem1_section(of("theorem1")))

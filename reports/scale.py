@@ -42,6 +42,7 @@ PART_OF = {
     "greedy_float32": "greedy",
     "bitwise_fixed_width": "bitwise",
     "reproducibility": "reproducibility",
+    "seed_invariance": "reproducibility",
     "mutation": "mutants",
     "speed": "speed",
 }

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from proofs.decoders.protocol import BatchDecoder, SeededDecoder, tokens_of
-from proofs.details import ReproducedRun, ReproducibilityDetails, SeedDifference
+from proofs.details import ReproducedRun, SeedDifference, SeedInvarianceDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from refdec.decode import check_generate_args
@@ -51,12 +51,28 @@ def check_seed_invariance(
     seeds: Sequence[int],
     progress: Progress | None = None,
 ) -> CheckResult:
-    """measured = decodes of the target that differ from it decoded alone; bound 0. Needs a
-    decoder with generate_batch (else nothing is decoded beside it: the check fails, no power)."""
+    """One decoder (check_decoders' rules): measured = decodes of the target that differ from it
+    decoded alone; bound 0. A decoder without generate_batch fails: nothing is decoded beside it."""
     if not isinstance(decoder, BatchDecoder):
         return CheckResult(
             name, 0, 0, False, error=f"{label} has no generate_batch: nothing is decoded beside it"
         )
+    return check_decoders(name, [(label, decoder)], prompt, neighbours, n_tokens, sampling, seeds, progress)
+
+
+def check_decoders(
+    name: str,
+    decoders: Sequence[tuple[str, object]],
+    prompt: Sequence[int],
+    neighbours: Sequence[Sequence[int]],
+    n_tokens: int,
+    sampling: SamplingParams,
+    seeds: Sequence[int],
+    progress: Progress | None = None,
+) -> CheckResult:
+    """Every (label, decoder): measured = decodes of the target that differ from it decoded alone,
+    over all; bound 0. Power: some decoder's target tokens depend on the seed. A decoder without
+    generate_batch is listed (nothing is decoded beside it); when none has one the check is skipped."""
     others = [list(p) for p in neighbours]
     k = len(others)
     layouts = {  # where the target sits among its neighbours
@@ -64,44 +80,50 @@ def check_seed_invariance(
         "middle": lambda t: others[: k // 2] + [t] + others[k // 2 :],
         "last": lambda t: others + [t],
     }
-    differ, outs, equal, total = [], [], 0, 0
-    for s in seeds:
-        alone = _batch(decoder, [prompt], n_tokens, sampling, [s])[0]
-        outs.append(tuple(alone))
-        for where, place in layouts.items():
-            seeds_in = place(None)
-            at = seeds_in.index(None)
-            batch_seeds = [s if i == at else NEIGHBOUR_SEED + i for i in range(len(seeds_in))]
-            got = _batch(decoder, place(list(prompt)), n_tokens, sampling, batch_seeds)[at]
-            total += 1
-            if got == alone:
-                equal += 1
-            else:
-                differ.append(SeedDifference(f"{label} ({where} of {k + 1})", s, tuple(alone), tuple(got)))
-    sensitive = len(set(outs)) > 1
-    if progress:
-        progress(f"  {name} {label}: {equal}/{total} decodes beside others gave the alone tokens")
-    details = ReproducibilityDetails(
+    runs, differ, no_batch, sensitive = [], [], [], False
+    for label, decoder in decoders:
+        if not isinstance(decoder, BatchDecoder):
+            no_batch.append(label)
+            continue
+        outs, equal, total = [], 0, 0
+        for s in seeds:
+            alone = _batch(decoder, [prompt], n_tokens, sampling, [s])[0]
+            outs.append(tuple(alone))
+            for where, place in layouts.items():
+                seeds_in = place(None)
+                at = seeds_in.index(None)
+                batch_seeds = [s if i == at else NEIGHBOUR_SEED + i for i in range(len(seeds_in))]
+                got = _batch(decoder, place(list(prompt)), n_tokens, sampling, batch_seeds)[at]
+                total += 1
+                if got == alone:
+                    equal += 1
+                else:
+                    differ.append(
+                        SeedDifference(f"{label} ({where} of {k + 1})", s, tuple(alone), tuple(got))
+                    )
+        sensitive = sensitive or len(set(outs)) > 1
+        runs.append(ReproducedRun(label, total, equal))
+        if progress:
+            progress(f"  {name} {label}: {equal}/{total} decodes beside others gave the alone tokens")
+    details = SeedInvarianceDetails(
         prompt=tuple(prompt),
         tokens=n_tokens,
         temperature=sampling.temperature,
         seeds=tuple(seeds),
-        runs=(ReproducedRun(label, total, equal),),
+        runs=tuple(runs),
         differences=tuple(differ),
         seed_sensitive=sensitive,
+        neighbours=k,
+        no_batch=tuple(no_batch),
     )
+    power = f"{len(seeds)} seeds, each alone and beside {k} other prompts (first, middle, last)"
+    if not runs:
+        why = f"no setting has generate_batch ({', '.join(no_batch)}): nothing is decoded beside another"
+        return CheckResult(name, 0, 0, True, details, power, skipped=why)
     error = (
         None if sensitive else "every seed gave the same tokens: a shared stream could not show (no power)"
     )
-    return CheckResult(
-        name,
-        len(differ),
-        0,
-        not differ and sensitive,
-        details,
-        f"{len(seeds)} seeds, each alone and beside {k} other prompts (first, middle, last)",
-        error=error,
-    )
+    return CheckResult(name, len(differ), 0, not differ and sensitive, details, power, error=error)
 
 
 class SharedStream(SeededDecoder):

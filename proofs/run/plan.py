@@ -20,6 +20,7 @@ from refdec.sampling import SamplingParams
 # (name, params, n tokens), or (name, params, n tokens, picks): proofs/run/cases.py resolve_case
 CaseSpec = tuple
 REPRO_SEEDS, REPRO_TOKENS = 3, 6  # reproducibility: seeds x tokens, each decoded twice
+SEED_NEIGHBOURS = 4  # seed invariance: the other prompts a target is decoded beside (the same seeds, tokens)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.false_alarm import check_false_alarm
 from proofs.checks.greedy import check_greedy
 from proofs.checks.positions import check_positions
+from proofs.checks.reproducibility import SAMPLING as REPRO_SAMPLING
 from proofs.checks.reproducibility import check_reproducible
+from proofs.checks.seed_invariance import check_decoders as check_seed_invariance
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
 from proofs.decoders.candidates import (
@@ -82,7 +84,7 @@ from proofs.run.cases import (
     setup_record,
 )
 from proofs.run.kv_need import certify_buffers
-from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, CertifyPlan, sampling_preset
+from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, SEED_NEIGHBOURS, CertifyPlan, sampling_preset
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
@@ -648,6 +650,24 @@ class CertifyRun:
         seeds = [self.seed + i for i in range(REPRO_SEEDS)]
         return check_reproducible(
             "reproducibility", self.candidates, model, prompt, REPRO_TOKENS, seeds, self.say
+        )
+
+    def seed_invariance(self) -> CheckResult:
+        """Each setting's target (prompt, T=1, seed) decoded alone and beside the model's other
+        prompts, first, middle and last of a generate_batch call (proofs/checks/seed_invariance.py)."""
+        model = self.model_dt if self.model_dt is not None else self.model64
+        prompts = self.prompts(1 + SEED_NEIGHBOURS)
+        seeds = [self.seed + i for i in range(REPRO_SEEDS)]
+        decoders = [(c.label, c.build(model)) for c in self.candidates]
+        return check_seed_invariance(
+            "seed_invariance",
+            decoders,
+            prompts[0],
+            prompts[1:],
+            REPRO_TOKENS,
+            REPRO_SAMPLING,
+            seeds,
+            self.say,
         )
 
     # -- 4. mutants and false alarms -------------------------------------------------------------

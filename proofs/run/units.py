@@ -125,6 +125,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     if run.sampler_order != TEMPERATURE_FIRST:
         whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)
+    whole("seed_invariance", "seed_invariance", run.seed_invariance)
     library = run.mutant_library()
     for mt in library:
         units.append((f"mutant/{mt.id}", lambda share=None, mt=mt: run.mutant_unit(mt)))

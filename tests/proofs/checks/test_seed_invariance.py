@@ -47,3 +47,43 @@ def test_no_seed_sensitivity_is_no_power():
         "seed_invariance", Decoder(MODEL), "fastdec", PROMPT, NEIGHBOURS, 4, SamplingParams(), range(3)
     )
     assert not r.passed and "no power" in r.error
+
+
+def test_the_certificate_row_over_fastdecs_grid_and_a_shared_stream():
+    """certify's seed_invariance row: every setting of fastdec's grid keeps its seeds beside the
+    model's other prompts; a --decoder drawing one stream per batch fails it, and the verdict is
+    NON-REPRODUCIBLE (its law may be right), as a failure of reproducibility alone is."""
+    from plans import SMALL_PLAN
+
+    from proofs.decoders.candidates import Candidate
+    from proofs.run.certify import verdict_of
+    from proofs.run.run import CertifyRun
+    from reports.exactness import seed_invariance_section
+    from reports.render import render_certificate  # noqa: F401 - the section renders below
+
+    grid = CertifyRun(SMALL_PLAN, "tiny-ouro", None, "cpu", torch.float32, 0, lambda _m: None)
+    ok = grid.seed_invariance()
+    assert ok.passed and ok.kind == "seed_invariance" and len(ok.details.runs) == len(grid.candidates)
+    assert all(r.equal == r.seeds == 9 for r in ok.details.runs) and ok.details.neighbours == 4
+
+    shared = Candidate("shared stream", SharedStream, {"decoder": "shared"})
+    run = CertifyRun(SMALL_PLAN, "tiny-ouro", shared, "cpu", torch.float32, 0, lambda _m: None)
+    bad = run.seed_invariance()
+    assert not bad.passed and bad.measured >= 6
+    assert "| shared stream (first of 5) |" in seed_invariance_section(bad).replace("  ", " ")
+    assert verdict_of(["seed_invariance"]) == verdict_of(["reproducibility", "seed_invariance"])
+    assert (
+        verdict_of(["seed_invariance"]) == "NON-REPRODUCIBLE"
+        and verdict_of(["seed_invariance", "speed"]) == "FAIL"
+    )
+
+
+def test_a_decoder_without_generate_batch_skips_the_row():
+    from proofs.checks.seed_invariance import check_decoders
+
+    class OneAtATime:
+        def generate(self, prompt, max_new_tokens, sampling, seed):
+            return refdec.generate(MODEL, prompt, max_new_tokens, sampling, seed=seed)
+
+    r = check_decoders("seed_invariance", [("one", OneAtATime())], PROMPT, NEIGHBOURS, 4, T1, range(2))
+    assert r.passed and "no setting has generate_batch (one)" in r.skipped
