@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from proofs.boundaries import SPECULATION, Boundary, within
 from proofs.checks.distribution import (
     Case,
     CaseLaw,
@@ -25,7 +26,7 @@ from proofs.checks.distribution import (
     relative_samples,
 )
 from proofs.decoders.protocol import ALL_FIELDS, SamplingSupport
-from proofs.prompts import model_prompts
+from proofs.prompts import long_prompt, model_prompts
 from proofs.run.plan import CaseSpec, CertifyPlan, case_options
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
@@ -75,18 +76,67 @@ def declared_plan(plan: CertifyPlan, support: SamplingSupport) -> tuple[CertifyP
     return replace(plan, sampling_cases=tuple(kept)), tuple(left)
 
 
+PLAIN_REACH = 36  # the plain cases' prompts (at most 32 tokens, proofs/prompts.py) and tokens reach this
+
+
+def boundary_positions(boundaries: Sequence[Boundary], horizon: int, count: int) -> list[Boundary]:
+    """The boundaries the plan's boundary cases are placed at (count at most): every window first
+    (where rotating caches wrap), then the other declared ones (a cache page, a capacity, a server
+    block) past what the plain cases reach; each in ascending position, one case per position,
+    within the horizon. A speculation width is the greedy-at-depth check's (a prompt of k + 1)."""
+    usable = [b for b in within(boundaries, horizon) if b.declared and b.source != SPECULATION]
+    windows = [b for b in usable if b.window]
+    others = [b for b in usable if not b.window and b.position > PLAIN_REACH]
+    out: dict[int, Boundary] = {}
+    for b in windows + others:
+        if len(out) < count and b.position >= 2 and b.position not in out:
+            out[b.position] = b
+    return list(out.values())
+
+
+def boundary_cases(
+    oracle: Oracle,
+    plan: CertifyPlan,
+    at: Sequence[Boundary],
+    prompt_of,
+    order: str,
+    support: SamplingSupport,
+) -> tuple[CaseLaw, ...]:
+    """The plan's first entry (choose_case: a path's option chosen at this prompt) after a prompt of
+    b - 1 tokens for each boundary b: its first tokens sit at positions b - 1 and b, across it
+    (prompt_of(n): a prompt of n tokens); named "<case> @ b (what changes there)"."""
+    out = []
+    for b in at:
+        prompt = tuple(prompt_of(b.position - 1))
+        law = choose_case(oracle, prompt, plan.sampling_cases[0], plan, order, support)
+        name = f"{law.case.name} @ {b.position} ({b.what})"
+        out.append(replace(law, case=replace(law.case, name=name)))
+    return tuple(out)
+
+
 def chosen_cases(
     oracle: Oracle,
     name: str,
     plan: CertifyPlan,
     order: str = TEMPERATURE_FIRST,
     support: SamplingSupport = ALL_FIELDS,
+    at: Sequence[Boundary] = (),
 ) -> tuple[tuple[CaseLaw, ...], tuple[int, ...]]:
     """(law, N) of every plan entry on the model `oracle` holds (named `name`): its cases at the
     most informative of its prompts under sampler convention `order` and the decoder's other
-    conventions (`support`: min-p order, penalty scope), N at the Holm level of all of them."""
+    conventions (`support`: min-p order, penalty scope), then the first entry's case at each
+    boundary of `at` (boundary_cases); N at the Holm level of all of them."""
     prompt = pick_prompt(oracle, model_prompts(oracle.model, name, PROMPT_CANDIDATES))
     laws = tuple(choose_case(oracle, prompt, entry, plan, order, support) for entry in plan.sampling_cases)
+    if at and plan.sampling_cases:
+        laws += boundary_cases(
+            oracle,
+            plan,
+            at,
+            lambda n: long_prompt(oracle.model, name, n),
+            order,
+            support,
+        )
     alpha = alpha_per_test(laws, plan.target)
     return laws, tuple(planned_samples(law, plan.target, alpha) for law in laws)
 
@@ -223,6 +273,8 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
                 "top_p": law.case.sampling.top_p,
                 "order": law.case.sampling.order,
                 **_more_params(law.case.sampling),
+                # a case after its own prompt (at a boundary): the record's prompt is the others'
+                **({"prompt": list(law.case.prompt)} if law.case.prompt != laws[0].case.prompt else {}),
                 "tokens": law.case.n,
                 "samples": n,
                 **({"relative_samples": relative[i]} if relative else {}),
@@ -255,9 +307,8 @@ def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLa
             order=c.get("order", TEMPERATURE_FIRST),
             **c.get("params", {}),
         )
-        law = replace(
-            case_law(oracle, Case(c["name"], sp, tuple(record["prompt"]), c["tokens"])), chosen=c["chosen"]
-        )
+        prompt = tuple(c.get("prompt", record["prompt"]))
+        law = replace(case_law(oracle, Case(c["name"], sp, prompt, c["tokens"])), chosen=c["chosen"])
         if support_digest(law) != c["bins"]:
             raise LoopcertError(
                 f"case {c['name']} on {name}: this machine's exact law bins its samples otherwise than "

@@ -63,6 +63,10 @@ class CertifyPlan:
     depth_context: int = 256  # the greedy-at-depth horizon: at least this many context tokens ...
     depth_cap: int = 1024  # ... and two of the largest window, at most this many
     positions: PositionsPlan | None = None  # the per-position test on long samples (None: not run)
+    # exact-law cases at boundaries (issue 36 item 4a): the plan's first case again, after a prompt
+    # that ends just before each of this many of the run's boundaries (proofs/run/cases.py
+    # boundary_positions: windows first, then the declared ones past the plain prompts)
+    boundary_cases: int = 0
 
     @property
     def target(self) -> Target:
@@ -156,6 +160,8 @@ SIDE_BY_SIDE = {
     # full: the model's maximum length, or 4,096
     "depth_context": (256, 4096),
     "depth_cap": (1024, 4096),
+    # the first case again after a prompt ending before 1 (quick) or 3 (full) of the boundaries
+    "boundary_cases": (1, 3),
 }
 # -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) -------
 # T=1 without a filter: every token of the vocabulary in play and laws spread enough that a drift

@@ -75,6 +75,7 @@ from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
 from proofs.run.cases import (
     SamplingSetup,
+    boundary_positions,
     chosen_cases,
     declared_plan,
     planned_cases,
@@ -450,6 +451,13 @@ class CertifyRun:
         h = self.depth_horizon(first)
         return collect_boundaries(self.model64.cfg, decs, h, raw_config=raw)
 
+    def case_boundaries(self) -> list[Boundary]:
+        """The boundaries the plan's exact-law cases are also placed at (issue 36 item 4a:
+        proofs/run/cases.py boundary_positions), none when the plan asks for none."""
+        if not self.plan.boundary_cases:
+            return []
+        return boundary_positions(self.boundaries, self.depth_horizon(), self.plan.boundary_cases)
+
     def depth_horizon(self, boundaries=None) -> int:
         return horizon_for(
             self.boundaries if boundaries is None else boundaries,
@@ -536,8 +544,9 @@ class CertifyRun:
                 laws, samples = planned_cases(o, name, self.planned[name])
                 relative = planned_relative(self.planned[name])
             else:
+                at = self.case_boundaries() if name == self.model_name else ()
                 laws, samples = chosen_cases(
-                    o, name, self.declared[0], self.sampler_order, self.sampling_support
+                    o, name, self.declared[0], self.sampler_order, self.sampling_support, at
                 )
             relative = relative or relative_plan(laws, self.plan)
             run_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
