@@ -28,6 +28,7 @@ from loopcert.commands.common import (
     load_from_args,
 )
 from loopcert.serve import MAX_BODY_BYTES, READ_TIMEOUT_S
+from proofs.boundaries import declared_pairs, speculation_widths
 from refdec.errors import LoopcertError
 from refdec.load import write_atomic
 from refdec.values import dtype_name
@@ -134,6 +135,10 @@ def build_served(args):
         "dtype": dtype_name(decoder.dtype),
         "lossless": decoder.lossless,
         "ignore_request_seed": args.ignore_request_seed,
+        # where its state changes shape, for a client's checks at depth (proofs/boundaries.py):
+        # certify --decoder http://... reads them from here
+        "boundaries": [[p, what] for p, what in declared_pairs(decoder)],
+        "speculation_widths": speculation_widths(decoder),
     }
     cfg = model.cfg
     info = {

@@ -161,11 +161,19 @@ class HTTPClient:
         r = self._send("GET", path, None, f"GET {path}", samples=0, absent_ok=optional)
         return r
 
+    def get_text(self, path: str) -> str | None:
+        """GET base_url + path -> its text (a Prometheus /metrics page); None when the server has no
+        such path or answers anything but 200 (optional, as `get(optional=True)`)."""
+        try:
+            return self._send("GET", path, None, f"GET {path}", samples=0, absent_ok=True, text=True)
+        except LoopcertError:
+            return None
+
     def post(self, path: str, body: dict, what: str, samples: int = 0) -> dict | list:
         """POST the JSON body -> the JSON answer; `what` names the request in every error."""
         return self._send("POST", path, body, what, samples)
 
-    def _send(self, method, path, body, what, samples, absent_ok=False):
+    def _send(self, method, path, body, what, samples, absent_ok=False, text=False):
         httpx = httpx_module()
         t = self.transport
         url = self.base_url + path
@@ -198,6 +206,8 @@ class HTTPClient:
                         r.status_code,
                         r.text[:300],
                     )
+                if text:
+                    return r.text
                 try:
                     out = r.json()
                 except ValueError:

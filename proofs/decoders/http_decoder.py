@@ -136,6 +136,10 @@ class HTTPDecoder:
             self.compute_dtype = ENGINE_DTYPE
         self.seed_hint = self.dialect.seed_hint
         self.server_boundaries = options.boundaries  # proofs/boundaries.py: source "server"
+        # what the server reports of itself (loopcert serve's decoder, vLLM's KV block): declared
+        self.boundaries = self.server.boundaries
+        if self.server.speculation_widths:
+            self.speculation_widths = self.server.speculation_widths
         self.vocab: int | None = None  # set by check_model
         self.choices = options.choices
         self._seed_lock = threading.Lock()

@@ -50,6 +50,10 @@ class ServerInfo:
     max_model_len: int | None = None
     vocab_size: int | None = None
     fingerprint: str | None = None  # loopcert serve only (its /v1/models card or /get_model_info)
+    # where the server's state changes shape, as it reports it (proofs/boundaries.py): loopcert
+    # serve's decoder declaration, vLLM's KV block size (its /metrics cache_config_info)
+    boundaries: tuple[tuple[int, str], ...] = ()
+    speculation_widths: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -113,6 +117,8 @@ def detect(http: HTTPClient, url: str, v1: str, server: str = "auto") -> ServerI
         )
     paths = tuple(str(p) for p in (card.get("root"), card.get("id")) if p)
     cfg = ext.get("config") if isinstance(ext.get("config"), dict) else {}
+    dec = ext.get("decoder") if isinstance(ext.get("decoder"), dict) else {}
+    reported = {"loopcert": lambda: _pairs(dec.get("boundaries")), "vllm": lambda: _vllm_blocks(http)}
     return ServerInfo(
         url=url,
         kind=server,
@@ -122,7 +128,33 @@ def detect(http: HTTPClient, url: str, v1: str, server: str = "auto") -> ServerI
         max_model_len=_int(card.get("max_model_len")),
         vocab_size=_int(cfg.get("vocab_size")),
         fingerprint=ext.get("fingerprint"),
+        boundaries=reported[server]() if server in reported else (),
+        speculation_widths=tuple(k for k in map(_int, dec.get("speculation_widths") or ()) if k),
     )
+
+
+def _pairs(got) -> tuple[tuple[int, str], ...]:
+    """loopcert serve's reported boundaries ([[position, what], ...]); what is malformed is left out
+    (a report, not a promise: --boundaries names what a server does not say)."""
+    out = []
+    for entry in got if isinstance(got, list) else ():
+        if isinstance(entry, list) and len(entry) == 2 and _int(entry[0]) and isinstance(entry[1], str):
+            out.append((_int(entry[0]), f"{entry[1]} (reported by the server)"))
+    return tuple(out)
+
+
+# vLLM's Prometheus gauge of its cache config: vllm:cache_config_info{...,block_size="16",...} 1.0
+VLLM_BLOCK = re.compile(r'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', re.MULTILINE)
+
+
+def _vllm_blocks(http: HTTPClient) -> tuple[tuple[int, str], ...]:
+    """vLLM's KV-cache block size, from its /metrics (absent: none): the first block fills at it."""
+    text = http.get_text("/metrics")
+    found = VLLM_BLOCK.search(text or "")
+    if not found or not int(found.group(1)):
+        return ()
+    b = int(found.group(1))
+    return ((b, f"KV block of {b} tokens fills (vLLM /metrics cache_config_info)"),)
 
 
 def _one_card(url: str, models) -> dict:

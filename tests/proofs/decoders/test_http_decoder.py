@@ -76,7 +76,11 @@ def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan
 def test_seed_ignoring_server_is_non_reproducible_not_wrong(request, tmp_path_factory, tmp_path, http_plan):
     server = start(request, tmp_path_factory, *TINY, "--ignore-request-seed")
     rc, cert = certify_json(server.url, tmp_path)
-    assert rc == 1 and cert.verdict == "NON-REPRODUCIBLE" and cert.failed == ("reproducibility",)
+    assert rc == 1 and cert.verdict == "NON-REPRODUCIBLE"
+    assert cert.failed == (
+        "reproducibility",
+        "seed_invariance",
+    )  # its seeds are ignored alone and beside others
     repro = cert.check("reproducibility")
     assert repro.measured == 3 and repro.details.differences
     assert (tmp_path / "certificate.md").read_text().startswith("# loopcert certificate: NON-REPRODUCIBLE")
@@ -195,3 +199,41 @@ def test_http_decoder_declares_its_dialects_parameters_and_reports_a_refusal(goo
     finally:
         dec.close()
         sg.close()
+
+
+def test_the_server_reports_where_its_state_changes_shape(good_server):
+    """loopcert serve reports its decoder's boundaries and speculation widths on /v1/models; the HTTP
+    decoder declares them (proofs/boundaries.py collects them as the decoder's), beside --boundaries."""
+    from proofs.boundaries import collect, speculation_widths
+
+    dec = HTTPDecoder(good_server.url)
+    try:
+        reported = dict(dec.boundaries)
+        assert reported and all(what.endswith("(reported by the server)") for what in reported.values())
+        assert any("cache capacity" in what for what in reported.values())
+        found = {b.position: b for b in collect(refdec.load_model("tiny-ouro").cfg, dec, 64)}
+        assert all(p in found for p in reported if p <= 126)
+        import httpx
+
+        card = httpx.get(good_server.url + "/models").json()["data"][0]["loopcert"]["decoder"]
+        assert speculation_widths(dec) == card["speculation_widths"]  # [] unless it drafts ahead
+    finally:
+        dec.close()
+
+
+def test_vllms_block_size_is_read_from_its_metrics():
+    from proofs.decoders.server_info import _vllm_blocks
+
+    class Metrics:
+        def __init__(self, text):
+            self.text = text
+
+        def get_text(self, path):
+            assert path == "/metrics"
+            return self.text
+
+    line = 'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0"} 1.0\n'
+    assert _vllm_blocks(Metrics("# HELP ...\n" + line)) == (
+        (16, "KV block of 16 tokens fills (vLLM /metrics cache_config_info)"),
+    )
+    assert _vllm_blocks(Metrics(None)) == () and _vllm_blocks(Metrics("vllm:other 1.0\n")) == ()
