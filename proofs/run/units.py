@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from proofs.boundaries import Boundary
 from proofs.checks.depth import check_coverage, coverage
 from proofs.checks.theorem2 import check_theorem2_published
+from proofs.details import PositionsDetails
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.relative_units import relative_result, relative_unit_result
@@ -109,13 +110,15 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     per_case(sampling_checks(run), "sampling", sampling_unit_result, sampling_result)
     per_case(relative_checks(run), "relative_sampling", relative_unit_result, relative_result)
 
-    # -- issue 36: boundary coverage, from the greedy-at-depth runs and the sampling units ------
+    # -- issue 36: boundary coverage, from the greedy-at-depth runs, the sampling units and the
+    # per-position test's long samples --
     sampled = [u for chk in sampling_checks(run) if chk.model == run.model_name for u in chk.units]
+    long_ids = [f"check/positions[{run.model_name}: {c.label}]" for c in run.positions_candidates()]
     assemble.append(
         lambda res: guarded(
             "coverage",
             "coverage",
-            lambda: coverage_result(run, res["check/greedy_depth"], sampled, res),
+            lambda: coverage_result(run, res["check/greedy_depth"], sampled, res, long_ids),
             run.say,
         )
     )
@@ -149,10 +152,13 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     return units, assemble
 
 
-def coverage_result(run: CertifyRun, depth_raw: dict, sampled: list, res: dict) -> CheckResult:
+def coverage_result(
+    run: CertifyRun, depth_raw: dict, sampled: list, res: dict, long_ids: Sequence[str] = ()
+) -> CheckResult:
     """The coverage check (proofs/checks/depth.py check_coverage): every boundary the greedy-at-depth
     check recorded, the runs of it that crossed each (each placement once per setting decoded) and
-    the samples of the certified model's sampling units that did."""
+    the samples that did: the certified model's sampling units', and the long samples of its
+    per-position checks (`long_ids`: their whole units)."""
     depth = whole_result("greedy_depth", "greedy_depth", depth_raw)
     d = depth.details
     if d is None:
@@ -163,6 +169,12 @@ def coverage_result(run: CertifyRun, depth_raw: dict, sampled: list, res: dict) 
     for u in sampled:
         law = run.sampling_setup(u.model).law(u.case)
         drawn.append((len(law.case.prompt), law.case.n, int(res.get(u.id, {}).get("samples", 0))))
+    for uid in long_ids:
+        pos = whole_result(
+            uid.removeprefix("check/"), "positions", res.get(uid, {"unit_error": "absent"})
+        ).details
+        if isinstance(pos, PositionsDetails) and pos.samples:
+            drawn.append((len(pos.prompt), pos.tokens, pos.samples))
     bounds = [Boundary(p, source, what) for p, source, what in d.boundaries]
     return check_coverage("coverage", run.model_name, d.horizon, coverage(bounds, d.horizon, greedy, drawn))
 

@@ -77,3 +77,27 @@ def test_a_decoder_lossy_past_a_position_fails_the_case_placed_there_only(at):
     rejected = set(r.details.rejected)
     assert rejected == ({laws[1].case.name} if at == 48 else set()), (rejected, r.details.no_power)
     assert r.details.no_power == ()
+
+
+def test_coverage_counts_the_per_position_tests_long_samples():
+    """A boundary past the greedy-at-depth horizon (tiny-ouro's cache capacity 64, with a horizon of
+    about 32) is beyond it, unless the per-position test's long samples crossed it: then it is covered
+    and its row counts them. The control: the same run without the per-position test."""
+    from proofs.checks.positions import PositionsPlan
+    from proofs.run.certify import certify
+
+    long = PositionsPlan(SamplingParams(temperature=1.0), tokens=80, tv=0.5, min_band=16, budget_s=20.0)
+    rows = {}
+    for positions in (None, long):
+        plan = replace(SMALL_PLAN, positions=positions, mutant_ids=("always-accept",))
+        with pytest.MonkeyPatch.context() as mp:
+            import proofs.run.plan as plan_mod
+
+            mp.setitem(plan_mod.PLANS, "quick", plan)
+            cert = certify("tiny-ouro", progress=lambda _m: None)
+        rows[positions is None] = {r.position: r for r in cert.check("coverage").details.rows}
+        drawn = [c.details.samples for c in cert.checks if c.kind == "positions"]
+    without, with_long = rows[True][64], rows[False][64]
+    assert without.status == "beyond the horizon" and without.samples == 0
+    assert with_long.status == "covered" and with_long.greedy_runs == 0
+    assert with_long.samples == sum(drawn) > 0  # every long sample crossed it
