@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from proofs.details import PositionsDetails
 from proofs.result import CheckResult
+from proofs.stats.pit import LEVEL_MARGIN
 from reports.markdown import DASH, fmt, heading, section, table, verdict
 
 HEADERS = ["band", "half", "entropy cut (nats)", "tokens", "p-value", "Holm", "detects TV >=", "observed TV"]
@@ -71,9 +72,10 @@ def positions_check(c: CheckResult, d: PositionsDetails, title: str) -> str:
     if a is not None:
         out.append(
             f"False alarms at these stratum sizes, {a.replicates} simulated lossless runs: "
-            f"{a.rejections} rejected at {fmt(a.level)} (P(at least that many) {fmt(a.tail_p)}), "
-            f"{a.rejections_second_level} at {fmt(a.level_second_level)} "
-            f"(P {fmt(a.tail_p_second_level)}); the check fails when either is below {fmt(a.plausibility)}."
+            f"{a.rejections} rejected at {fmt(a.level)} (P(at least that many) at a real level "
+            f"{fmt(LEVEL_MARGIN)}x that: {fmt(a.tail_p)}), {a.rejections_second_level} at "
+            f"{fmt(a.level_second_level)} (P {fmt(a.tail_p_second_level)}); the check fails when either is "
+            f"below {fmt(a.plausibility)}: its real level then lies above {fmt(LEVEL_MARGIN)}x the nominal."
         )
     notes = summary_notes(d)
     if notes:
