@@ -16,8 +16,7 @@ import torch
 
 import refdec
 from proofs.certificate import Certificate, Stamp
-from proofs.decoders.candidates import DecoderFactoryError, default_depths, user_candidate
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.candidates import default_depths, user_candidate
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.jobs import Executor, LocalExecutor, check_jobs
@@ -125,6 +124,7 @@ def certify(
         planned=planned,
         relative=relative,
         compile=compile,
+        forks=isinstance(runner, LocalExecutor) and runner.workers > 1,
     )
     if results is None:  # a decoder that cannot serve the certified model is a usage error, not a FAIL
         for spec, candidate in ((decoder, user), (relative_to, relative)):
@@ -213,19 +213,17 @@ def certify(
 
 
 def check_applies(run: CertifyRun, spec: str, candidate) -> None:
-    """Build the candidate on the certified model once, before any check: a factory that declines
-    it (NotApplicable: an mlx-lm that cannot load the folder) or a server that serves another model
+    """Build the candidate on the certified model once, before any check (in a probe child when the
+    run forks workers: CertifyRun.declared_of): a factory that declines it (NotApplicable: an
+    mlx-lm that cannot load the folder) or a server that serves another model
     (proofs.decoders.server_info.check_identity) is a LoopcertError naming the spec, so the run
     stops with nothing written over the last certificate. A factory that breaks otherwise is left
     to the checks: that is a finding about the decoder, reported as its failure."""
-    try:
-        candidate.build(run.model64)
-    except NotApplicable as e:
+    declared = run.declared_of(candidate)
+    if declared.not_applicable is not None:
         raise LoopcertError(
-            f"{spec} does not apply to the certified model {run.model_name}: {e or 'declined by the factory'}"
-        ) from None
-    except DecoderFactoryError:
-        pass
+            f"{spec} does not apply to the certified model {run.model_name}: {declared.not_applicable}"
+        )
 
 
 def capped(runner: Executor | None, units: int) -> Executor | None:

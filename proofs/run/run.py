@@ -60,13 +60,13 @@ from proofs.decoders.candidates import (
     fastdec_candidate,
     fastdec_grid,
 )
+from proofs.decoders.declared import Declared, declared_by
 from proofs.decoders.protocol import (
     ALL_FIELDS,
     Decoder,
     NotApplicable,
     SamplingSupport,
     declared_sampler_order,
-    declared_sampling,
     prepare_decoder,
 )
 from proofs.progress import Progress
@@ -86,6 +86,7 @@ from proofs.run.cases import (
 )
 from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, SEED_NEIGHBOURS, CertifyPlan, sampling_preset
+from proofs.run.probe import in_child
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
@@ -237,8 +238,12 @@ class CertifyRun:
         planned: Mapping[str, dict] | None = None,
         relative: Candidate | None = None,
         compile: bool = False,
+        forks: bool = False,
     ):
         self.compile = compile  # fastdec's grid with compiled engine steps (certify --compile)
+        # True: the run forks workers (--jobs N): a user decoder is then never built in this
+        # process before they fork, only in a probe child (declared_of: proofs/run/probe.py)
+        self.forks = forks
         self.plan, self.model_name, self.user, self.device, self.dtype = plan, model_name, user, device, dtype
         self.relative = relative  # --relative-to: the same engine's plain decoder (needs a user decoder)
         self.sampling_budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
@@ -286,6 +291,7 @@ class CertifyRun:
             planned=self.planned,
             relative=self.relative,
             compile=self.compile,
+            forks=self.forks,
         )
 
     @functools.cached_property
@@ -305,8 +311,7 @@ class CertifyRun:
                 return setup.laws[0].case.sampling.order
         if self.user.sampler_order is not None:
             return self.user.sampler_order
-        decoder = self.declaring_decoder(self.user)
-        return TEMPERATURE_FIRST if decoder is None else declared_sampler_order(decoder)
+        return self.declared_of(self.user).sampler_order
 
     @functools.cached_property
     def sampling_support(self) -> SamplingSupport:
@@ -334,21 +339,23 @@ class CertifyRun:
         build it fail naming why)."""
         if candidate.sampling is not None:
             return candidate.sampling
-        decoder = self.declaring_decoder(candidate)
-        return SamplingSupport() if decoder is None else declared_sampling(decoder)
+        return self.declared_of(candidate).sampling
 
-    def declaring_decoder(self, candidate: Candidate) -> Decoder | None:
-        """A decoder of `candidate` on the certified model, built once, to read its declarations;
-        None when the factory cannot build one."""
-        built = self.__dict__.setdefault("_declaring", {})
-        if candidate.label not in built:
-            try:
-                built[candidate.label] = candidate.build(
-                    self.model_dt if self.model_dt is not None else self.model64
-                )
-            except Exception:  # noqa: BLE001 - the checks building it report the failure
-                built[candidate.label] = None
-        return built[candidate.label]
+    def declared_of(self, candidate: Candidate) -> Declared:
+        """What a user decoder declares, and whether its factory builds one on the certified model
+        (proofs/decoders/declared.py): built once, in a probe child when the run forks workers (an
+        engine started here would not survive the fork into them: proofs/run/probe.py)."""
+        got = self.__dict__.setdefault("_declared", {})
+        if candidate.label not in got:
+            model = self.model_dt if self.model_dt is not None else self.model64
+
+            def ask() -> Declared:
+                return declared_by(candidate.build, model)
+
+            got[candidate.label] = (
+                in_child(ask, f"reading what {candidate.label} declares") if self.forks else ask()
+            )
+        return got[candidate.label]
 
     @functools.cached_property
     def declared(self) -> tuple[CertifyPlan, tuple[str, ...]]:
@@ -445,7 +452,10 @@ class CertifyRun:
         """Every boundary of the certified model and decoders (proofs/boundaries.py): the model's
         config (and its folder's config.json), each decoder's declaration and speculation widths,
         the ladder up to the horizon."""
-        decs = [d for _, d, _ in self.depth_decoders if not isinstance(d, DecoderFactoryError)]
+        if self.user is not None:  # what it declares, read without starting its engine here
+            decs = [d for d in (self.declared_of(self.user),) if d.built]
+        else:
+            decs = [d for _, d, _ in self.depth_decoders if not isinstance(d, DecoderFactoryError)]
         raw = raw_config(self.model_name)
         first = collect_boundaries(self.model64.cfg, decs, 2, raw_config=raw)
         h = self.depth_horizon(first)

@@ -212,3 +212,45 @@ def test_the_certificate_renders_the_declaration(tmp_path):
     }
     assert rows["other sampling parameters"] == "none declared"
     assert rows["not sampled under"] == "T=1 min-p=0.2 (min_p) (parameters the decoder does not declare)"
+
+
+# -- an engine is never started in a process that forks workers ---------------------------------
+
+
+class Recording(MinP):
+    """Writes the pid of every process that builds it to $LOOPCERT_TEST_PIDS (a file): an engine
+    whose runtime threads would not survive a fork (llama.cpp's server, mlx's scheduler)."""
+
+    def __init__(self, model):
+        import os
+
+        with open(os.environ["LOOPCERT_TEST_PIDS"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+        super().__init__(model)
+
+
+@pytest.mark.parametrize("jobs", [2, 1])
+def test_with_workers_the_parent_never_builds_the_decoder(jobs, tmp_path, monkeypatch):
+    """--jobs 2: the decoder is built in a probe child (what it declares, whether it applies) and in
+    the workers, never in the parent, so no worker inherits an engine its parent started (the hang
+    of tox -e llamacpp's certify rows). The control, --jobs 1: the parent builds it itself."""
+    import os
+
+    import proofs.run.plan as plan_mod
+    from proofs.run.certify import certify
+
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("LOOPCERT_TEST_PIDS", str(pids))
+    monkeypatch.setitem(plan_mod.PLANS, "quick", replace(PLAN, mutant_ids=("always-accept",)))
+    cert = certify("tiny-ouro", "test_declared_sampling:Recording", jobs=jobs, progress=lambda _m: None)
+    assert cert.verdict == "PASS", cert.failed
+    built = [int(p) for p in pids.read_text().split()]
+    assert (os.getpid() in built) == (jobs == 1) and len(set(built)) >= (3 if jobs == 2 else 1)
+
+
+def test_a_probe_answers_or_raises_as_the_function_did():
+    from proofs.run.probe import in_child
+
+    assert in_child(lambda: {"a": (1, 2)}, "a question") == {"a": (1, 2)}
+    with pytest.raises(LoopcertError, match="named value"):
+        in_child(lambda: (_ for _ in ()).throw(LoopcertError("named value")), "a question")
