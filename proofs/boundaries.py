@@ -111,8 +111,9 @@ def speculation_widths(decoder) -> list[int]:
     if getattr(config, "strategy", None) in ("draft-verify", "adaptive-verify"):
         return [int(config.draft_ahead)]
     spec = getattr(decoder, "spec", None)
-    if getattr(spec, "speculative", False):
-        return [int(spec.num_draft)]
+    k = getattr(spec, "num_draft", None)  # mlx-lm's; OpenVINO's spec has none (it drafts its own way)
+    if getattr(spec, "speculative", False) and is_int(k, 1):
+        return [int(k)]
     return []
 
 
