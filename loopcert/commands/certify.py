@@ -25,7 +25,7 @@ from loopcert.commands.common import (
     uninterrupted,
 )
 from proofs.certificate import Certificate
-from proofs.run.certify import certify
+from proofs.run.certify import run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.predict import predict
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
@@ -302,14 +302,14 @@ def run(args) -> int:
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
     if args.plan_out is not None:
-        got = certify(
+        got = run_certify(
             *what, time_budget=args.time_budget, plan_out=args.plan_out, relative_to=args.relative_to
         )
         print(
             f"wrote {got['path']}: the plan of {got['units']} work units; give it to every part with --plan"
         )
         return 0
-    cert = certify(
+    cert = run_certify(
         *what,
         time_budget=args.time_budget,
         shard=shard,
