@@ -323,28 +323,11 @@ def http_command_parts(args) -> list[str]:
 
 
 def http_decoder_stamp(args, decoder: str) -> str:
-    """The stamp's decoder: the spec, for an HTTP decoder the server and dialect it spoke, for
-    mlx-lm and llama.cpp the versions decoded with."""
-    from proofs.decoders.http_decoder import built, is_http_spec
-    from proofs.decoders.llamacpp_spec import is_llamacpp_spec
-    from proofs.decoders.mlx_spec import is_mlx_spec
+    """The stamp's decoder (proofs.run.certify.described): the spec, for an HTTP decoder the server
+    and dialect it spoke, for mlx-lm, llama.cpp and OpenVINO the versions decoded with."""
+    from proofs.run.certify import described
 
-    if is_llamacpp_spec(args.decoder):
-        from proofs.decoders.llamacpp_decoder import llamacpp_versions
-
-        return f"{decoder} ({llamacpp_versions()})"
-    if is_mlx_spec(args.decoder):
-        from proofs.decoders.mlx_decoder import mlx_versions
-
-        return f"{decoder} ({mlx_versions()})"
-    from proofs.decoders.openvino_spec import is_openvino_spec
-
-    if is_openvino_spec(args.decoder):
-        from proofs.decoders.openvino_decoder import openvino_stamp
-
-        return f"{decoder} ({openvino_stamp(args.decoder)})"
-    dec = built(args.decoder) if is_http_spec(args.decoder) else None
-    return decoder if dec is None else f"{decoder} ({dec.description})"
+    return described(args.decoder, decoder)
 
 
 # -- threads ----------------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def certify(
             f"{user.label} has no `model` attribute saying which model it decodes: it is taken as built "
             f"for {model or 'the default model'}, and its tokens are judged as such"
         )
-    return run_certify(
+    cert = run_certify(
         model,
         user,
         device,
@@ -133,6 +133,9 @@ def certify(
         relative_to=relative_to,
         compile=compile,
     )
+    if isinstance(decoder, str):  # what the command stamps too: the server it found, the versions
+        cert = cert.with_stamp(decoder=described(decoder, cert.stamp.decoder))
+    return cert
 
 
 def run_certify(
@@ -308,6 +311,31 @@ def run_certify(
         ),
         checks=tuple(checks),
     )
+
+
+def described(spec: str | None, decoder: str) -> str:
+    """The stamp's decoder: `decoder` (the spec), for an HTTP decoder the server and dialect it
+    spoke, for mlx-lm, llama.cpp and OpenVINO the versions decoded with (after the run: the HTTP
+    decoder says what it found)."""
+    from proofs.decoders.http_decoder import built
+    from proofs.decoders.llamacpp_spec import is_llamacpp_spec
+    from proofs.decoders.mlx_spec import is_mlx_spec
+    from proofs.decoders.openvino_spec import is_openvino_spec
+
+    if is_llamacpp_spec(spec):
+        from proofs.decoders.llamacpp_decoder import llamacpp_versions
+
+        return f"{decoder} ({llamacpp_versions()})"
+    if is_mlx_spec(spec):
+        from proofs.decoders.mlx_decoder import mlx_versions
+
+        return f"{decoder} ({mlx_versions()})"
+    if is_openvino_spec(spec):
+        from proofs.decoders.openvino_decoder import openvino_stamp
+
+        return f"{decoder} ({openvino_stamp(spec)})"
+    dec = built(spec) if is_http_spec(spec) else None
+    return decoder if dec is None else f"{decoder} ({dec.description})"
 
 
 def plan_of(plan: str | CertifyPlan) -> CertifyPlan:
