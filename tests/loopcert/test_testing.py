@@ -7,16 +7,20 @@ run here too, as written."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
+from plans import untimed
 
 import fastdec
 from fastdec import DecodeConfig
 from loopcert.api import CertifyPlan, LoopcertError, certify, load_model
 from loopcert.testing import SMOKE_PLAN, assert_lossless
+from refdec.sampling import SamplingParams
 
+PLAIN = ("T=0.7", SamplingParams(temperature=0.7), 3)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "decoders.md"
 
 
@@ -93,6 +97,14 @@ def test_an_object_runs_on_its_own_model_only(ouro):
     details = cert.check("greedy_float64").details
     assert cert.passed and [r.model for r in details.runs] == ["tiny-ouro"]
     assert details.not_applicable == (f"{__name__}.FastWrapper on tiny-raven: serves only its own model",)
+
+
+def test_an_object_runs_in_forked_workers_to_the_same_certificate(ouro):
+    """jobs=2: the workers fork this process, the object with it (a Ray worker could not)."""
+    plan = dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
+    serial, forked = (certify("tiny-ouro", FastWrapper(ouro), plan=plan, jobs=j) for j in (1, 2))
+    assert serial.passed and serial.stamp.work_units > 2
+    assert untimed(json.loads(forked.dumps())) == untimed(json.loads(serial.dumps()))
 
 
 def test_an_object_built_for_another_model_is_a_usage_error():
