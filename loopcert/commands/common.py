@@ -287,20 +287,20 @@ def parse_boundaries(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
-def configure_http(args) -> None:
-    """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others), and to
-    an http:// --relative-to (the same engine's plain decoder: the same server flags)."""
-    from proofs.decoders.http_decoder import HTTPOptions, check_url, configure, is_http_spec
+def http_options(args):
+    """(the HTTPOptions of an http:// --decoder, of an http:// --relative-to; None where it is not
+    one): --relative-to gets --decoder's flags (the same engine's plain decoder: the same server
+    flags), else MODEL alone. Both URLs are checked before either server is reached."""
+    from proofs.decoders.http_decoder import HTTPOptions, check_url, is_http_spec
 
-    for spec in (args.decoder, getattr(args, "relative_to", None)):
-        if is_http_spec(spec):
-            check_url(spec)  # both, before either server is reached
-    options = http_options_from_args(args)
-    if options is not None:
-        configure(args.decoder, options)
     relative = getattr(args, "relative_to", None)
-    if is_http_spec(relative):
-        configure(relative, options if options is not None else HTTPOptions(model=args.model))
+    for spec in (args.decoder, relative):
+        if is_http_spec(spec):
+            check_url(spec)
+    options = http_options_from_args(args)
+    if not is_http_spec(relative):
+        return options, None
+    return options, options if options is not None else HTTPOptions(model=args.model)
 
 
 def http_command_parts(args) -> list[str]:

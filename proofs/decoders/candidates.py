@@ -13,6 +13,7 @@ import dataclasses
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -53,6 +54,9 @@ class Candidate:
     # which of the engines' other sampling parameters its decoders honour, and how, when known
     # without building one (protocol.declared_sampling); None: read from a built decoder
     sampling: SamplingSupport | None = None
+    # what its spec was given beside it (an http:// spec's HTTPOptions): a worker in another
+    # process tree rebuilds it from the spec and these (proofs/run/remote.py)
+    options: Any = None
 
 
 def default_depths(R: int) -> tuple[int, int | None]:
@@ -126,25 +130,28 @@ def factory_failure(model: str, error: BaseException) -> str:
     return f"the decoder factory failed on {model}: {type(error).__name__}: {error}"
 
 
-def user_candidate(spec: str, connect: bool = True) -> Candidate:
+def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
     """The one place a --decoder (or --relative-to) spec becomes decoders: module:factory;
     http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with connect=False the server is reached
     only when a decoder is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py);
     llama.cpp[:KEY=VALUE,...] (proofs/decoders/llamacpp_spec.py); openvino[:KEY=VALUE,...]
-    (proofs/decoders/openvino_spec.py). A bad spec is a LoopcertError
-    naming it, before any check."""
+    (proofs/decoders/openvino_spec.py). `http`: an http:// spec's HTTPOptions (None: the defaults);
+    with any other spec, a LoopcertError. A bad spec is a LoopcertError naming it, before any check."""
     from proofs.decoders.http_decoder import HTTPDecoder, http_factory, is_http_spec
     from proofs.decoders.llamacpp_spec import is_llamacpp_spec
     from proofs.decoders.mlx_spec import is_mlx_spec
     from proofs.decoders.openvino_spec import is_openvino_spec, parse_openvino_spec
 
+    if http is not None and not is_http_spec(spec):
+        raise LoopcertError(f"HTTP options are for an http:// decoder, not {spec!r}")
     if is_http_spec(spec):
         return Candidate(
             spec,
-            http_factory(spec, connect),
+            http_factory(spec, connect, http),
             {"decoder": spec},
             own_model=True,
             sampler_order=declared_sampler_order(HTTPDecoder),
+            options=http,
         )
     if is_mlx_spec(spec):
         from proofs.decoders.mlx_decoder import MLXDecoder, mlx_factory

@@ -26,8 +26,7 @@ from proofs.decoders.candidates import (
     python_candidate,
     user_candidate,
 )
-from proofs.decoders.http_decoder import HTTPOptions, check_url, is_http_spec
-from proofs.decoders.http_decoder import configure as configure_http
+from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
 from proofs.decoders.protocol import Decoder, Factory, NotApplicable
 from proofs.progress import Progress
 from proofs.result import CheckResult
@@ -110,9 +109,9 @@ def certify(
         raise LoopcertError(f"http must be an HTTPOptions, got {type(http).__name__!r}")
     if http is not None and not is_http_spec(decoder):
         raise LoopcertError(f"http= holds an http:// decoder's options; the decoder is {decoder!r}")
-    if is_http_spec(decoder):  # the options of this call, whatever an earlier one configured
+    if is_http_spec(decoder):  # the server is checked to serve MODEL as given (a folder, a name)
         http = http or HTTPOptions()
-        configure_http(check_url(decoder), http if http.model else dataclasses.replace(http, model=model))
+        http = http if http.model else dataclasses.replace(http, model=model)
     if not isinstance(user, (str, type(None))) and bound_model(decoder) is None and progress is not None:
         progress(
             f"{user.label} has no `model` attribute saying which model it decodes: it is taken as built "
@@ -132,6 +131,7 @@ def certify(
         ray_address=ray_address,
         relative_to=relative_to,
         compile=compile,
+        http=http,
     )
     if isinstance(decoder, str):  # what the command stamps too: the server it found, the versions
         cert = cert.with_stamp(decoder=described(decoder, cert.stamp.decoder))
@@ -157,6 +157,8 @@ def run_certify(
     planned: dict | None = None,
     relative_to: str | None = None,
     compile: bool = False,
+    http: HTTPOptions | None = None,
+    relative_http: HTTPOptions | None = None,
 ) -> Certificate | dict:
     """Run every check of `mode` (a plan's name, or the plan) on the candidate (a --decoder spec,
     or a Candidate: certify()'s Python decoder); returns the certificate (proofs/certificate.py),
@@ -179,6 +181,9 @@ def run_certify(
 
     `compile` (--compile) certifies fastdec's grid with compiled engine steps (fastdec/compiled.py;
     the bitwise check compares them with the compiled baseline); it takes no --decoder.
+
+    `http` and `relative_http` are the HTTPOptions of an http:// `decoder` and `relative_to` (the
+    command's HTTP flags; None: the defaults).
 
     Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model, a decoder
     that does not apply to the model: check_applies) raise LoopcertError before any check runs."""
@@ -211,8 +216,9 @@ def run_certify(
         raise LoopcertError(
             f"--compile compiles fastdec's engine steps; --decoder {decoder} is certified as it is: drop one"
         )
-    user = given_user or (user_candidate(decoder, connect=results is None) if decoder else None)
-    relative = user_candidate(relative_to, connect=results is None) if relative_to is not None else None
+    connect = results is None  # merged shards: no server is reached
+    user = given_user or (user_candidate(decoder, connect, http) if decoder else None)
+    relative = user_candidate(relative_to, connect, relative_http) if relative_to is not None else None
     t_start = time.perf_counter()
     run = CertifyRun(
         plan,
