@@ -1,5 +1,5 @@
-"""Certify a decoder from its author's own test suite (docs/decoders.md "Certify from your own
-tests").
+"""Certify a decoder from its author's own test suite (docs/decoders.md "Certify from Python and
+from your tests").
 
     from loopcert.testing import SMOKE_PLAN, assert_lossless
 

@@ -60,7 +60,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "read_certificate",
         "render_certificate",
     ),
-    # a decoder author's own tests (docs/decoders.md "Certify from your own tests")
+    # a decoder author's own tests (docs/decoders.md "Certify from Python and from your tests")
     "loopcert.testing": ("SMOKE_PLAN", "assert_lossless", "CertifyPlan"),
     # the protocols at the path docs/decoders.md named before loopcert.api existed
     "proofs.decoders.protocol": (

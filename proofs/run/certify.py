@@ -71,7 +71,7 @@ def certify(
 ) -> Certificate:
     """Certify `decoder` on `model` (a preset, "default" or a folder; None: the default model)
     under `plan` ("quick", "full" or a CertifyPlan); -> the Certificate (docs/decoders.md "Certify
-    from Python"). It writes no file and leaves torch's thread count as it is.
+    from Python and from your tests"). It writes no file and leaves torch's thread count as it is.
 
     `decoder` is a --decoder spec string ("module:factory", "http://HOST:PORT/v1", "mlx-lm", ...),
     a decoder object (anything with generate(); certified on the model it was built for only:

@@ -189,13 +189,13 @@ QUICK, FULL = (
 )
 PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monkeypatch.setitem
 
-# A decoder author's own test (loopcert.testing.assert_lossless, docs/decoders.md "Certify from your
-# own tests"): every check, cut down to seconds on a tiny preset. One sampling case of 3 tokens at
-# TV 0.2: a sampler 1.5x off the temperature fails it on tiny-ouro (tests/loopcert/test_testing.py),
-# a subtler bias needs QUICK's TV 0.05 (docs/measurements.md, "The smoke plan"); greedy and bitwise on
-# a few short prompts, two mutants (one the test must kill, one lossless control it must pass),
-# greedy at depth to 32 tokens, a one-prompt speed figure. Not a certificate to publish: its stamp
-# says "smoke".
+# A decoder author's own test (loopcert.testing.assert_lossless, docs/decoders.md "Certify from
+# Python and from your tests"): every check, cut down to seconds on a tiny preset. One sampling
+# case of 3 tokens at TV 0.2: a sampler 1.5x off the temperature fails it on tiny-ouro
+# (tests/loopcert/test_testing.py), a subtler bias needs QUICK's TV 0.05 (docs/measurements.md, "The
+# smoke plan"); greedy and bitwise on a few short prompts, two mutants (one the test must kill, one
+# lossless control it must pass), greedy at depth to 32 tokens, a one-prompt speed figure. Not a
+# certificate to publish: its stamp says "smoke".
 SMOKE = CertifyPlan(
     "smoke",
     greedy_presets=(),
