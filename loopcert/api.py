@@ -3,6 +3,8 @@
 
     from loopcert.api import NotApplicable, SamplingParams, certify, load_model
 
+A decoder author's own tests import loopcert.testing (assert_lossless, SMOKE_PLAN).
+
 These names hold: one that moves keeps its old path for one minor version, with a
 DeprecationWarning naming the new one (proofs/moved.py), and tests/test_public_api.py fails when
 one disappears without such an alias. Everything else of the packages is internal and may move
@@ -13,6 +15,8 @@ in any version. `refdec` and `fastdec` export the model and the fast decoder at 
 from __future__ import annotations
 
 from proofs.certificate import Certificate, Seeds, Stamp, read_certificate
+from proofs.decoders.http_client import Transport
+from proofs.decoders.http_decoder import HTTPOptions
 from proofs.decoders.protocol import (
     BatchDecoder,
     Decoder,
@@ -30,6 +34,7 @@ from proofs.details import KINDS as DETAIL_KINDS
 from proofs.details import Details
 from proofs.result import CheckResult
 from proofs.run.certify import certify
+from proofs.run.plan import CertifyPlan
 from refdec.errors import LoopcertError
 from refdec.load import load_model
 from refdec.model import LoopedLM
@@ -59,10 +64,13 @@ __all__ = [
     # certifying, and the certificate
     "DETAIL_KINDS",
     "Certificate",
+    "CertifyPlan",
     "CheckResult",
     "Details",
+    "HTTPOptions",
     "Seeds",
     "Stamp",
+    "Transport",
     "certify",
     "read_certificate",
     "render_certificate",

@@ -40,7 +40,7 @@ MOVED: dict[str, tuple[str, ...]] = {
 PUBLIC_HOME = "loopcert.api"
 PUBLIC: dict[str, tuple[str, ...]] = {
     "proofs.protocol": ("Decoder", "BatchDecoder", "Factory", "NotApplicable"),
-    "proofs.certify": ("certify",),
+    "proofs.certify": ("certify", "CertifyPlan"),
 }
 
 

@@ -32,11 +32,13 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "loopcert.api": (
         "BatchDecoder",
         "Certificate",
+        "CertifyPlan",
         "CheckResult",
         "DETAIL_KINDS",
         "Decoder",
         "Details",
         "Factory",
+        "HTTPOptions",
         "ENGINE_FIELDS",
         "LoopcertError",
         "LoopedLM",
@@ -47,6 +49,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "SamplingSupport",
         "Seeds",
         "Stamp",
+        "Transport",
         "batch_call_limit",
         "certify",
         "declared_compute_dtype",
@@ -57,6 +60,8 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "read_certificate",
         "render_certificate",
     ),
+    # a decoder author's own tests (docs/decoders.md "Certify from Python and from your tests")
+    "loopcert.testing": ("SMOKE_PLAN", "assert_lossless", "CertifyPlan"),
     # the protocols at the path docs/decoders.md named before loopcert.api existed
     "proofs.decoders.protocol": (
         "BatchDecoder",

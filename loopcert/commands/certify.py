@@ -19,13 +19,13 @@ from pathlib import Path
 
 from loopcert.commands.common import (
     add_http_arguments,
-    configure_http,
     http_command_parts,
     http_decoder_stamp,
+    http_options,
     uninterrupted,
 )
 from proofs.certificate import Certificate
-from proofs.run.certify import certify
+from proofs.run.certify import run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.predict import predict
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
@@ -253,7 +253,7 @@ def run(args) -> int:
     if jobs is None and args.executor == "local":
         jobs = default_jobs(args.device)  # Ray's default: one per CPU (GPU) of the cluster
     check_outputs(args)
-    configure_http(args)
+    http, relative_http = http_options(args)
     # the run both certify() and predict() take: what, with what, where, which plan and seed
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
     if args.predict_measured and args.predict is None:
@@ -272,6 +272,7 @@ def run(args) -> int:
             executor=args.executor,
             time_budget=args.time_budget,
             measured=args.predict_measured,
+            http=http,
         )
         est = got["estimate"]
         print_estimate(got["mode"], got["model"], est)
@@ -302,14 +303,19 @@ def run(args) -> int:
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None
     if args.plan_out is not None:
-        got = certify(
-            *what, time_budget=args.time_budget, plan_out=args.plan_out, relative_to=args.relative_to
+        got = run_certify(
+            *what,
+            time_budget=args.time_budget,
+            plan_out=args.plan_out,
+            relative_to=args.relative_to,
+            http=http,
+            relative_http=relative_http,
         )
         print(
             f"wrote {got['path']}: the plan of {got['units']} work units; give it to every part with --plan"
         )
         return 0
-    cert = certify(
+    cert = run_certify(
         *what,
         time_budget=args.time_budget,
         shard=shard,
@@ -319,6 +325,8 @@ def run(args) -> int:
         plan_file=args.plan,
         relative_to=args.relative_to,
         compile=args.compile,
+        http=http,
+        relative_http=relative_http,
     )
     if shard is not None:
         cert["command"] = command_line(args, cert["identity"]["model"])  # the unsharded run's command

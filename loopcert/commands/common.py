@@ -287,20 +287,20 @@ def parse_boundaries(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
-def configure_http(args) -> None:
-    """Hand the HTTP flags to the decoder certify builds for --decoder (a no-op for others), and to
-    an http:// --relative-to (the same engine's plain decoder: the same server flags)."""
-    from proofs.decoders.http_decoder import HTTPOptions, check_url, configure, is_http_spec
+def http_options(args):
+    """(the HTTPOptions of an http:// --decoder, of an http:// --relative-to; None where it is not
+    one): --relative-to gets --decoder's flags (the same engine's plain decoder: the same server
+    flags), else MODEL alone. Both URLs are checked before either server is reached."""
+    from proofs.decoders.http_decoder import HTTPOptions, check_url, is_http_spec
 
-    for spec in (args.decoder, getattr(args, "relative_to", None)):
-        if is_http_spec(spec):
-            check_url(spec)  # both, before either server is reached
-    options = http_options_from_args(args)
-    if options is not None:
-        configure(args.decoder, options)
     relative = getattr(args, "relative_to", None)
-    if is_http_spec(relative):
-        configure(relative, options if options is not None else HTTPOptions(model=args.model))
+    for spec in (args.decoder, relative):
+        if is_http_spec(spec):
+            check_url(spec)
+    options = http_options_from_args(args)
+    if not is_http_spec(relative):
+        return options, None
+    return options, options if options is not None else HTTPOptions(model=args.model)
 
 
 def http_command_parts(args) -> list[str]:
@@ -323,28 +323,11 @@ def http_command_parts(args) -> list[str]:
 
 
 def http_decoder_stamp(args, decoder: str) -> str:
-    """The stamp's decoder: the spec, for an HTTP decoder the server and dialect it spoke, for
-    mlx-lm and llama.cpp the versions decoded with."""
-    from proofs.decoders.http_decoder import built, is_http_spec
-    from proofs.decoders.llamacpp_spec import is_llamacpp_spec
-    from proofs.decoders.mlx_spec import is_mlx_spec
+    """The stamp's decoder (proofs.run.certify.described): the spec, for an HTTP decoder the server
+    and dialect it spoke, for mlx-lm, llama.cpp and OpenVINO the versions decoded with."""
+    from proofs.run.certify import described
 
-    if is_llamacpp_spec(args.decoder):
-        from proofs.decoders.llamacpp_decoder import llamacpp_versions
-
-        return f"{decoder} ({llamacpp_versions()})"
-    if is_mlx_spec(args.decoder):
-        from proofs.decoders.mlx_decoder import mlx_versions
-
-        return f"{decoder} ({mlx_versions()})"
-    from proofs.decoders.openvino_spec import is_openvino_spec
-
-    if is_openvino_spec(args.decoder):
-        from proofs.decoders.openvino_decoder import openvino_stamp
-
-        return f"{decoder} ({openvino_stamp(args.decoder)})"
-    dec = built(args.decoder) if is_http_spec(args.decoder) else None
-    return decoder if dec is None else f"{decoder} ({dec.description})"
+    return described(args.decoder, decoder)
 
 
 # -- threads ----------------------------------------------------------------------------------------

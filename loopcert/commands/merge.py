@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopcert.commands.certify import DEFAULT_OUT, REPORT_FILES, publish, timed_progress
-from proofs.run.certify import certify
+from proofs.run.certify import run_certify
 from proofs.run.shard_schema import ShardError
 from proofs.run.shards import combine, read_shard
 from refdec.errors import LoopcertError
@@ -52,7 +52,7 @@ def run(args) -> int:
 
 def merged(ident: dict, results: dict, shards: list[dict], progress):
     """The certificate of the shards' results, assembled by the code of a single run."""
-    return certify(
+    return run_certify(
         ident["model"],
         None if ident["decoder"] in ("fastdec", "fastdec compiled") else ident["decoder"],
         ident["device"],

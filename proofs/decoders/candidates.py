@@ -10,12 +10,17 @@ fastdec.config's); `--decoder module:factory` makes it one user decoder. A Candi
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import torch
 
 from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
 from proofs.decoders.protocol import (
     Decoder,
+    Factory,
     NotApplicable,
     SamplingSupport,
     build_decoder,
@@ -23,6 +28,7 @@ from proofs.decoders.protocol import (
     declared_sampling,
     load_factory,
 )
+from refdec.errors import LoopcertError
 
 
 def class_sampling(owner) -> SamplingSupport | None:
@@ -48,6 +54,9 @@ class Candidate:
     # which of the engines' other sampling parameters its decoders honour, and how, when known
     # without building one (protocol.declared_sampling); None: read from a built decoder
     sampling: SamplingSupport | None = None
+    # what its spec was given beside it (an http:// spec's HTTPOptions): a worker in another
+    # process tree rebuilds it from the spec and these (proofs/run/remote.py)
+    options: Any = None
 
 
 def default_depths(R: int) -> tuple[int, int | None]:
@@ -121,25 +130,28 @@ def factory_failure(model: str, error: BaseException) -> str:
     return f"the decoder factory failed on {model}: {type(error).__name__}: {error}"
 
 
-def user_candidate(spec: str, connect: bool = True) -> Candidate:
+def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
     """The one place a --decoder (or --relative-to) spec becomes decoders: module:factory;
     http://HOST:PORT/v1 (proofs/decoders/http_decoder.py; with connect=False the server is reached
     only when a decoder is built); mlx-lm[:KEY=VALUE,...] (proofs/decoders/mlx_spec.py);
     llama.cpp[:KEY=VALUE,...] (proofs/decoders/llamacpp_spec.py); openvino[:KEY=VALUE,...]
-    (proofs/decoders/openvino_spec.py). A bad spec is a LoopcertError
-    naming it, before any check."""
+    (proofs/decoders/openvino_spec.py). `http`: an http:// spec's HTTPOptions (None: the defaults);
+    with any other spec, a LoopcertError. A bad spec is a LoopcertError naming it, before any check."""
     from proofs.decoders.http_decoder import HTTPDecoder, http_factory, is_http_spec
     from proofs.decoders.llamacpp_spec import is_llamacpp_spec
     from proofs.decoders.mlx_spec import is_mlx_spec
     from proofs.decoders.openvino_spec import is_openvino_spec, parse_openvino_spec
 
+    if http is not None and not is_http_spec(spec):
+        raise LoopcertError(f"HTTP options are for an http:// decoder, not {spec!r}")
     if is_http_spec(spec):
         return Candidate(
             spec,
-            http_factory(spec, connect),
+            http_factory(spec, connect, http),
             {"decoder": spec},
             own_model=True,
             sampler_order=declared_sampler_order(HTTPDecoder),
+            options=http,
         )
     if is_mlx_spec(spec):
         from proofs.decoders.mlx_decoder import MLXDecoder, mlx_factory
@@ -171,11 +183,16 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
             sampler_order=declared_sampler_order(OpenVINODecoder),
             sampling=class_sampling(OpenVINODecoder),
         )
-    factory = load_factory(spec)
+    return factory_candidate(load_factory(spec), spec)
+
+
+def factory_candidate(factory: Factory, label: str) -> Candidate:
+    """A factory `make(model) -> decoder` (imported from a --decoder spec, or handed to
+    certify() from Python) as a candidate called `label`."""
 
     def build(model):
         try:
-            return build_decoder(factory, model, spec)
+            return build_decoder(factory, model, label)
         except NotApplicable:
             raise
         except Exception as e:  # noqa: BLE001 - named as the factory's, never as the decoder's output
@@ -185,4 +202,82 @@ def user_candidate(spec: str, connect: bool = True) -> Candidate:
     declared = (
         declared_sampler_order(factory) if isinstance(getattr(factory, "sampler_order", None), str) else None
     )
-    return Candidate(spec, build, {"decoder": spec}, sampler_order=declared, sampling=class_sampling(factory))
+    sampling = class_sampling(factory)
+    return Candidate(label, build, {"decoder": label}, sampler_order=declared, sampling=sampling)
+
+
+def python_candidate(decoder, label: str | None = None) -> Candidate:
+    """What certify() takes from Python besides a spec: a decoder object (anything with generate())
+    or a factory (a callable `make(model) -> decoder`, a class included), called `label` or by
+    its qualified name. A LoopcertError names anything else."""
+    if label is not None and (not isinstance(label, str) or not label.strip()):
+        raise LoopcertError(f"label must be a non-empty string, got {label!r}")
+    if not isinstance(decoder, type) and callable(getattr(decoder, "generate", None)):
+        return object_candidate(decoder, label or qualified_name(type(decoder)))
+    if callable(decoder):
+        return factory_candidate(decoder, label or qualified_name(decoder))
+    raise LoopcertError(
+        f"decoder must be a spec string, a decoder (an object with generate()) or a factory "
+        f"(model -> decoder), got {type(decoder).__name__!r}"
+    )
+
+
+def qualified_name(obj) -> str:
+    """module.QualName of a class or function (what a certificate calls a Python decoder)."""
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def object_candidate(decoder: Decoder, label: str) -> Candidate:
+    """A decoder object, bound to the model it was built for: built on a copy of that model (any
+    dtype: the same weights at the decoder's own precision) it is itself; on any other model it
+    is not applicable (NotApplicable: certify's check_applies makes that a usage error for the
+    certified model, the presets' runs are "not applicable" as a server's are). The model it was
+    built for is its `model` attribute (fastdec.Decoder's); one without it is taken as built for
+    whatever it is handed, and the checks judge its tokens. Its declarations are its own."""
+    bound = bound_model(decoder)
+    verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # handed model -> same weights
+
+    def build(model):
+        if bound is not None:
+            if model not in verdicts:
+                verdicts[model] = same_weights(model, bound)
+            if not verdicts[model]:
+                raise NotApplicable(f"{label} was built for another model ({bound.cfg.name})")
+        return decoder
+
+    return Candidate(
+        label,
+        build,
+        {"decoder": label},
+        own_model=True,
+        sampler_order=declared_sampler_order(decoder),
+        sampling=declared_sampling(decoder),
+    )
+
+
+def bound_model(decoder) -> torch.nn.Module | None:
+    """The model a decoder object decodes with: its `model` attribute when that is a model with a
+    config (refdec.LoopedLM; fastdec.Decoder holds one), else None."""
+    m = getattr(decoder, "model", None)  # optional: see proofs.decoders.protocol.BatchDecoder
+    return m if isinstance(m, torch.nn.Module) and hasattr(m, "cfg") else None
+
+
+def same_weights(model: torch.nn.Module, bound: torch.nn.Module) -> bool:
+    """Whether `model` is a copy of `bound`: the same config and every parameter equal once cast
+    to `bound`'s dtype (a float64 copy of float32 weights casts back exactly; so does any copy of
+    the same checkpoint to a narrower dtype)."""
+    if model is bound:
+        return True
+    if model.cfg != bound.cfg:
+        return False
+    theirs = dict(bound.named_parameters())
+    mine = dict(model.named_parameters())
+    if mine.keys() != theirs.keys():
+        return False
+    with torch.no_grad():
+        return all(
+            mine[k].shape == t.shape and torch.equal(mine[k].detach().to("cpu", t.dtype), t.detach().cpu())
+            for k, t in theirs.items()
+        )

@@ -280,40 +280,32 @@ def check_url(spec: str) -> str:
     return spec
 
 
-# certify() takes the decoder as its --decoder spec, a string that travels to shards and forked
-# workers; the HTTP flags the CLI parsed ride beside it in this process (a fork inherits them).
-_OPTIONS: dict[str, HTTPOptions] = {}
+# The decoders built in this process, by spec: a run's decoders share one connection per spec, the
+# next run (connect=True) closes the last one's, and the command stamps what it found (`built`).
+# The options are each factory's own (http_factory), never read from here.
 _BUILT: dict[str, HTTPDecoder] = {}
 
 
-def configure(spec: str, options: HTTPOptions) -> None:
-    """The options every decoder built for `spec` in this process uses (certify's HTTP flags)."""
-    _OPTIONS[spec] = options
-
-
-def options(spec: str) -> HTTPOptions | None:
-    """The options configured for `spec` in this process (None: none were): what a RunSpec ships
-    to workers in other process trees (proofs/run/remote.py), which the fork does not reach."""
-    return _OPTIONS.get(spec)
-
-
 def built(spec: str) -> HTTPDecoder | None:
-    """The decoder this process built for `spec`, if any (the CLI stamps its description)."""
+    """The decoder this process built last for `spec`, if any (the stamp names the server it found)."""
     return _BUILT.get(spec)
 
 
-def http_factory(spec: str, connect: bool = True):
-    """--decoder http://HOST:PORT/v1 -> factory(model) that checks the server serves `model`.
+def http_factory(spec: str, connect: bool = True, options: HTTPOptions | None = None):
+    """--decoder http://HOST:PORT/v1 with its options (certify's HTTP flags; None: the defaults)
+    -> factory(model) that checks the server serves `model`.
 
     connect=True reaches the server now (an unreachable one is a usage error before any check);
     False waits for the first build (`loopcert merge` assembles shards without a server). A URL
     that cannot be one is a usage error either way (check_url)."""
     check_url(spec)
+    options = HTTPOptions() if options is None else options
 
     def decoder() -> HTTPDecoder:
-        if spec not in _BUILT:
-            _BUILT[spec] = HTTPDecoder(spec, _OPTIONS.get(spec, HTTPOptions()))
-        return _BUILT[spec]
+        dec = _BUILT.get(spec)
+        if dec is None or dec.options != options:
+            _BUILT[spec] = dec = HTTPDecoder(spec, options)
+        return dec
 
     if connect:
         old = _BUILT.pop(spec, None)  # a new run reaches the server afresh

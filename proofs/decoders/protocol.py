@@ -70,6 +70,9 @@ class BatchDecoder(Decoder, Protocol):
     min_p_order, penalty_scope, penalty_window
                    how it applies them (refdec.sampling's conventions; absent: SamplingParams'
                    defaults, vLLM's): every case it is handed carries them, and is judged under them
+    model          the refdec.LoopedLM it decodes (fastdec.Decoder's): a decoder object handed to
+                   certify() is certified on that model only, and must be a copy of the certified
+                   one (proofs.decoders.candidates.object_candidate; absent: taken as built for it)
     prepare        prepare(n_positions) -> seconds: do now the one-time work (compiles) that
                    decoding sequences of up to n_positions positions needs (read through
                    `prepare_decoder`); certify calls it before it times the decoder, so the

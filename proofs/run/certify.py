@@ -9,14 +9,24 @@ bodies proofs/run/run.py's, the run as work units proofs/run/units.py's.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections.abc import Sequence
 
 import torch
 
 import refdec
 from proofs.certificate import Certificate, Stamp
-from proofs.decoders.candidates import default_depths, user_candidate
+from proofs.decoders.candidates import (
+    Candidate,
+    bound_model,
+    default_depths,
+    python_candidate,
+    user_candidate,
+)
+from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
+from proofs.decoders.protocol import Decoder, Factory
 from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.jobs import Executor, LocalExecutor, check_jobs
@@ -40,11 +50,99 @@ NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
 
 
 def certify(
-    model_name: str | None = None,
-    decoder: str | None = None,
+    model: str | None = None,
+    decoder: str | Decoder | Factory | None = None,
+    *,
+    plan: str | CertifyPlan = "quick",
     device: str = "cpu",
     dtype="float32",
-    mode: str = "quick",
+    seed: int = 0,
+    label: str | None = None,
+    http: HTTPOptions | None = None,
+    progress: Progress | None = None,
+    time_budget: float | None = None,
+    jobs: int | None = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    relative_to: str | None = None,
+    compile: bool = False,
+    **renamed,
+) -> Certificate:
+    """Certify `decoder` on `model` (a preset, "default" or a folder; None: the default model)
+    under `plan` ("quick", "full" or a CertifyPlan); -> the Certificate (docs/decoders.md "Certify
+    from Python and from your tests"). It writes no file and leaves torch's thread count as it is.
+
+    `decoder` is a --decoder spec string ("module:factory", "http://HOST:PORT/v1", "mlx-lm", ...),
+    a decoder object (anything with generate(); certified on the model it was built for only:
+    proofs.decoders.candidates.object_candidate), a factory (model -> decoder, a class included),
+    or None for fastdec's grid. An object or factory is called `label` in the certificate (default:
+    its qualified name). `http` holds an http:// spec's options (--server, --http-timeout,
+    --api-key, --decoder-dtype, --served-model, --boundaries). The other arguments are the
+    command's flags (loopcert certify --help); a decoder object or factory lives in this process
+    and its forks, so it runs with `executor` "local" only. Every usage error is a LoopcertError
+    raised before any check runs."""
+    for old, new in (("model_name", "model"), ("mode", "plan")):
+        if old in renamed:
+            warnings.warn(f"certify({old}=...) is deprecated: pass {new}=", DeprecationWarning, stacklevel=2)
+            if new == "model":
+                model = renamed.pop(old)
+            else:
+                plan = renamed.pop(old)
+    if renamed:
+        raise TypeError(f"certify() got unexpected keyword argument(s): {', '.join(sorted(renamed))}")
+    if decoder is None or isinstance(decoder, str):
+        if label is not None:
+            raise LoopcertError(
+                f"label={label!r} names a decoder object or factory; "
+                f"{'fastdec' if decoder is None else repr(decoder)} is named by itself"
+            )
+        user = decoder
+    else:
+        user = python_candidate(decoder, label)
+        if executor != "local":
+            raise LoopcertError(
+                f"{user.label} is a Python object: it runs in this process and its forks (executor "
+                f"'local'), not with executor {executor!r}; certify it as a 'module:factory' spec there"
+            )
+    if http is not None and not isinstance(http, HTTPOptions):
+        raise LoopcertError(f"http must be an HTTPOptions, got {type(http).__name__!r}")
+    if http is not None and not is_http_spec(decoder):
+        raise LoopcertError(f"http= holds an http:// decoder's options; the decoder is {decoder!r}")
+    if is_http_spec(decoder):  # the server is checked to serve MODEL as given (a folder, a name)
+        http = http or HTTPOptions()
+        http = http if http.model else dataclasses.replace(http, model=model)
+    if not isinstance(user, (str, type(None))) and bound_model(decoder) is None and progress is not None:
+        progress(
+            f"{user.label} has no `model` attribute saying which model it decodes: it is taken as built "
+            f"for {model or 'the default model'}, and its tokens are judged as such"
+        )
+    cert = run_certify(
+        model,
+        user,
+        device,
+        dtype,
+        plan,
+        seed,
+        progress,
+        time_budget=time_budget,
+        jobs=jobs,
+        executor=executor,
+        ray_address=ray_address,
+        relative_to=relative_to,
+        compile=compile,
+        http=http,
+    )
+    if isinstance(decoder, str):  # what the command stamps too: the server it found, the versions
+        cert = cert.with_stamp(decoder=described(decoder, cert.stamp.decoder))
+    return cert
+
+
+def run_certify(
+    model_name: str | None = None,
+    decoder: str | Candidate | None = None,
+    device: str = "cpu",
+    dtype="float32",
+    mode: str | CertifyPlan = "quick",
     seed: int = 0,
     progress: Progress | None = None,
     time_budget: float | None = None,
@@ -58,8 +156,12 @@ def certify(
     planned: dict | None = None,
     relative_to: str | None = None,
     compile: bool = False,
+    http: HTTPOptions | None = None,
+    relative_http: HTTPOptions | None = None,
 ) -> Certificate | dict:
-    """Run every check of `mode` on the candidate; returns the certificate (proofs/certificate.py).
+    """Run every check of `mode` (a plan's name, or the plan) on the candidate (a --decoder spec,
+    or a Candidate: certify()'s Python decoder); returns the certificate (proofs/certificate.py),
+    or with `shard` or `plan_out` a dict: what `loopcert certify` and `loopcert merge` run.
 
     The run is a list of work units in plan order (proofs/run/units.py). With `shard` it runs only the
     shard's units and returns their raw results with the run's identity (proofs/run/shards.py);
@@ -79,12 +181,16 @@ def certify(
     `compile` (--compile) certifies fastdec's grid with compiled engine steps (fastdec/compiled.py;
     the bitwise check compares them with the compiled baseline); it takes no --decoder.
 
+    `http` and `relative_http` are the HTTPOptions of an http:// `decoder` and `relative_to` (the
+    command's HTTP flags; None: the defaults).
+
     Usage errors (bad mode, dtype, seed, device, --decoder or --relative-to spec, model, a decoder
     that does not apply to the model: check_applies) raise LoopcertError before any check runs."""
     say = progress or (lambda _msg: None)
-    if mode not in PLANS:
-        raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
-    plan = PLANS[mode]
+    given_user = decoder if isinstance(decoder, Candidate) else None
+    if given_user is not None:
+        decoder = given_user.label
+    plan = plan_of(mode)
     dtype = parse_dtype(dtype)
     # every sampled check seeds a torch.Generator with seed + i: keep the last one below 2**64
     if check_int("seed", seed, 0) >= 2**63:
@@ -109,8 +215,9 @@ def certify(
         raise LoopcertError(
             f"--compile compiles fastdec's engine steps; --decoder {decoder} is certified as it is: drop one"
         )
-    user = user_candidate(decoder, connect=results is None) if decoder else None
-    relative = user_candidate(relative_to, connect=results is None) if relative_to is not None else None
+    connect = results is None  # merged shards: no server is reached
+    user = given_user or (user_candidate(decoder, connect, http) if decoder else None)
+    relative = user_candidate(relative_to, connect, relative_http) if relative_to is not None else None
     t_start = time.perf_counter()
     run = CertifyRun(
         plan,
@@ -210,6 +317,40 @@ def certify(
         ),
         checks=tuple(checks),
     )
+
+
+def described(spec: str | None, decoder: str) -> str:
+    """The stamp's decoder: `decoder` (the spec), for an HTTP decoder the server and dialect it
+    spoke, for mlx-lm, llama.cpp and OpenVINO the versions decoded with (after the run: the HTTP
+    decoder says what it found)."""
+    from proofs.decoders.http_decoder import built
+    from proofs.decoders.llamacpp_spec import is_llamacpp_spec
+    from proofs.decoders.mlx_spec import is_mlx_spec
+    from proofs.decoders.openvino_spec import is_openvino_spec
+
+    if is_llamacpp_spec(spec):
+        from proofs.decoders.llamacpp_decoder import llamacpp_versions
+
+        return f"{decoder} ({llamacpp_versions()})"
+    if is_mlx_spec(spec):
+        from proofs.decoders.mlx_decoder import mlx_versions
+
+        return f"{decoder} ({mlx_versions()})"
+    if is_openvino_spec(spec):
+        from proofs.decoders.openvino_decoder import openvino_stamp
+
+        return f"{decoder} ({openvino_stamp(spec)})"
+    dec = built(spec) if is_http_spec(spec) else None
+    return decoder if dec is None else f"{decoder} ({dec.description})"
+
+
+def plan_of(plan: str | CertifyPlan) -> CertifyPlan:
+    """A plan by name ("quick", "full") or the plan itself; a LoopcertError names anything else."""
+    if isinstance(plan, CertifyPlan):
+        return plan
+    if isinstance(plan, str) and plan in PLANS:
+        return PLANS[plan]
+    raise LoopcertError(f"plan must be one of {sorted(PLANS)} or a CertifyPlan, got {plan!r}")
 
 
 def check_applies(run: CertifyRun, spec: str, candidate) -> None:

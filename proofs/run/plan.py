@@ -192,6 +192,36 @@ QUICK, FULL = (
 )
 PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monkeypatch.setitem
 
+# A decoder author's own test (loopcert.testing.assert_lossless, docs/decoders.md "Certify from
+# Python and from your tests"): every check, cut down to seconds on a tiny preset. One sampling
+# case of 3 tokens at TV 0.2: a sampler 1.5x off the temperature fails it on tiny-ouro
+# (tests/loopcert/test_testing.py), a subtler bias needs QUICK's TV 0.05 (docs/measurements.md, "The
+# smoke plan"); greedy and bitwise on a few short prompts, two mutants (one the test must kill, one
+# lossless control it must pass), greedy at depth to 32 tokens, a one-prompt speed figure. Not a
+# certificate to publish: its stamp says "smoke".
+SMOKE = CertifyPlan(
+    "smoke",
+    greedy_presets=(),
+    greedy_prompts=2,
+    greedy_tokens=8,
+    bitwise_prompts=1,
+    bitwise_tokens=6,
+    sampling_cases=(("T=1 top-k=4", SamplingParams(temperature=1.0, top_k=4), 3),),
+    tv=0.2,
+    sampling_budget_s=60.0,
+    sampling_presets=False,
+    blackbox_mutant_samples=40,
+    false_alarm=None,
+    theorem1_random_cases=50,
+    theorem1_search_examples=20,
+    trace_prompts=2,
+    trace_positions=16,
+    speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
+    mutant_ids=("always-accept", "control-gate-inverted"),
+    depth_context=24,
+    depth_cap=32,
+)
+
 
 def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
     """One entry of CertifyPlan.sampling_cases -> its cases in order of preference."""

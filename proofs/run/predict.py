@@ -109,6 +109,7 @@ def predict(
     executor: str = "local",
     time_budget: float | None = None,
     measured: bool = False,
+    http=None,
 ) -> dict:
     """The prediction of the module docstring, as data, after the layer-cut estimate
     (proofs/run/cut_estimate.py, under "estimate"): where that says the measured prediction would
@@ -131,7 +132,7 @@ def predict(
     model_name = model_name or default_model_name()
     budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
     check_fits(run_need(model_name, dtype, device), f"certifying {model_name}", FIT_HINT)  # before the cuts
-    user = user_candidate(decoder) if decoder else None
+    user = user_candidate(decoder, http=http) if decoder else None  # http: an http:// decoder's HTTPOptions
     est = cut_first(model_name, plan, dtype, device, user, budget_s, jobs, slice_seconds, say)
     if est["warnings"] and not measured:
         return {

@@ -9,7 +9,8 @@ these, so it never plans: a worker whose float64 kernels round otherwise (other 
 parent's cases with the parent's N and bins, and a unit's raw result depends on the plan, the
 seed and its id alone. Only the decoders are built in the worker, once per worker and spec. An
 HTTP decoder's flags (--server, --http-timeout, --api-key, --decoder-dtype, --served-model) ride
-in the spec too: a forked worker inherits them from the parent's process, a Ray worker does not.
+in the spec too (the candidate's options): a forked worker inherits the parent's candidates, a Ray
+worker rebuilds them.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from proofs.decoders.candidates import user_candidate
-from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
-from proofs.decoders.http_decoder import configure as configure_http
-from proofs.decoders.http_decoder import options as http_options
+from proofs.decoders.http_decoder import HTTPOptions
 from proofs.progress import Progress
 from proofs.run.cases import SamplingSetup
 from proofs.run.plan import CertifyPlan
@@ -64,20 +63,18 @@ class RunSpec:
             run.models,
             dict(run.sampling_setups),
             tuple(uid for uid, _ in units),
-            http_options(run.user.label) if run.user and is_http_spec(run.user.label) else None,
+            run.user.options if run.user else None,
             run.relative.label if run.relative else None,
-            http_options(run.relative.label) if run.relative and is_http_spec(run.relative.label) else None,
+            run.relative.options if run.relative else None,
             run.compile,
         )
 
     def build(self, say: Progress) -> tuple[CertifyRun, dict[str, Callable[..., dict]]]:
         """(the run, {unit id: run it(share)}) in this process, on the shipped models and plan."""
-        if self.http_options is not None:
-            configure_http(self.decoder, self.http_options)
-        if self.relative_http_options is not None:
-            configure_http(self.relative_to, self.relative_http_options)
-        user = user_candidate(self.decoder) if self.decoder else None
-        relative = user_candidate(self.relative_to) if self.relative_to else None
+        user = user_candidate(self.decoder, http=self.http_options) if self.decoder else None
+        relative = (
+            user_candidate(self.relative_to, http=self.relative_http_options) if self.relative_to else None
+        )
         run = CertifyRun(
             self.plan,
             self.model_name,

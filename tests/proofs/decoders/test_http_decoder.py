@@ -237,3 +237,16 @@ def test_vllms_block_size_is_read_from_its_metrics():
         (16, "KV block of 16 tokens fills (vLLM /metrics cache_config_info)"),
     )
     assert _vllm_blocks(Metrics(None)) == () and _vllm_blocks(Metrics("vllm:other 1.0\n")) == ()
+
+
+def test_a_server_is_certified_from_python_with_typed_options(good_server):
+    """loopcert.api.certify(model, URL, http=HTTPOptions(...)): the command's HTTP flags as data;
+    the stamp names the server and dialect as the command's does, and the next call without
+    options speaks the default dialect again (each call's options are its own)."""
+    from loopcert.api import HTTPOptions, certify
+
+    cert = certify("tiny-ouro", good_server.url, plan=HTTP_PLAN, seed=1, http=HTTPOptions(server="sglang"))
+    assert cert.verdict == "PASS", cert.failed
+    assert cert.stamp.decoder.startswith(f"{good_server.url} (SGLang at {good_server.url}, sglang dialect")
+    cert = certify("tiny-ouro", good_server.url, plan=HTTP_PLAN, seed=1)
+    assert cert.verdict == "PASS" and "openai dialect" in cert.stamp.decoder, cert.stamp.decoder

@@ -199,7 +199,7 @@ def test_a_crashed_run_leaves_the_last_report(tmp_path, monkeypatch):
     def crash(*a, **k):
         raise RuntimeError("interrupted halfway")
 
-    monkeypatch.setattr("loopcert.commands.certify.certify", crash)
+    monkeypatch.setattr("loopcert.commands.certify.run_certify", crash)
     with pytest.raises(RuntimeError):
         main(["certify", "tiny-ouro", "--out", str(tmp_path)])
     assert (tmp_path / "certificate.md").read_text() == "old md\n"
@@ -210,7 +210,7 @@ def test_a_crashed_run_leaves_the_last_report(tmp_path, monkeypatch):
 def test_a_render_failure_leaves_both_old_files(tmp_path, monkeypatch):
     _old_reports(tmp_path)
     monkeypatch.setattr(
-        "loopcert.commands.certify.certify",
+        "loopcert.commands.certify.run_certify",
         lambda *a, **k: Certificate("PASS", (), {}, certificate_stamp(model="m", seconds=0.0)),
     )
 
@@ -317,7 +317,7 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     assert got["serial_seconds"] == pytest.approx(got["setup_seconds"] + sum(checks.values()))
     assert got["setup_seconds"] <= got["wall_seconds"] <= got["serial_seconds"]
     # every check a certify run of the same plan reports has its prediction, and nothing else
-    cert = certify("tiny-ouro", mode="quick", time_budget=5)
+    cert = certify("tiny-ouro", plan="quick", time_budget=5)
     assert set(checks) == {c.name for c in cert.checks}
 
 

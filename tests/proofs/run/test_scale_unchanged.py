@@ -34,7 +34,7 @@ def figures(x):
 
 
 def cert_figures(model: str) -> dict:
-    cert = certify(model, mode="quick", seed=3)
+    cert = certify(model, plan="quick", seed=3)
     data = json.loads(cert.dumps())
     data["stamp"] = {k: v for k, v in data["stamp"].items() if k in ("model", "R", "vocab_size", "settings")}
     return figures(data)
