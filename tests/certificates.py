@@ -41,6 +41,7 @@ from proofs.details import (
     SamplingDetails,
     SamplingView,
     SeedDifference,
+    SeedInvarianceDetails,
     SpeedDetails,
     SpeedRow,
     Theorem1Details,
@@ -358,6 +359,21 @@ def reproducibility(**changes) -> ReproducibilityDetails:
     return replace(d, **changes)
 
 
+def seed_invariance(**changes) -> SeedInvarianceDetails:
+    d = SeedInvarianceDetails(
+        prompt=(0, 5),
+        tokens=6,
+        temperature=1.0,
+        seeds=(0, 1, 2),
+        runs=(ReproducedRun("pipelined d1=1 d2=2", seeds=9, equal=9),),
+        differences=(),
+        seed_sensitive=True,
+        neighbours=4,
+        no_batch=(),
+    )
+    return replace(d, **changes)
+
+
 def seed_difference(**changes) -> SeedDifference:
     return replace(SeedDifference("pipelined d1=1 d2=2", 1, (3, 4, 5), (3, 4, 6)), **changes)
 
@@ -649,6 +665,7 @@ def one_of_each_kind() -> tuple[CheckResult, ...]:
         result(positions(), "positions[tiny-raven: pipelined]", 0.9, 1e-3 / 3, power="TV >= 0.15"),
         result(convention(), "sampler_convention", 0.061, math.nan),
         result(reproducibility(), "reproducibility"),
+        result(seed_invariance(), "seed_invariance"),
         result(mutation(), "mutation"),
         result(false_alarm(), "false_alarm", 0.0, 1e-3),
         result(theorem1(), "theorem1_random", 1.99, 2.0),
