@@ -87,7 +87,8 @@ def why(cert: dict) -> str:
             first = next(iter(d.get("divergences") or []), None)
             if first:
                 parts.append(
-                    f"{c['name']}: prompt of {len(first['prompt'])} tokens, position {first['position']}: "
+                    f"{c['name']}: prompt of {len(first.get('prompt') or ()) or first.get('prompt_len')} "
+                    f"tokens, position {first['position']}: "  # greedy_depth's: prompt_len
                     f"refdec {first['reference']}, OpenVINO {first['candidate']}"
                 )
             else:
