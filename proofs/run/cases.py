@@ -79,12 +79,20 @@ def declared_plan(plan: CertifyPlan, support: SamplingSupport) -> tuple[CertifyP
 PLAIN_REACH = 36  # the plain cases' prompts (at most 32 tokens, proofs/prompts.py) and tokens reach this
 
 
-def boundary_positions(boundaries: Sequence[Boundary], horizon: int, count: int) -> list[Boundary]:
+def boundary_positions(
+    boundaries: Sequence[Boundary], horizon: int, count: int, max_len: int | None = None
+) -> list[Boundary]:
     """The boundaries the plan's boundary cases are placed at (count at most): every window first
     (where rotating caches wrap), then the other declared ones (a cache page, a capacity, a server
     block) past what the plain cases reach; each in ascending position, one case per position,
-    within the horizon. A speculation width is the greedy-at-depth check's (a prompt of k + 1)."""
-    usable = [b for b in within(boundaries, horizon) if b.declared and b.source != SPECULATION]
+    within the horizon. A speculation width is the greedy-at-depth check's (a prompt of k + 1), and
+    the model's last positions (max_len - 2 and on) its long continuation's and the per-position
+    test's: a case there re-reads the longest prompt for every sample (OpenVINO's SDPA pipeline
+    could not sample it within the quick plan's time)."""
+    last = math.inf if max_len is None else max_len - 2
+    usable = [
+        b for b in within(boundaries, horizon) if b.declared and b.source != SPECULATION and b.position < last
+    ]
     windows = [b for b in usable if b.window]
     others = [b for b in usable if not b.window and b.position > PLAIN_REACH]
     out: dict[int, Boundary] = {}

@@ -466,7 +466,9 @@ class CertifyRun:
         proofs/run/cases.py boundary_positions), none when the plan asks for none."""
         if not self.plan.boundary_cases:
             return []
-        return boundary_positions(self.boundaries, self.depth_horizon(), self.plan.boundary_cases)
+        return boundary_positions(
+            self.boundaries, self.depth_horizon(), self.plan.boundary_cases, self.model64.cfg.max_seq_len
+        )
 
     def depth_horizon(self, boundaries=None) -> int:
         return horizon_for(

@@ -25,8 +25,8 @@ The context's end (a finding, xllamacpp 2026.10.11549): with a draft model, llam
 generation that reaches the model's context length (128 here: prompt + new tokens = 128) with
 finish_reason "length" one to num_draft tokens early, where plain and n-gram decoding reach it; every
 other check of those rows passes. The quick plan reaches that end (the boundary "max_seq_len 128:
-the last positions reached": greedy_depth's long continuation, the sampling case placed there, the
-per-position test's long samples), so the two draft rows FAIL there and only there. When this test
+the last positions reached": greedy_depth's long continuation, the per-position test's long
+samples), so the two draft rows FAIL there and only there. When this test
 fails because they passed, llama.cpp fixed it: move them back to PASSING.
 
 Each speculative row's draft statistics (llama.cpp's own timings.draft_n / draft_n_accepted) are

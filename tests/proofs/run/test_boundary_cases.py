@@ -38,6 +38,7 @@ def test_windows_first_then_declared_boundaries_past_the_plain_cases():
     assert [b.position for b in boundary_positions(bs, 300, 3)] == [100, 64, 256]
     assert [b.position for b in boundary_positions(bs, 200, 3)] == [100, 64]  # within the horizon
     assert boundary_positions(bs[:2] + bs[4:5], 300, 3) == []  # speculation, early, ladder: none
+    assert [b.position for b in boundary_positions(bs, 300, 3, max_len=258)] == [100, 64]  # not the end
     assert (QUICK.boundary_cases, FULL.boundary_cases) == (1, 0)
 
 
