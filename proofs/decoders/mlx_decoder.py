@@ -311,9 +311,23 @@ class MLXDecoder:
     def _sampler(self, sampling: SamplingParams):
         return import_mlx()[2].make_sampler(**sampler_args(sampling, self.vocab_size))
 
-    def _processors(self, sampling: SamplingParams, context_len: int) -> list | None:
+    def _processors(self, sampling: SamplingParams, context_len: int, before=()) -> list | None:
+        """make_logits_processors' processors for `sampling`, or None. `before`: prompt tokens
+        already in a prefilled cache (MLXPlainDecoder.generate_batch), which generate_step then
+        never sees: each processor gets them in front of the tokens generate_step hands it, so it
+        counts what generate_step would have handed it had it prefilled them itself."""
+        mx, _, sample_utils, _ = import_mlx()
         args = processor_args(sampling, context_len)
-        return import_mlx()[2].make_logits_processors(**args) if args else None
+        if not args:
+            return None
+        processors = sample_utils.make_logits_processors(**args)
+        if not before or not sampling.penalized:  # the logit bias counts no token
+            return processors
+        prefix = mx.array(list(before), dtype=mx.uint32)
+        return [
+            lambda tokens, logits, p=p: p(mx.concatenate([prefix, tokens.astype(mx.uint32)]), logits)
+            for p in processors
+        ]
 
     def generate(
         self,
@@ -363,10 +377,11 @@ class MLXPlainDecoder(MLXDecoder):
     prefill. generate_step prefills prompt[:-1] into a fresh cache (in chunks of its
     prefill_step_size) and then steps from the last prompt token; generate_batch runs that prefill
     once, as generate_step would, and hands each seed a copy of the cache through generate_step's
-    own `prompt_cache` argument, with the last prompt token as its prompt. Same operations, same
-    order: result i is generate(prompts[i], seed i)'s tokens (tested), at ~2x the rate on a
-    32-token prompt. (Not for speculative decoding: speculative_generate_step splits a passed
-    prompt_cache at len(model.layers), and LoopCoder keeps two caches per layer.)"""
+    own `prompt_cache` argument, with the last prompt token as its prompt (and the prefilled tokens
+    in front of what its penalties count: _processors). Same operations, same order: result i is
+    generate(prompts[i], seed i)'s tokens (tested), at ~2x the rate on a 32-token prompt. (Not
+    for speculative decoding: speculative_generate_step splits a passed prompt_cache at
+    len(model.layers), and LoopCoder keeps two caches per layer.)"""
 
     PREFILL_STEP = 2048  # generate_step's prefill_step_size default
 
@@ -388,18 +403,10 @@ class MLXPlainDecoder(MLXDecoder):
         ]
         if max_new_tokens == 0:
             return [[] for _ in prompts]
-        if sampling.penalized:
-            # the processors count the `tokens` generate_step was handed: with a shared prefill that
-            # is the last prompt token only, so each sequence gets its own prefill
-            return [
-                self.generate(p, max_new_tokens, sampling, s, eos_token_id=eos_token_id)
-                for p, s in zip(checked, seeds)
-            ]
         mx, gen, _, _ = import_mlx()
         from mlx_lm.models.cache import make_prompt_cache
 
         sampler = self._sampler(sampling)
-        processors = self._processors(sampling, 0)  # the logit bias at most: it counts no token
         stops = sampling.stop_ids(eos_token_id)
         prefilled: dict[tuple[int, ...], list] = {}
         out = []
@@ -413,6 +420,7 @@ class MLXPlainDecoder(MLXDecoder):
                     if not done.empty():
                         c.state = tuple(mx.array(x) if isinstance(x, mx.array) else x for x in done.state)
                 last = mx.array(ids[-1:], dtype=mx.uint32)
+                processors = self._processors(sampling, len(ids) + max_new_tokens, before=ids[:-1])
                 mx.random.seed(int(seed))
                 steps = gen.generate_step(
                     last,
