@@ -147,12 +147,17 @@ def folder_of(model) -> Path:
 
 
 def load_mlx(folder: Path, overrides: dict):
-    """mlx_lm.utils.load_model(folder), cached; a model mlx-lm refuses is NotApplicable."""
+    """mlx_lm.utils.load_model(folder), cached; a model mlx-lm refuses is NotApplicable.
+
+    lazy=True: the weights are evaluated on first use, so a process that builds the decoder and then
+    forks (certify --jobs N builds it in the parent) has evaluated nothing in mlx before the fork:
+    with mlx 0.32.4 (CPU), once a process has evaluated any array, a child it forks blocks forever
+    at its first evaluation (measured: load_model(lazy=False), fork, generate_step in the child)."""
     key = (str(folder.resolve()), tuple(sorted(overrides.items())))
     if key not in _LOADED:
         _, _, _, utils = import_mlx()
         try:
-            _LOADED[key] = utils.load_model(folder, model_config=dict(overrides) or None)[0]
+            _LOADED[key] = utils.load_model(folder, lazy=True, model_config=dict(overrides) or None)[0]
         except (AssertionError, ValueError, KeyError, FileNotFoundError) as e:
             raise NotApplicable(
                 f"mlx-lm {mlx_lm_version()} cannot load {folder}: {type(e).__name__}: {e}"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -468,3 +470,48 @@ def test_mlx_lm_samples_refdecs_law_of_the_sequence_under_its_conventions(model,
         tv = 0.5 * sum(abs(law.get(c, 0.0) - wrong.get(c, 0.0)) for c in set(law) | set(wrong))
         assert tv >= 0.15, (name, tv)
         assert gof_p(counts, wrong) < 1e-4, name
+
+
+FORK_SCRIPT = """
+import multiprocessing as mp, sys, torch, refdec
+import mlx.core as mx
+from proofs.decoders.mlx_decoder import decoder_for
+dec = decoder_for("mlx-lm", refdec.load_model(sys.argv[1], dtype=torch.float64))  # built before the fork
+def child(q):
+    q.put(dec.generate((3, 1, 4), 4))
+def forked_decodes(timeout):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    p.join(timeout)
+    if p.is_alive():
+        p.kill()
+        return False
+    return len(q.get(timeout=5)) == 4
+print("built", forked_decodes(60))
+mx.eval(mx.array([1.0]) + 1)  # the control: the parent evaluates one array, then forks
+print("evaluated", forked_decodes(5))
+"""
+
+
+def test_a_decoder_built_before_a_fork_decodes_in_the_child(folders):
+    """certify --jobs N builds the decoder in the parent and forks its workers. mlx 0.32.4 blocks a
+    forked child at its first evaluation once the parent has evaluated any array (the control, in
+    the same fresh process: it must hang, else mlx changed: update load_mlx's docstring), so
+    load_mlx loads lazily and the parent evaluates nothing. A fresh process: this one has
+    evaluated arrays in the tests above."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, str(folders[0])],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["built", "True", "evaluated", "False"], done.stdout
