@@ -38,7 +38,7 @@ stream_generate (line 739) ends at the first token in its tokenizer's eos_token_
 response carries that token; here the stream of generate_step's tokens is cut the same way at the
 first of `sampling.stop_ids(eos_token_id)`, the stop included, as in refdec. mlx-lm has no minimum
 length: `min_tokens` is refused by name, and so is a penalty under another scope
-(`sampling_args`). Speculative decoding passes the same processors to speculative_generate_step,
+(`check_honoured`). Speculative decoding passes the same processors to speculative_generate_step,
 which counts only the last prompt token and the output (its prefill never adds the prompt to
 `prev_tokens`, line 532): a deviation from plain decoding certify is there to find
 (tests/proofs/engines/test_mlx_decoder.py pins it).
