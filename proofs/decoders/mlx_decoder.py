@@ -21,12 +21,35 @@ then top-k) and divides by the temperature after: `sampler_order = "filters-firs
 certify judges against (HF and vLLM divide first; refdec.sampling names both conventions, and
 filters-first is mlx-lm's exactly: top-p, then top-k). Greedy is mx.argmax.
 
+The engines' other parameters (refdec.sampling; docs/certify.md#sampling-parameters), as mlx-lm
+0.32.2 applies them (read from its source): `min_p` goes to make_sampler (apply_min_p on the
+temperature-1 log-probabilities, between top-p and top-k: filters-first); `logit_bias`,
+`repetition_penalty`, `presence_penalty` and `frequency_penalty` go to
+`sample_utils.make_logits_processors`, whose processors generate_step applies to the logits before
+the log-softmax and the sampler (generate.py lines 416-427), in the order bias, repetition,
+presence, frequency (refdec's order: the two subtractions commute). Each penalty counts the last
+`*_context_size` tokens of the `tokens` generate_step hands its processors: the whole prompt
+(prefilled chunks included, line 453) and the tokens generated so far, so `penalty_scope =
+"context"`, with `penalty_window` passed as all three context sizes (mlx-lm's default, 20, is what
+its server and stream_generate use; None: the whole context). The repetition penalty multiplies a
+counted logit < 0 by r and divides the others (refdec's rule); a token counted twice is penalised
+once by repetition and presence (a scatter) and twice by frequency (`.at[].subtract`). Stop tokens:
+stream_generate (line 739) ends at the first token in its tokenizer's eos_token_ids and its last
+response carries that token; here the stream of generate_step's tokens is cut the same way at the
+first of `sampling.stop_ids(eos_token_id)`, the stop included, as in refdec. mlx-lm has no minimum
+length: `min_tokens` is refused by name, and so is a penalty under another scope
+(`check_honoured`). Speculative decoding passes the same processors to speculative_generate_step,
+which counts only the last prompt token and the output (its prefill never adds the prompt to
+`prev_tokens`, line 532): a deviation from plain decoding certify is there to find
+(tests/proofs/engines/test_mlx_decoder.py pins it).
+
 Seeds: mx.random.seed(seed) before each sequence; mlx-lm draws every sample from that global
 state, in order, so the same seed gives the same tokens. One sequence at a time (a lock): mlx-lm's
 batched generation shares one random state, so its sample i could not be generate(seed i); plain
 decoding's generate_batch decodes the seeds one by one and shares only the prompt's prefill
 (MLXPlainDecoder).
-No EOS: mlx-lm's step functions stop only at max_tokens.
+EOS: mlx-lm's step functions stop only at max_tokens; generate(..., eos_token_id=) stops there
+unless `ignore_eos` (certify hands none: its cases name their stops in stop_token_ids).
 """
 
 from __future__ import annotations
@@ -44,11 +67,14 @@ from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.load import model_fingerprint
-from refdec.sampling import FILTERS_FIRST, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
 
 EXTRA = "pip install 'loopcert[mlx]'  (mlx[cpu] and mlx-lm; tox -e mlx pins them: constraints-mlx.txt)"
 LOOPCODER = "iquestloopcoder"  # the model_types of the looped families mlx-lm implements, by family
 MODEL_TYPES = {"loopcoder": LOOPCODER, "nanbeige": "nanbeige"}
+# The engines' other parameters mlx-lm 0.32.2 honours (module docstring): all but min_tokens
+SAMPLING_FIELDS = tuple(f for f in ENGINE_FIELDS if f != "min_tokens")
+PENALTY_WINDOW = 20  # make_logits_processors' default repetition/presence/frequency_context_size
 
 
 def import_mlx():
@@ -121,12 +147,17 @@ def folder_of(model) -> Path:
 
 
 def load_mlx(folder: Path, overrides: dict):
-    """mlx_lm.utils.load_model(folder), cached; a model mlx-lm refuses is NotApplicable."""
+    """mlx_lm.utils.load_model(folder), cached; a model mlx-lm refuses is NotApplicable.
+
+    lazy=True: the weights are evaluated on first use, so a process that builds the decoder and then
+    forks (certify --jobs N builds it in the parent) has evaluated nothing in mlx before the fork:
+    with mlx 0.32.4 (CPU), once a process has evaluated any array, a child it forks blocks forever
+    at its first evaluation (measured: load_model(lazy=False), fork, generate_step in the child)."""
     key = (str(folder.resolve()), tuple(sorted(overrides.items())))
     if key not in _LOADED:
         _, _, _, utils = import_mlx()
         try:
-            _LOADED[key] = utils.load_model(folder, model_config=dict(overrides) or None)[0]
+            _LOADED[key] = utils.load_model(folder, lazy=True, model_config=dict(overrides) or None)[0]
         except (AssertionError, ValueError, KeyError, FileNotFoundError) as e:
             raise NotApplicable(
                 f"mlx-lm {mlx_lm_version()} cannot load {folder}: {type(e).__name__}: {e}"
@@ -137,20 +168,14 @@ def load_mlx(folder: Path, overrides: dict):
 def sampler_args(s: SamplingParams, vocab_size: int) -> dict:
     """make_sampler's arguments for `s`: mlx-lm applies top-p only in (0, 1) and top-k only in
     (0, V); outside those both mean "no filter", as in refdec. Parameters whose law depends on
-    the convention (top-p) must be filters-first, mlx-lm's: anything else is refused by name."""
+    the convention (top-p, min-p) must be filters-first, mlx-lm's; the fields mlx-lm cannot
+    honour (check_honoured) are refused by name."""
     if s.order_matters and s.order != FILTERS_FIRST:
         raise LoopcertError(
             f"SamplingParams.order {s.order!r}: mlx-lm's make_sampler samples {FILTERS_FIRST} "
             "(top-p, then top-k, on the temperature-1 law, then the temperature) and has no other order"
         )
-    passed_on = ("min_p",)  # make_sampler's; the logits processors are not wired yet (issue 37)
-    other = [k for k in s.describe() if k not in ("temperature", "top_k", "top_p", *passed_on)]
-    if other:
-        raise LoopcertError(
-            f"SamplingParams {', '.join(other)}: the mlx-lm decoder passes on temperature, top-k, "
-            "top-p and min_p only (make_logits_processors' penalties and logit bias, and stop tokens, "
-            "are not wired): refused rather than sampled without"
-        )
+    check_honoured(s)
     if s.greedy:
         return {"temp": 0.0}
     top_k = s.top_k if s.top_k is not None and s.top_k < vocab_size else 0
@@ -159,6 +184,53 @@ def sampler_args(s: SamplingParams, vocab_size: int) -> dict:
     if s.min_p > 0:  # apply_min_p on the temperature-1 log-probabilities: refdec's filters-first min-p
         out["min_p"] = float(s.min_p)
     return out
+
+
+def check_honoured(s: SamplingParams) -> None:
+    """A LoopcertError naming what `s` sets that mlx-lm 0.32.2 cannot sample: a minimum length
+    (none of its functions has one), or penalties under a scope other than its "context"."""
+    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
+    if other:
+        raise LoopcertError(
+            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: mlx-lm "
+            f"{mlx_lm_version()} has no such parameter (make_sampler and make_logits_processors "
+            f"offer {', '.join(SAMPLING_FIELDS)}): refused rather than sampled without"
+        )
+    if s.penalized and s.penalty_scope != CONTEXT_SCOPE:
+        raise LoopcertError(
+            f"SamplingParams.penalty_scope {s.penalty_scope!r}: mlx-lm's penalties count the last "
+            f"penalty_window tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has "
+            "no other scope"
+        )
+
+
+def processor_args(s: SamplingParams, context_len: int) -> dict:
+    """make_logits_processors' arguments for `s` (empty: no processor): the bias as a {id: bias}
+    dict, each penalty that is on with `penalty_window` as its context size (None: `context_len`,
+    at least the whole prompt + output)."""
+    check_honoured(s)
+    out: dict = {}
+    if s.logit_bias:
+        out["logit_bias"] = {int(t): float(b) for t, b in s.logit_bias}
+    window = s.penalty_window if s.penalty_window is not None else max(int(context_len), 1)
+    for name, value, off in (
+        ("repetition", s.repetition_penalty, 1.0),
+        ("presence", s.presence_penalty, 0.0),
+        ("frequency", s.frequency_penalty, 0.0),
+    ):
+        if value != off:
+            out[f"{name}_penalty"] = float(value)
+            out[f"{name}_context_size"] = int(window)
+    return out
+
+
+def until_stop(items, stops: frozenset[int], token=int):
+    """The items of mlx-lm's stream up to and including the first whose token (`token(item)`) is
+    one of `stops` (stream_generate's rule, module docstring); the stream is not read past it."""
+    for item in items:
+        yield item
+        if token(item) in stops:
+            return
 
 
 @dataclass
@@ -194,6 +266,10 @@ class MLXDecoder:
     plain decoding (MLXPlainDecoder)."""
 
     sampler_order = FILTERS_FIRST  # proofs.decoders.protocol.declared_sampler_order
+    # proofs.decoders.protocol.declared_sampling (module docstring): what mlx-lm honours, and how
+    sampling_fields = SAMPLING_FIELDS
+    penalty_scope = CONTEXT_SCOPE
+    penalty_window = PENALTY_WINDOW
 
     def __init__(self, model, spec: MLXSpec):
         import_mlx()  # the extra's message before any folder work
@@ -240,22 +316,52 @@ class MLXDecoder:
     def _sampler(self, sampling: SamplingParams):
         return import_mlx()[2].make_sampler(**sampler_args(sampling, self.vocab_size))
 
+    def _processors(self, sampling: SamplingParams, context_len: int, before=()) -> list | None:
+        """make_logits_processors' processors for `sampling`, or None. `before`: prompt tokens
+        already in a prefilled cache (MLXPlainDecoder.generate_batch), which generate_step then
+        never sees: each processor gets them in front of the tokens generate_step hands it, so it
+        counts what generate_step would have handed it had it prefilled them itself."""
+        mx, _, sample_utils, _ = import_mlx()
+        args = processor_args(sampling, context_len)
+        if not args:
+            return None
+        processors = sample_utils.make_logits_processors(**args)
+        if not before or not sampling.penalized:  # the logit bias counts no token
+            return processors
+        prefix = mx.array(list(before), dtype=mx.uint32)
+        return [
+            lambda tokens, logits, p=p: p(mx.concatenate([prefix, tokens.astype(mx.uint32)]), logits)
+            for p in processors
+        ]
+
     def generate(
-        self, prompt, max_new_tokens: int, sampling: SamplingParams = SamplingParams(), seed: int = 0
+        self,
+        prompt,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        *,
+        eos_token_id: int | None = None,
     ) -> list[int]:
         ids, _ = check_generate_args(self.model, prompt, max_new_tokens, sampling, seed, None)
         if max_new_tokens == 0:
             return []
         mx, gen, _, _ = import_mlx()
         sampler = self._sampler(sampling)
+        processors = self._processors(sampling, len(ids) + max_new_tokens)
+        stops = sampling.stop_ids(eos_token_id)
         prompt_mx = mx.array(ids, dtype=mx.uint32)
         with _LOCK:
             mx.random.seed(int(seed))
             if self.draft_model is None:
                 steps = gen.generate_step(
-                    prompt_mx, self.mlx_model, max_tokens=max_new_tokens, sampler=sampler
+                    prompt_mx,
+                    self.mlx_model,
+                    max_tokens=max_new_tokens,
+                    sampler=sampler,
+                    logits_processors=processors,
                 )
-                return [int(tok) for tok, _ in steps]
+                return [int(tok) for tok in until_stop((tok for tok, _ in steps), stops)]
             steps = gen.speculative_generate_step(
                 prompt_mx,
                 self.mlx_model,
@@ -263,8 +369,10 @@ class MLXDecoder:
                 num_draft_tokens=self.spec.num_draft,
                 max_tokens=max_new_tokens,
                 sampler=sampler,
+                logits_processors=processors,
             )
-            out = [(int(tok), bool(from_draft)) for tok, _, from_draft in steps]
+            pairs = ((int(t), bool(from_draft)) for t, _, from_draft in steps)
+            out = list(until_stop(pairs, stops, lambda pair: pair[0]))
         self.stats.add([f for _, f in out], self.spec.num_draft)
         return [t for t, _ in out]
 
@@ -274,15 +382,22 @@ class MLXPlainDecoder(MLXDecoder):
     prefill. generate_step prefills prompt[:-1] into a fresh cache (in chunks of its
     prefill_step_size) and then steps from the last prompt token; generate_batch runs that prefill
     once, as generate_step would, and hands each seed a copy of the cache through generate_step's
-    own `prompt_cache` argument, with the last prompt token as its prompt. Same operations, same
-    order: result i is generate(prompts[i], seed i)'s tokens (tested), at ~2x the rate on a
-    32-token prompt. (Not for speculative decoding: speculative_generate_step splits a passed
-    prompt_cache at len(model.layers), and LoopCoder keeps two caches per layer.)"""
+    own `prompt_cache` argument, with the last prompt token as its prompt (and the prefilled tokens
+    in front of what its penalties count: _processors). Same operations, same order: result i is
+    generate(prompts[i], seed i)'s tokens (tested), at ~2x the rate on a 32-token prompt. (Not
+    for speculative decoding: speculative_generate_step splits a passed prompt_cache at
+    len(model.layers), and LoopCoder keeps two caches per layer.)"""
 
     PREFILL_STEP = 2048  # generate_step's prefill_step_size default
 
     def generate_batch(
-        self, prompts, max_new_tokens: int, sampling: SamplingParams, seeds
+        self,
+        prompts,
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        seeds,
+        *,
+        eos_token_id: int | None = None,
     ) -> list[list[int]]:
         prompts, seeds = list(prompts), list(seeds)
         if len(prompts) != len(seeds):
@@ -297,6 +412,7 @@ class MLXPlainDecoder(MLXDecoder):
         from mlx_lm.models.cache import make_prompt_cache
 
         sampler = self._sampler(sampling)
+        stops = sampling.stop_ids(eos_token_id)
         prefilled: dict[tuple[int, ...], list] = {}
         out = []
         with _LOCK:
@@ -309,11 +425,17 @@ class MLXPlainDecoder(MLXDecoder):
                     if not done.empty():
                         c.state = tuple(mx.array(x) if isinstance(x, mx.array) else x for x in done.state)
                 last = mx.array(ids[-1:], dtype=mx.uint32)
+                processors = self._processors(sampling, len(ids) + max_new_tokens, before=ids[:-1])
                 mx.random.seed(int(seed))
                 steps = gen.generate_step(
-                    last, self.mlx_model, max_tokens=max_new_tokens, sampler=sampler, prompt_cache=cache
+                    last,
+                    self.mlx_model,
+                    max_tokens=max_new_tokens,
+                    sampler=sampler,
+                    logits_processors=processors,
+                    prompt_cache=cache,
                 )
-                out.append([int(tok) for tok, _ in steps])
+                out.append([int(tok) for tok in until_stop((tok for tok, _ in steps), stops)])
         return out
 
     def _prefill(self, mx, make_prompt_cache, ids: list[int]) -> list:
