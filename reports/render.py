@@ -84,9 +84,7 @@ def sampling_rows(s) -> list[list[str]]:
     said = ", ".join(s.sampling_fields) + f" (min-p {c.get('min_p_order', 'min-p-first')}; penalties {scope})"
     rows = [["other sampling parameters", said if s.sampling_fields else "none declared"]]
     if s.not_declared:
-        rows.append(
-            ["not sampled under", "; ".join(s.not_declared) + " (parameters the decoder does not declare)"]
-        )
+        rows.append(["cases it does not declare", "; ".join(s.not_declared)])
     return rows
 
 

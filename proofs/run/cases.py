@@ -60,15 +60,34 @@ def entry_fields(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[str, ...]:
     return tuple(f for f in ENGINE_FIELDS if f in found)
 
 
+# fields a case may be sampled without when the decoder does not declare them: the case's law is
+# then the one without them (mlx-lm has no min_tokens; the quick plan's engine case sets 1, and
+# without it its stop may end a sample at the first token), and the case is named for it
+DROPPABLE = ("min_tokens",)
+
+
+def without(entry: CaseSpec | tuple[CaseSpec, ...], fields: Sequence[str]) -> CaseSpec | tuple[CaseSpec, ...]:
+    """`entry` with `fields` at SamplingParams' defaults, each case named "... without <fields>"."""
+    default = {f: SamplingParams.__dataclass_fields__[f].default for f in fields}
+    said = f" without {', '.join(fields)}"
+    options = tuple((s[0] + said, replace(s[1], **default), *s[2:]) for s in case_options(entry))
+    return options[0] if isinstance(entry[0], str) else options
+
+
 def declared_plan(plan: CertifyPlan, support: SamplingSupport) -> tuple[CertifyPlan, tuple[str, ...]]:
     """(the plan with only the entries whose parameters the decoder declares it honours, each left
     out entry as "<case> (<fields it does not declare>)"): a decoder is never judged against a
-    law it was not declared to sample (proofs.decoders.protocol.declared_sampling)."""
+    law it was not declared to sample (proofs.decoders.protocol.declared_sampling). An entry that
+    misses only DROPPABLE fields is kept without them, and said so ("<case> (sampled without ...)")."""
     kept, left = [], []
     for entry in plan.sampling_cases:
         missing = [f for f in entry_fields(entry) if f not in support.fields]
-        if missing:
-            left.append(f"{case_options(entry)[0][0]} ({', '.join(missing)})")
+        name = case_options(entry)[0][0]
+        if missing and all(f in DROPPABLE for f in missing):
+            kept.append(without(entry, missing))
+            left.append(f"{name} (sampled without {', '.join(missing)})")
+        elif missing:
+            left.append(f"{name} ({', '.join(missing)})")
         else:
             kept.append(entry)
     if not left:

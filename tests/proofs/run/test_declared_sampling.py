@@ -116,6 +116,22 @@ def test_the_plan_keeps_only_the_cases_whose_parameters_are_declared():
     assert said.startswith(engine[0]) and "repetition_penalty" in said and "min_p," not in said
 
 
+def test_a_case_missing_only_min_tokens_is_sampled_without_it():
+    """mlx-lm has no min_tokens: the quick plan's engine case is sampled without it (its law then
+    lets the stop end a sample at the first token), named and stated as such; a decoder missing
+    another field of it is not handed it at all."""
+    (engine,) = ENGINE_CASES
+    but_min_tokens = SamplingSupport(frozenset(ENGINE_FIELDS) - {"min_tokens"})
+    kept, left = declared_plan(QUICK, but_min_tokens)
+    case = kept.sampling_cases[-1]
+    assert case[0] == engine[0] + " without min_tokens" and case[3] == engine[3]
+    assert case[1] == replace(engine[1], min_tokens=0) and left == (
+        f"{engine[0]} (sampled without min_tokens)",
+    )
+    kept, left = declared_plan(QUICK, SamplingSupport(frozenset(ENGINE_FIELDS) - {"min_tokens", "min_p"}))
+    assert engine[0] not in " ".join(c[0] for c in kept.sampling_cases) and "min_p" in left[0]
+
+
 def test_a_case_is_resolved_under_the_decoders_conventions():
     oracle = Oracle(load("tiny-ouro", torch.float64, "cpu"))
     mlx_like = SamplingSupport(frozenset(ENGINE_FIELDS), penalty_scope=CONTEXT_SCOPE, penalty_window=20)
@@ -211,7 +227,7 @@ def test_the_certificate_renders_the_declaration(tmp_path):
         if line.count("|") == 3
     }
     assert rows["other sampling parameters"] == "none declared"
-    assert rows["not sampled under"] == "T=1 min-p=0.2 (min_p) (parameters the decoder does not declare)"
+    assert rows["cases it does not declare"] == "T=1 min-p=0.2 (min_p)"
 
 
 # -- an engine is never started in a process that forks workers ---------------------------------
