@@ -183,19 +183,7 @@ class SamplingParams:
     def describe(self) -> dict:
         """The fields that differ from the defaults (reports, certificates): the old three always."""
         out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
-        for f in (
-            "min_p",
-            "repetition_penalty",
-            "frequency_penalty",
-            "presence_penalty",
-            "logit_bias",
-            "stop_token_ids",
-            "min_tokens",
-            "ignore_eos",
-            "min_p_order",
-            "penalty_scope",
-            "penalty_window",
-        ):
+        for f in (*ENGINE_FIELDS, *CONVENTION_FIELDS):
             v = getattr(self, f)
             if v != SamplingParams.__dataclass_fields__[f].default:
                 out[f] = (
