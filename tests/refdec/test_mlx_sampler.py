@@ -1,6 +1,7 @@
 """refdec's "filters-first" law against mlx-lm's own sampler functions (mlx_lm.sample_utils of
-mlx-lm 0.32.2): the set apply_top_p then apply_top_k keep, and make_sampler's draws. Runs only
-where mlx imports (`pip install "mlx[cpu]==0.32.4" mlx-lm==0.32.2`, as `tox -e mlx` does).
+mlx-lm 0.32.2): the set apply_top_p then apply_top_k keep, and make_sampler's draws. Marked `mlx`:
+`tox -e mlx` runs it (mlx[cpu] 0.32.4, constraints-mlx.txt); elsewhere it skips without mlx, unless
+LOOPCERT_REQUIRE_MLX=1 (which tox -e mlx sets) makes a missing mlx an error.
 
 mlx computes in float32 and refdec in float64: the kept sets must be equal, except for tokens
 at the nucleus's edge, whose float64 mass ranked before them lies within float32's rounding of
@@ -14,9 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from mlx_models import require_mlx
 
-mx = pytest.importorskip("mlx.core")
-sample_utils = pytest.importorskip("mlx_lm.sample_utils")
+pytestmark = pytest.mark.mlx
+require_mlx()
+
+import mlx.core as mx  # noqa: E402
+from mlx_lm import sample_utils  # noqa: E402
 
 from proofs.stats.chisquare import chisquare_gof  # noqa: E402
 from refdec.sampling import FILTERS_FIRST, SamplingParams, kept_filters_first, transform  # noqa: E402
