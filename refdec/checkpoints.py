@@ -6,7 +6,7 @@ Reads config.json and safetensors (one `model.safetensors`, or shards listed by
 LoopedLM (docs/checkpoints.md lists what it takes from the published code); `write_published`
 writes the same layouts. This module holds the entry points (load, write, describe); the
 config.json fields are in refdec.checkpoint_config, the key map in refdec.checkpoint_keys, the
-safetensors files in refdec.checkpoint_files, and every name is importable from here as before.
+safetensors files in refdec.checkpoint_files (import those names from there).
 Nothing is executed: `auto_map` / remote code in config.json is ignored, and refdec.load refuses
 pickles before this module is reached.
 
@@ -26,74 +26,42 @@ Six layouts, told apart by model_type, then (huginn_raven) by the keys of the fi
 
 from __future__ import annotations
 
-# `noqa: F401`: names this module held before its split (2026-12-03) and only re-exports now;
-# users import them from here, so each stays.
-import contextlib  # noqa: F401
 import json
-import math  # noqa: F401
-import re  # noqa: F401
-from dataclasses import dataclass  # noqa: F401
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open  # noqa: F401
 from safetensors.torch import save_file
-from torch import nn  # noqa: F401
 
 from refdec import iquest_config, ouro_code
-from refdec.checkpoint_config import (  # noqa: F401
-    BLOCK_OF_LAYOUT,
-    LAYOUT_OF_BLOCK,
-    LAYOUTS,
+from refdec.checkpoint_config import (
     LOOPCODER,
-    MODEL_TYPES,
     NANBEIGE,
-    NANBEIGE_UNSUPPORTED,
-    Fields,
-    build,
-    check_layout,
-    check_recurrence,
     config_from_published,
     default_layout,
-    llama_sizes,
-    loopcoder_config,
-    nanbeige_config,
-    nanbeige_loops,
     published_config,
-    raven_block,
-    rope_scaling_from,
 )
-from refdec.checkpoint_files import (  # noqa: F401
-    DTYPE_NAMES,
-    FLOAT_DTYPES,
+from refdec.checkpoint_files import (
     INDEX,
     SINGLE,
-    SKIPPED,
     Reader,
     Stored,
     check_finite,
-    check_header,
     check_representable,
     check_stored,
     read_header,
     scan,
 )
-from refdec.checkpoint_keys import (  # noqa: F401
-    LOOPCODER_NORMS,
-    OURO_NORMS,
-    RAVEN_STAGES,
-    Entry,
+from refdec.checkpoint_keys import (
     join,
     key_map,
     meta_model,
     split,
 )
-from refdec.config import ARCHITECTURES, PRESETS, ModelConfig, RopeScaling  # noqa: F401
+from refdec.config import PRESETS, ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
 from refdec.model import LoopedLM
-from refdec.validate import check_int, is_int, is_number  # noqa: F401
-from refdec.values import dtype_name  # noqa: F401
+from refdec.validate import is_int
 
 
 # -- the public entry points ------------------------------------------------------------------

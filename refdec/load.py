@@ -17,14 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from refdec import checkpoints
-from refdec.checkpoints import (
-    DTYPE_NAMES,
-    check_finite,
-    check_header,
-    check_representable,
-    meta_model,
-    read_header,
-)
+from refdec.checkpoint_files import DTYPE_NAMES, check_finite, check_header, check_representable, read_header
+from refdec.checkpoint_keys import meta_model
 from refdec.config import PRESETS, ModelConfig
 from refdec.errors import LoopcertError
 from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write_atomic
@@ -56,7 +50,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 def load_state(model: LoopedLM, tensors: dict[str, torch.Tensor], source) -> LoopedLM:
     """Copy `tensors` into `model`, naming any missing, unexpected, mis-shaped, non-float
-    (checkpoints.check_header, as for a file's header) or non-finite key."""
+    (checkpoint_files.check_header, as for a file's header) or non-finite key."""
     expected = model.state_dict()
     stored = {k: (DTYPE_NAMES.get(v.dtype, dtype_name(v.dtype)), tuple(v.shape)) for k, v in tensors.items()}
     check_header({k: tuple(p.shape) for k, p in expected.items()}, stored, source)

@@ -90,7 +90,7 @@ def header_section(card: ModelCard, stamp: dict) -> list[str]:
         f"torch {stamp['torch']}; Python {stamp['python']}. Do not edit by hand.",
         "",
         'Load it with `refdec.load_model("default")`; held-out prompts with '
-        "`trainer.train.default_prompts()`.",
+        "`trainer.export.default_prompts()`.",
         "",
         "## Targets",
         "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.train import RECIPES, TrainConfig
+from trainer.recipes import RECIPES, TrainConfig
 
 # A few steps of a tiny model: what every trainer test runs unless it says otherwise.
 TINY_RUN = dict(steps=30, seq_len=64, batch_size=4, lr=1e-2, warmup=3, backprop_k=2, log_every=5, threads=1)

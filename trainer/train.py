@@ -34,20 +34,16 @@ the step count is then a result, recorded in train_record.json. Checkpoints are 
 
 from __future__ import annotations
 
-# `noqa: F401`: names this module held before its split (2026-12-03) and only re-exports now;
-# users import them from here, so each stays.
 import argparse
-import ast  # noqa: F401
 import dataclasses
 import functools
-import hashlib  # noqa: F401
+import importlib
 import json
 import math
 import os
 import sys
-import sysconfig  # noqa: F401
 import time
-from dataclasses import dataclass  # noqa: F401
+import warnings
 from pathlib import Path
 
 import torch
@@ -55,30 +51,42 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from analysis.depth_profile import fused_attention_for, window_profile
-from refdec.config import ModelConfig  # noqa: F401
+from proofs.moved import REMOVED_IN, MovedWarning
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic
 from refdec.layers import rope_tables
-from refdec.load import DEFAULT_MODEL_DIR, save_model  # noqa: F401
 from refdec.model import LoopedLM
-from refdec.validate import is_int, is_number  # noqa: F401
-from trainer.data import (  # noqa: F401
-    HELDOUT_EVERY,
+from trainer.data import (
     build_manifest,
     collect_documents,
     concat,
     heldout_windows,
-    pydoc_topics,
     sample_batch,
     split_documents,
-    split_of,
     stdlib_root,
 )
-from trainer.export import DEFAULT_DIR, Prompt, default_prompts, export, make_prompts  # noqa: F401
-from trainer.recipes import CONFIGS, HUGINN_CORE, RECIPES, TINY, V1, TrainConfig  # noqa: F401
+from trainer.export import DEFAULT_DIR, export
+from trainer.recipes import CONFIGS, RECIPES, TrainConfig
 
 DEFAULT_CKPT = Path("/tmp/loopcert-train")
 LN2 = math.log(2.0)
+# Names this module re-exported after its split (2026-12-03) that the docs told users to import from
+# here: each read warns (MovedWarning), naming the module that holds it, until loopcert REMOVED_IN
+# (docs/decoders.md, "Deprecation"; tests/test_public_api.py).
+MOVED_NAMES = {"default_prompts": "trainer.export"}
+
+
+def __getattr__(name: str):
+    if name not in MOVED_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = MOVED_NAMES[name]
+    warnings.warn(
+        f"{__name__}.{name} is deprecated: import {name} from {home} "
+        f"(it moved there; loopcert {REMOVED_IN} removes the old path)",
+        MovedWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
 
 
 # -- the batched forward used for training and evaluation ---------------------------------

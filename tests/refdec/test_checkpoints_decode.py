@@ -5,7 +5,8 @@ import torch
 
 import refdec
 from fastdec import Decoder
-from refdec.checkpoints import default_layout, write_published
+from refdec.checkpoint_config import default_layout
+from refdec.checkpoints import write_published
 from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS
 from refdec.sampling import SamplingParams
 

@@ -22,7 +22,8 @@ import torch
 from safetensors.torch import save_file
 
 from refdec import iquest_config, load_model
-from refdec.checkpoints import LOOPCODER, write_published
+from refdec.checkpoint_config import LOOPCODER
+from refdec.checkpoints import write_published
 from refdec.config import ModelConfig, get_preset
 from refdec.errors import LoopcertError
 from refdec.layers import GateWeights, loop_gate, window_attention

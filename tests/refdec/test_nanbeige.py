@@ -20,7 +20,8 @@ from safetensors.torch import save_file
 
 import refdec
 from refdec import load_model
-from refdec.checkpoints import NANBEIGE, NANBEIGE_UNSUPPORTED, describe, write_published
+from refdec.checkpoint_config import NANBEIGE, NANBEIGE_UNSUPPORTED
+from refdec.checkpoints import describe, write_published
 from refdec.config import TINY_NANBEIGE, ModelConfig, get_preset
 from refdec.errors import LoopcertError
 from refdec.tokenizer import byte_encode

@@ -13,18 +13,10 @@ from fastdec.accept import total_variation, total_variations
 from refdec import load_model
 from refdec.errors import LoopcertError
 from refdec.load import DEFAULT_MODEL_DIR
-from trainer.train import (
-    TrainConfig,
-    collect_documents,
-    command_line,
-    default_prompts,
-    pydoc_topics,
-    sample_depth,
-    split_documents,
-    split_of,
-    stdlib_root,
-    train,
-)
+from trainer.data import collect_documents, pydoc_topics, split_documents, split_of, stdlib_root
+from trainer.export import default_prompts
+from trainer.recipes import TrainConfig
+from trainer.train import command_line, sample_depth, train
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +89,7 @@ def test_a_few_steps_reduce_the_loss(corpus, tmp_path):
 
 
 def test_training_without_the_shallow_loss_and_the_recorded_command(corpus, tmp_path, monkeypatch):
-    from trainer.train import CONFIGS
+    from trainer.recipes import CONFIGS
 
     assert CONFIGS["core1"].n_core == 1 and CONFIGS["core1"].n_kv_heads == 1
     assert CONFIGS["core1"].recurrence == CONFIGS["default"].recurrence == 32
@@ -241,7 +233,7 @@ def test_huginn_recipe_learns_on_noise_initial_states(corpus, tmp_path, monkeypa
 
 
 def test_huginn_model_shape():
-    from trainer.train import CONFIGS, RECIPES
+    from trainer.recipes import CONFIGS, RECIPES
 
     cfg = CONFIGS[RECIPES["huginn"]["model"]]
     assert cfg.block == "prenorm" and cfg.init_state == "seeded" and cfg.n_kv_heads in (1, 2)
