@@ -218,9 +218,9 @@ class Decoder:
             for k in dropped:  # before the new cache is allocated: the peak is the limit's
                 del self._engines[k], self._prefills[k]
             # an Engine refers to itself (its attend partials): refcounts never free it, the cycle
-            # collector does. Run it now when the caches dropped are large (a full collection,
-            # ~0.1 s in a big process, is small beside filling that much memory and decoding in
-            # it); small ones wait for its next natural pass
+            # collector does. Run it now when the caches dropped are large (a full collection is
+            # small beside filling that much memory and decoding in it: docs/measurements.md,
+            # "Figures from code comments"); small ones wait for its next natural pass
             if sum(kept[k] for k in dropped) >= COLLECT_BYTES:
                 gc.collect()
             c = self.config

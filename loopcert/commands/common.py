@@ -342,8 +342,8 @@ def add_threads_argument(p) -> None:
         default=DEFAULT_THREADS,
         metavar="N",
         help=f"torch CPU threads for this run (default {DEFAULT_THREADS}: decoding steps on "
-        "these models are too small to split, and on a busy 2-core machine more "
-        "threads are ~40x slower; README 'Threads')",
+        "these models are too small to split, and on a busy machine more threads are "
+        "many times slower; docs/measurements.md 'Threads')",
     )
 
 

@@ -16,7 +16,7 @@ CPU kernels take; the LoopCoder config class sits in the checkpoint folder (`aut
 machine's memory vLLM reserves at startup, and VLLM_CPU_KVCACHE_SPACE (GiB) sizes its KV cache:
 vLLM's defaults (0.92, several GiB) refuse to start on a machine that runs anything else.
 `--enforce-eager` skips torch.compile of the model: the eager path computes the same maths and
-starts a minute sooner on two cores; pass enforce_eager=False to certify the compiled path.
+starts sooner (docs/measurements.md); pass enforce_eager=False to certify the compiled path.
 
 The server runs in its own session (vLLM forks an engine-core and a worker process): stop()
 ends the whole group. A server that exits or misses the deadline raises a LoopcertError with the

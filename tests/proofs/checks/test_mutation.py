@@ -161,7 +161,7 @@ EDGE_WHERE = {  # mutant -> (the first real bug's absolute position, what it is 
 }
 
 
-@pytest.mark.slow  # ~6 runs of ~5 s each on an idle core (uncached speculation over 260 tokens)
+@pytest.mark.slow  # 6 certify runs of uncached speculation over 260 tokens (docs/measurements.md)
 def test_boundary_mutants_die_where_their_bug_lives_and_the_control_passes():
     from proofs.checks.mutation import MutantRun
 

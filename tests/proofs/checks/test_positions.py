@@ -81,7 +81,7 @@ def test_a_decoder_lossy_past_an_undeclared_position_is_rejected_past_it(tiny):
     assert not any(x.startswith("[3, 64)") for x in d.rejected)  # exact before it: never rejected there
 
 
-@pytest.mark.slow  # ~12 s of one idle core (8 samples of 320 tokens, 8 float64 passes); nightly
+@pytest.mark.slow  # 8 samples of 320 tokens, 8 float64 passes (docs/measurements.md); nightly
 def test_the_quick_plan_rejects_a_drift_past_position_200_on_the_default_model():
     """The quick plan's own PositionsPlan on the default model: a decoder exact up to position 200
     (a boundary nobody declared) and at 1.3 x the temperature from there is rejected in the band
@@ -98,7 +98,7 @@ def test_the_quick_plan_rejects_a_drift_past_position_200_on_the_default_model()
     assert not any(x.startswith("[32, 128)") for x in d.rejected)
 
 
-@pytest.mark.slow  # ~22 s of one idle core: what certify --quick runs
+@pytest.mark.slow  # what certify --quick runs (its time: docs/measurements.md)
 def test_the_quick_plan_passes_fastdec_pipelined_on_the_default_model():
     m64 = refdec.load_model("default", dtype=torch.float64)
     m32 = refdec.load_model("default", dtype=torch.float32)

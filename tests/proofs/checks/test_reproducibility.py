@@ -110,7 +110,7 @@ def test_same_seed_same_certificate_tiny(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_same_seed_same_certificate_quick_plan(tmp_path):
-    """`loopcert certify --quick` twice on the default model (about 4 minutes each on 2 cores).
+    """`loopcert certify --quick` twice on the default model (minutes each: docs/measurements.md).
     The sampling time budget is lifted: a unit that hits it draws as many samples as the machine
     managed (its details say stopped_by_deadline), and that count is a timing."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

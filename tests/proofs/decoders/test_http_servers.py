@@ -210,7 +210,7 @@ def certify(out, *flags):
     return main(argv), read_certificate(out / "certificate.json")
 
 
-@pytest.mark.slow  # the fake decodes each sample with refdec's uncached oracle: ~60 s
+@pytest.mark.slow  # the fake decodes each sample with refdec's uncached oracle (docs/measurements.md)
 def test_a_lossless_sglang_server_is_certified_and_named(fake_server, tmp_path):
     fake_server(Fake("sglang"))
     rc, cert = certify(tmp_path)
@@ -219,7 +219,7 @@ def test_a_lossless_sglang_server_is_certified_and_named(fake_server, tmp_path):
     assert "--server sglang --http-timeout 60" in cert.stamp.command
 
 
-@pytest.mark.slow  # the fake decodes each sample with refdec's uncached oracle: ~60 s
+@pytest.mark.slow  # the fake decodes each sample with refdec's uncached oracle (docs/measurements.md)
 def test_an_sglang_server_ignoring_seeds_is_non_reproducible_naming_the_flag(fake_server, tmp_path):
     fake_server(Fake("sglang", ignore_seed=True))
     rc, cert = certify(tmp_path, "--server", "sglang")

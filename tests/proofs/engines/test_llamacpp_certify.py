@@ -53,7 +53,7 @@ require_llamacpp()
 ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "reports" / "out" / "llamacpp"
 CERTIFY_TIMEOUT_S = 1200
-BUDGET_S = 600  # a cap, not a target: the quick plan takes ~1 min a row here
+BUDGET_S = 600  # a cap, not a target: the rows' times are in docs/measurements.md, "llama.cpp"
 JOBS = 2  # the CI machine's cores
 ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
 PASSING = {

@@ -8,7 +8,7 @@ SPEC`, a subprocess):
     one loop   mlx-lm:config.num_loops=1   the negative control: must FAIL by greedy
 
 Speculative mlx-lm on Nanbeige is greedy-exact in tests/proofs/engines/test_mlx_nanbeige.py; its
-certificate (one call per seed, ~15 min for the quick plan's samples on two cores) is measured in
+certificate (one call per seed: the quick plan's samples take many minutes) is measured in
 docs/measurements.md rather than run in CI. Certificates and logs: reports/out/mlx-nanbeige/<row>/.
 """
 

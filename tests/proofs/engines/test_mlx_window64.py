@@ -91,7 +91,7 @@ def test_plain_mlx_lm_passes(folders):
     assert_covered(cert)
 
 
-@pytest.mark.slow  # ~12 of the file's ~23 min under load: fastdec is certified in CI on the default
+@pytest.mark.slow  # half the file's time (docs/measurements.md): fastdec is certified in CI on the default
 # model; its window-64 verdict is in docs/measurements.md (`pytest -m mlx` runs it)
 def test_fastdec_passes(folders):
     status, cert = certify(folders[0], None, "fastdec", PLAIN_BUDGET_S)
