@@ -2,11 +2,13 @@
 commands, links), no machine paths (/work/..., /home/...) and no numbers of this project's own
 issues in README.md and docs/*.md (references to other projects' issues and PRs, `llama.cpp PR
 #25994`, `vllm #42744`, stay), and docs/measurements.md's contents list naming every section with
-its date and command. Each rule is also run on a text that breaks it, which it must reject.
+its date and command; every link to a heading (`file.md#anchor`) reaches one. Each rule is also run
+on a text that breaks it, which it must reject.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
@@ -67,6 +69,29 @@ def readme_too_long(path: Path) -> str | None:
     )
 
 
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but hyphens dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_anchors(pages: dict[str, str]) -> list[str]:
+    """Links `[..](file.md#anchor)` (or `(#anchor)`) among `pages` (posix path -> text) to a heading
+    that page does not have."""
+    anchors = {path: {slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)} for path, text in pages.items()}
+    out = []
+    for path, text in pages.items():
+        for m in re.finditer(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(path), m[1])) if m[1] else path
+            if target in anchors and m[2] not in anchors[target]:
+                out.append(f"{path} -> {target}#{m[2]}")
+    return out
+
+
+def test_every_link_to_a_heading_reaches_one():
+    pages = {p.relative_to(ROOT).as_posix(): p.read_text() for p in docs()}
+    assert broken_anchors(pages) == []
+
+
 def test_the_readme_is_short():
     assert readme_too_long(ROOT / "README.md") is None, readme_too_long(ROOT / "README.md")
 
@@ -106,6 +131,11 @@ def test_the_rules_reject_what_they_are_for(tmp_path):
     assert contents_gaps(page) == ["C", "B"]
     assert contents_gaps("# M\n\n## A\n") == ["no ## Contents"]
     assert contents_gaps(page.replace("some day", "2026-12-02").replace("## C\n", "")) == []
+    pages = {
+        "README.md": "# R\n[a](docs/m.md#a-b-c) [b](docs/m.md#gone) [c](#r) [d](docs/other.md#x)\n",
+        "docs/m.md": "# M\n## A: b (c)\n[e](../README.md#r) [f](#nope) [g](m.md#m)\n",
+    }
+    assert broken_anchors(pages) == ["README.md -> docs/m.md#gone", "docs/m.md -> docs/m.md#nope"]
 
     readme = tmp_path / "README.md"
     readme.write_text("line\n" * README_MAX_LINES)
