@@ -77,6 +77,25 @@ def test_theorem2_check_fails_when_the_envelope_is_too_low(laws, monkeypatch):
     assert not r.passed and r.measured > 1.0
 
 
+def rising_laws(R: int = 4, P: int = 3) -> torch.Tensor:
+    """(R, P, 2) laws whose TV to the full depth grows with depth below R: 0.1, 0.2, 0.3, 0."""
+    laws = torch.empty(R, P, 2, dtype=torch.float64)
+    for r in range(R):
+        p = 0.5 + (0.1 * (r + 1) if r < R - 1 else 0.0)
+        laws[r, :] = torch.tensor([p, 1 - p], dtype=torch.float64)
+    return laws
+
+
+def test_theorem2_is_not_applicable_where_tv_does_not_decay():
+    """A curve rising with depth fits alpha <= 0: outside the theorem, said so, nothing raised; the
+    same shape of laws with a decaying curve (the control) is checked."""
+    r = check_theorem2_traces(rising_laws(), depth_pairs(4, False), "rising")
+    assert r.not_applicable and "alpha" in r.not_applicable and "rising" in r.not_applicable
+    decaying = rising_laws().flip(0)[[1, 2, 3, 0]]  # laws 0.8, 0.7, 0.6, 0.5: TV 0.3, 0.2, 0.1, 0
+    control = check_theorem2_traces(decaying, depth_pairs(4, False), "decaying")
+    assert control.not_applicable is None and control.details.alpha > 0
+
+
 def test_theorem1_search_finds_nothing_above_the_bounds():
     from proofs.checks.theorem1 import check_theorem1_search
 

@@ -37,25 +37,20 @@ reports/out/llamacpp/<row>/; the rows' verdicts (rows.md) and the engines table 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_certify import ROOT, EngineRows
 from llamacpp_models import require_llamacpp
 from nanbeige_models import DRAFT_NOISE, write_nanbeige
 
 pytestmark = pytest.mark.llamacpp
 require_llamacpp()
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "reports" / "out" / "llamacpp"
 CERTIFY_TIMEOUT_S = 1200
 BUDGET_S = 600  # a cap, not a target: the rows' times are in docs/measurements.md, "llama.cpp"
-JOBS = 2  # the CI machine's cores
-ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
+RUN = EngineRows(ROOT / "reports" / "out" / "llamacpp", "llama.cpp", CERTIFY_TIMEOUT_S)
+ROWS, OUT, certify = RUN.rows, RUN.out, RUN.certify
 PASSING = {
     "plain": "llama.cpp",
     "ngram": "llama.cpp:ngram=simple,num_draft=4",
@@ -76,44 +71,6 @@ TIES_AT_F16 = {"norm_once"}  # rows whose greedy divergences all fall within f16
 def folders(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("llamacpp-certify")
     return write_nanbeige(root / "tiny-nanbeige"), write_nanbeige(root / "draft", noise=DRAFT_NOISE)
-
-
-def certify(folder: Path, spec: str, name: str, budget: float) -> tuple[int, dict]:
-    """`loopcert certify FOLDER --quick --decoder SPEC`: (exit status, certificate)."""
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "loopcert", "certify", str(folder), "--quick", "--decoder", spec]
-    cmd += ["--jobs", str(JOBS), "--time-budget", str(budget), "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT_S)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.log").write_text(done.stdout + done.stderr)
-    path = out / "certificate.json"
-    assert path.exists(), f"no certificate ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    cert = json.loads(path.read_text())
-    ROWS[name] = {"spec": spec, "verdict": cert["verdict"], "failed": cert["failed"], "why": why(cert)}
-    return done.returncode, cert
-
-
-def why(cert: dict) -> str:
-    """The failed checks' evidence, one line: greedy's first divergence, sampling's verdict."""
-    parts = []
-    for c in cert["checks"]:
-        if c["passed"] is not False:
-            continue
-        d = c.get("details") or {}
-        first = next(iter(d.get("divergences") or []), None) if c["name"].startswith("greedy") else None
-        if first:
-            parts.append(
-                f"{c['name']}: prompt of {len(first.get('prompt') or ()) or first.get('prompt_len')} tokens, "
-                f"position {first['position']}: "
-                f"refdec {first['reference']}, llama.cpp {first['candidate']}"
-            )
-        elif c["name"].startswith("sampling["):
-            parts.append(f"sampling: rejected {d.get('rejected')}, no power {d.get('no_power')}")
-        else:
-            parts.append(c["name"])
-    return " / ".join(parts) or "—"
 
 
 @pytest.mark.parametrize("name", PASSING)
@@ -161,11 +118,7 @@ def test_rows_and_engines_table(folders):
     from refdec.sampling import SamplingParams
 
     assert set(ROWS) == set(PASSING) | set(CONTEXT_END) | set(FAILING), "the certify tests above run first"
-    lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]
-    for name, r in ROWS.items():
-        spec = r["spec"].replace(str(folders[1]), "DRAFT")
-        lines.append(f"| {name} | `{spec}` | {r['verdict']} | {', '.join(r['failed']) or '—'} | {r['why']} |")
-    (OUT / "rows.md").write_text("\n".join(lines) + "\n")
+    (OUT / "rows.md").write_text(RUN.table({str(folders[1]): "DRAFT"}))
 
     model = refdec.load_model(str(folders[0]))
     V = model.cfg.vocab_size

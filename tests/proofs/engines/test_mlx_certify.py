@@ -26,94 +26,26 @@ the rows' verdicts (rows.md) and the engines table (engines.md) beside them.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_certify import ROOT, EngineRows, checks, sampling_of
 from mlx_models import DRAFT_NOISE, require_mlx, write_loopcoder
 
 pytestmark = pytest.mark.mlx
 require_mlx()
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "reports" / "out" / "mlx"
 CERTIFY_TIMEOUT_S = 1500
 PLAIN_BUDGET_S = 900  # a cap, not a target: the deadline only stops the draw early
 FAIL_BUDGET_S = 45
-JOBS = 2  # the CI machine's cores: the two sampling cases decode in parallel
-ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
+RUN = EngineRows(ROOT / "reports" / "out" / "mlx", "mlx-lm", CERTIFY_TIMEOUT_S)
+ROWS, OUT, certify = RUN.rows, RUN.out, RUN.certify
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("mlx-certify")
     return write_loopcoder(root / "tiny-loopcoder"), write_loopcoder(root / "draft", noise=DRAFT_NOISE)
-
-
-def certify(folder: Path, spec: str, name: str, budget: float) -> tuple[int, dict]:
-    """`loopcert certify FOLDER --quick --decoder SPEC`: (exit status, certificate)."""
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "loopcert", "certify", str(folder), "--quick", "--decoder", spec]
-    cmd += ["--jobs", str(JOBS), "--time-budget", str(budget), "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT_S)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.log").write_text(done.stdout + done.stderr)
-    path = out / "certificate.json"
-    assert path.exists(), f"no certificate ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    cert = json.loads(path.read_text())
-    ROWS[name] = {"spec": spec, "verdict": cert["verdict"], "failed": cert["failed"], "why": why(cert)}
-    return done.returncode, cert
-
-
-def checks(cert: dict) -> dict[str, dict]:
-    return {c["name"]: c for c in cert["checks"]}
-
-
-def sampling_of(cert: dict) -> dict:
-    return next(c for c in cert["checks"] if c["name"].startswith("sampling["))
-
-
-def why(cert: dict) -> str:
-    """The failed checks' evidence, one line: greedy's first divergence, sampling's impossible
-    samples and rejected cases."""
-    parts = []
-    for c in cert["checks"]:
-        if c["passed"] is not False:
-            continue
-        d = c.get("details") or {}
-        if c["name"].startswith("greedy"):
-            first = next(iter(d.get("divergences") or []), None)
-            if first and "prompt_len" in first:  # greedy_depth: an absolute position, named by boundary
-                parts.append(
-                    f"{c['name']}: prompt of {first['prompt_len']} tokens, position {first['position']} "
-                    f"({first['near']}): refdec {first['reference']}, mlx-lm {first['candidate']}"
-                )
-            elif first:
-                parts.append(
-                    f"{c['name']}: prompt of {len(first['prompt'])} tokens, position {first['position']}: "
-                    f"refdec {first['reference']}, mlx-lm {first['candidate']}"
-                )
-            else:
-                parts.append(c["name"])
-        elif c["name"].startswith("sampling["):
-            cases = d.get("cases") or []
-            bad = [
-                f"{k['case']}: {k['impossible']} of {k['samples']} samples impossible"
-                for k in cases
-                if k.get("impossible")
-            ]
-            parts.append(
-                f"sampling: rejected {d.get('rejected')}, no power {d.get('no_power')}; " + "; ".join(bad)
-            )
-        else:
-            parts.append(c["name"])
-    return " / ".join(parts) or "—"
 
 
 def test_plain_mlx_lm_passes(folders):
@@ -158,11 +90,7 @@ def test_rows_and_engines_table(folders):
     from refdec.sampling import SamplingParams
 
     assert set(ROWS) == {"plain", "draft_near", "draft_self", "window_4"}, "the certify tests above run first"
-    lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]
-    for name, r in ROWS.items():
-        spec = r["spec"].replace(str(folders[1]), "DRAFT")
-        lines.append(f"| {name} | `{spec}` | {r['verdict']} | {', '.join(r['failed']) or '—'} | {r['why']} |")
-    (OUT / "rows.md").write_text("\n".join(lines) + "\n")
+    (OUT / "rows.md").write_text(RUN.table({str(folders[1]): "DRAFT"}))
 
     model = refdec.load_model(str(folders[0]))
     V = model.cfg.vocab_size

@@ -14,26 +14,21 @@ docs/measurements.md rather than run in CI. Certificates and logs: reports/out/m
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_certify import ROOT, EngineRows, sampling_of
 from mlx_models import require_mlx
 from nanbeige_models import write_nanbeige
 
 pytestmark = pytest.mark.mlx
 require_mlx()
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "reports" / "out" / "mlx-nanbeige"
 CERTIFY_TIMEOUT_S = 1500
 PLAIN_BUDGET_S = 900  # a cap, not a target (test_mlx_certify.py's)
 FAIL_BUDGET_S = 45
-JOBS = 2
+RUN = EngineRows(ROOT / "reports" / "out" / "mlx-nanbeige", "mlx-lm", CERTIFY_TIMEOUT_S)
+certify = RUN.certify
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +36,10 @@ def folder(tmp_path_factory) -> Path:
     return write_nanbeige(tmp_path_factory.mktemp("mlx-nanbeige") / "tiny-nanbeige")
 
 
-def certify(folder: Path, spec: str, name: str, budget: float) -> tuple[int, dict]:
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "loopcert", "certify", str(folder), "--quick", "--decoder", spec]
-    cmd += ["--jobs", str(JOBS), "--time-budget", str(budget), "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT_S)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.log").write_text(done.stdout + done.stderr)
-    path = out / "certificate.json"
-    assert path.exists(), f"no certificate ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.returncode, json.loads(path.read_text())
-
-
 def test_plain_mlx_lm_passes_on_nanbeige(folder):
     status, cert = certify(folder, "mlx-lm", "plain", PLAIN_BUDGET_S)
     assert status == 0 and cert["verdict"] == "PASS", cert["failed"]
-    sampling = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
+    sampling = sampling_of(cert)
     assert any(k["top_p"] is not None for k in sampling["details"]["cases"]), "no top-p case"
 
 

@@ -24,27 +24,21 @@ table (engines.md) beside them.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_certify import ROOT, EngineRows, checks
 from openvino_models import require_openvino, write_ouro
 
 pytestmark = pytest.mark.openvino
 require_openvino()
 
-ROOT = Path(__file__).resolve().parents[3]
-OUT = ROOT / "reports" / "out" / "openvino"
 CERTIFY_TIMEOUT_S = 900
 PASS_BUDGET_S = 150  # a cap, not a target: the quick plan's samples take about half (docs/measurements.md)
 FAIL_BUDGET_S = 45
 DRAFT_BUDGET_S = 20  # its failure shows in the first sampled case's first samples
-JOBS = 2  # the CI machine's cores: the two sampling cases decode in parallel
-ROWS: dict[str, dict] = {}  # row name -> what rows.md says of it
+RUN = EngineRows(ROOT / "reports" / "out" / "openvino", "OpenVINO", CERTIFY_TIMEOUT_S)
+ROWS, OUT, certify = RUN.rows, RUN.out, RUN.certify
 DRAFT_NOISE = 0.3
 
 
@@ -52,69 +46,6 @@ DRAFT_NOISE = 0.3
 def folders(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("openvino-certify")
     return write_ouro(root / "tiny-ouro"), write_ouro(root / "draft", noise=DRAFT_NOISE)
-
-
-def certify(folder: Path, spec: str, name: str, budget: float) -> tuple[int, dict]:
-    """`loopcert certify FOLDER --quick --decoder SPEC`: (exit status, certificate)."""
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "loopcert", "certify", str(folder), "--quick", "--decoder", spec]
-    cmd += ["--jobs", str(JOBS), "--time-budget", str(budget), "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT_S)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.log").write_text(done.stdout + done.stderr)
-    path = out / "certificate.json"
-    assert path.exists(), f"no certificate ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    cert = json.loads(path.read_text())
-    ROWS[name] = {"spec": spec, "verdict": cert["verdict"], "failed": cert["failed"], "why": why(cert)}
-    return done.returncode, cert
-
-
-def checks(cert: dict) -> dict[str, dict]:
-    return {c["name"]: c for c in cert["checks"]}
-
-
-def why(cert: dict) -> str:
-    """The failed checks' evidence, one line: greedy's first divergence, sampling's errors,
-    impossible samples and rejected cases."""
-    parts = []
-    for c in cert["checks"]:
-        if c["passed"] is not False:
-            continue
-        d = c.get("details") or {}
-        if c["name"].startswith("greedy"):
-            first = next(iter(d.get("divergences") or []), None)
-            if first:
-                parts.append(
-                    f"{c['name']}: prompt of {len(first.get('prompt') or ()) or first.get('prompt_len')} "
-                    f"tokens, position {first['position']}: "  # greedy_depth's: prompt_len
-                    f"refdec {first['reference']}, OpenVINO {first['candidate']}"
-                )
-            else:
-                parts.append(f"{c['name']}: {c.get('notes') or ''}"[:300])
-        elif c["name"].startswith("sampling["):
-            cases = d.get("cases") or []
-            bad = [
-                f"{k['case']}: {first_line(k['error'])}"
-                if k.get("error")
-                else f"{k['case']}: {k['impossible']} of {k['samples']} samples impossible"
-                for k in cases
-                if k.get("impossible") or k.get("error")
-            ]
-            note = (c.get("notes") or "")[:300]
-            parts.append(
-                f"sampling: rejected {d.get('rejected')}, no power {d.get('no_power')}; "
-                + "; ".join(bad)
-                + (f" ({note})" if note else "")
-            )
-        else:
-            parts.append(f"{c['name']}: {(c.get('notes') or '')[:200]}")
-    return " / ".join(parts) or "—"
-
-
-def first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def test_paged_attention_plain_passes(folders):
@@ -166,12 +97,7 @@ def test_rows_and_engines_table(folders):
 
     want = {"pa_plain", "sdpa_plain", "prompt_lookup", "draft_near", "loops_3"}
     assert want <= set(ROWS) <= want | {"bf16_default"}, "the certify tests above run first"
-    lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]
-    for name, r in ROWS.items():
-        spec = r["spec"].replace(str(folders[1]), "DRAFT")
-        evidence = r["why"].replace("|", "/").replace("\n", " ")
-        lines.append(f"| {name} | `{spec}` | {r['verdict']} | {', '.join(r['failed']) or '—'} | {evidence} |")
-    (OUT / "rows.md").write_text("\n".join(lines) + "\n")
+    (OUT / "rows.md").write_text(RUN.table({str(folders[1]): "DRAFT"}))
 
     model = refdec.load_model(str(folders[0]))
     V = model.cfg.vocab_size
