@@ -9,10 +9,10 @@ Two steps, so that the figures the docs show are committed data, not a log folde
 (cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), the
 certificate of its run with the --time-budget the plan needs where one was made
 (cert-wW-budget/certificate.json, cert-wW-budget.log), its
-prediction (predict-wW.json, proofs.run.scale predict), --predict's layer-cut estimate
-(cut-wW.json, proofs.run.scale cut: the figure --predict gives where it does not go on to the
+prediction (predict-wW.json, benchmarks/scale_parts.py predict), --predict's layer-cut estimate
+(cut-wW.json, benchmarks/scale_parts.py cut: the figure --predict gives where it does not go on to the
 measured prediction, as at the 1.4B shape) and the parts of its 1- and 2-layer cuts
-(parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
+(parts-NAME-l1.json, parts-NAME-l2.json, benchmarks/scale_parts.py parts), which it extrapolates linearly
 in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
 embedding and the 49k-token head once, the layers 24 times). `table` fits log time = c + k log
 parameters per part over the sizes measured and writes the table and the plot.
@@ -116,7 +116,7 @@ def predicted(logs: Path, name: str) -> dict | None:
 
 
 def estimated(logs: Path, name: str) -> dict | None:
-    """--predict's layer-cut estimate of one size (cut-wW.json, `proofs.run.scale cut`): the run in
+    """--predict's layer-cut estimate of one size (cut-wW.json, `benchmarks/scale_parts.py cut`): the run in
     one process, per part, and what it cost to make."""
     path = logs / f"cut-{name}.json"
     if not path.is_file():

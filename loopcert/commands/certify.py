@@ -25,9 +25,9 @@ from loopcert.commands.common import (
     uninterrupted,
 )
 from proofs.certificate import Certificate
+from proofs.cost.predict import predict
 from proofs.run.certify import run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
-from proofs.run.predict import predict
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, check_output_folder, json_text, write_together
@@ -172,7 +172,7 @@ CUT_PARTS = {"theorem1_traces": "traces", "theorem2_traces": "traces"}
 
 
 def print_estimate(mode: str, model: str, est: dict) -> None:
-    """The layer-cut estimate (proofs/run/cut_estimate.py), part by part."""
+    """The layer-cut estimate (proofs/cost/estimate.py), part by part."""
     at = est["at_layers"]
     print(
         f"{mode} plan on {model}, estimated from 1- and 2-layer cuts ({est['layer_field']} "

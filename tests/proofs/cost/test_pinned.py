@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from loopcert.cli import main
-from proofs.run import cut_estimate as ce
-from proofs.run import predict as predict_mod
-from proofs.run.kv_need import certify_caches
+from proofs.cost import estimate as ce
+from proofs.cost import predict as predict_mod
+from proofs.cost.kv_need import certify_caches
+from proofs.cost.need import run_need, sampling_rows
 from proofs.run.plan import FULL, QUICK
-from proofs.run.run import run_need, sampling_rows
 from refdec.memory import FREE_ENV, config_of
 
 # fixed timings of the 1- and 2-layer cuts (seconds; cut_estimate.QUANTITIES and the two sample batches)

@@ -21,7 +21,7 @@ from loopcert.cli import main
 from proofs.certificate import Certificate, read_certificate
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.distribution import COUNT_MARGIN_SIGMAS, alpha_per_test
-from proofs.run import predict as predict_mod
+from proofs.cost import predict as predict_mod
 from proofs.run.budget import SHARE_SLACK
 from proofs.run.certify import certify, default_model_name
 from proofs.run.plan import FULL, QUICK, case_options

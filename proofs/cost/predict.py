@@ -1,7 +1,7 @@
 """The whole plan's time, predicted per check before running it (`loopcert certify --predict
 SECONDS`, docs/design.md section 8); nothing is certified.
 
-First, before the model is loaded, the layer-cut estimate (proofs/run/cut_estimate.py, cut_first):
+First, before the model is loaded, the layer-cut estimate (proofs/cost/estimate.py, cut_first):
 where it says this measured prediction would take past PREDICT_LIMIT or the run past an hour,
 the prediction stops there, naming the largest part and the flags that help, unless asked for
 the rest (`measured`, --predict-measured). Then the measured prediction:
@@ -25,19 +25,20 @@ from dataclasses import replace
 from proofs.checks.distribution import sample_tally
 from proofs.checks.mutation import LIBRARY, Mutant
 from proofs.checks.positions import ladder_samples
+from proofs.cost import estimate as cut_estimate
+from proofs.cost.estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
+from proofs.cost.need import FIT_HINT, run_need, sampling_rows
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
 from proofs.prompts import PROMPT_LEN
-from proofs.run import cut_estimate
 from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
-from proofs.run.cut_estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
 from proofs.run.jobs import check_jobs, makespan
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.remote import RunSpec
-from proofs.run.run import FIT_HINT, CertifyRun, run_need, sampling_rows
+from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
@@ -112,7 +113,7 @@ def predict(
     http=None,
 ) -> dict:
     """The prediction of the module docstring, as data, after the layer-cut estimate
-    (proofs/run/cut_estimate.py, under "estimate"): where that says the measured prediction would
+    (proofs/cost/estimate.py, under "estimate"): where that says the measured prediction would
     take past PREDICT_LIMIT or the run past an hour, it stops there ("stopped": True, "warnings"
     naming the largest part and the flags that help) unless `measured` asks for the rest.
 
@@ -219,7 +220,7 @@ def cut_first(
     slice_seconds: float,
     say: Progress,
 ) -> dict:
-    """The layer-cut estimate (proofs/run/cut_estimate.py) of the run, what the measured
+    """The layer-cut estimate (proofs/cost/estimate.py) of the run, what the measured
     prediction would spend (its probes at probe_plan's fractions), and what decide() says of both.
     The settings are fastdec's grid; fastdec's autoregressive decoder stands in for a `user` one
     (it decodes the cuts: a server serves its own model)."""

@@ -1,4 +1,4 @@
-"""--predict's layer-cut estimate (proofs/run/cut_estimate.py): the cuts are the model's own config
+"""--predict's layer-cut estimate (proofs/cost/estimate.py): the cuts are the model's own config
 but for its repeated layers, the extrapolation is linear in layers, and --predict stops before
 loading the model, naming the largest part and the flags that help, when the estimate says the
 measured prediction or the run would take too long. Timings are injected: no assertion reads a
@@ -14,9 +14,9 @@ from plans import SMALL_PLAN
 
 import proofs.run.plan as plan_mod
 from loopcert.cli import main
+from proofs.cost import estimate as ce
+from proofs.cost import predict as predict_mod
 from proofs.decoders.candidates import fastdec_grid
-from proofs.run import cut_estimate as ce
-from proofs.run import predict as predict_mod
 from proofs.run import run as run_mod
 from proofs.run.plan import QUICK
 from refdec.checkpoints import meta_model

@@ -1,7 +1,7 @@
 """--predict's first answer: the run's time from 1- and 2-layer cuts of the model, before a byte
 of its weights is read (docs/scale.md, `--predict`).
 
-The measured prediction (proofs/run/predict.py) loads the model and runs the run's own setup: at
+The measured prediction (proofs/cost/predict.py) loads the model and runs the run's own setup: at
 Ouro-1.4B's shape in float64 that is ~80 minutes before its first figure. This module builds, in
 memory, random-weight models of the model's own config (refdec.sizes.random_model) with its
 repeated-layer field (`n_core`: Ouro's and LoopCoder's whole stack, a Raven model's recurrent core;
@@ -231,7 +231,7 @@ def with_sample(
 
 
 def copies(dtype: torch.dtype, device: str) -> tuple[torch.dtype, ...]:
-    """The copies of the weights a run loads (proofs/run/run.py RunModels, run_need)."""
+    """The copies of the weights a run loads (proofs/run/run.py RunModels; proofs/cost/need.py run_need)."""
     out = [torch.float64]
     if dtype != torch.float64:
         out.append(dtype)
@@ -331,7 +331,7 @@ def prediction_seconds(
     gauge_seconds: float,
     first_chunk: int = FIRST_CHUNK,
 ) -> float:
-    """What the measured prediction (proofs/run/predict.py) would spend: the run's load and exact
+    """What the measured prediction (proofs/cost/predict.py) would spend: the run's load and exact
     laws, each (setting, case) sampled once at batch 1 and then for max(slice, first chunk) unless
     that chunk would pass `gauge_seconds`, and each other part at its probe's fraction `probe`
     (part -> fraction of the run's work; a part not named runs whole)."""
