@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     if a.cmd == "predict":
         t0 = time.perf_counter()
         say = lambda m: print(m, flush=True)  # noqa: E731
-        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True)
+        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True).to_dict()
         got.update(
             predict_wall=time.perf_counter() - t0,
             peak_rss=peak_rss(),
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
         say = lambda m: print(m, flush=True)  # noqa: E731
         est = cut_first(
             a.model, plan, parse_dtype(a.dtype), "cpu", None, plan.sampling_budget_s, 1, a.slice, say
-        )
+        ).to_dict()
         est.update(
             dtype=a.dtype,
             peak_rss=peak_rss(),

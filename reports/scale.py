@@ -33,29 +33,16 @@ import re
 import sys
 from pathlib import Path
 
+from proofs.cost.parts import GROUPS, group_of
 from refdec.errors import LoopcertError
 from refdec.sizes import ouro_shape, parameters
 
-# certificate check -> part (the issue's: reference laws = setup, candidate sampling, greedy, ...)
-PART_OF = {
-    "greedy_float64": "greedy",
-    "greedy_float32": "greedy",
-    "bitwise_fixed_width": "bitwise",
-    "reproducibility": "reproducibility",
-    "seed_invariance": "reproducibility",
-    "mutation": "mutants",
-    "speed": "speed",
-}
-PARTS = ("setup", "greedy", "bitwise", "sampling", "reproducibility", "mutants", "theorems", "speed")
+PARTS = GROUPS  # a certificate's checks, grouped by proofs/cost/parts.py's one table
 LAYERS = 24  # the published shape's; the cuts' figures are extrapolated to it
 
 
 def part_of(check: str) -> str:
-    if check.startswith("sampling["):
-        return "sampling"
-    if check.startswith("theorem"):
-        return "theorems"
-    return PART_OF.get(check, check)
+    return group_of(check)
 
 
 def peak_rss_of(log: Path) -> int | None:
@@ -107,7 +94,7 @@ def predicted(logs: Path, name: str) -> dict | None:
     p = json.loads(path.read_text())
     return {
         "wall_seconds": p["wall_seconds"],
-        "sampling_to_target_s": p["predicted_seconds"],
+        "sampling_to_target_s": p.get("sampling_seconds", p.get("predicted_seconds")),
         "setup_seconds": p["setup_seconds"],
         "warnings": p.get("warnings", []),
         "predict_took": p.get("predict_wall"),

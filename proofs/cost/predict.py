@@ -28,6 +28,8 @@ from proofs.checks.positions import ladder_samples
 from proofs.cost import estimate as cut_estimate
 from proofs.cost.estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
 from proofs.cost.need import FIT_HINT, run_need, sampling_rows
+from proofs.cost.parts import PROBE_FIELDS, part_of, row_of
+from proofs.cost.prediction import CheckCost, Estimate, Prediction, SampledUnit
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
@@ -54,24 +56,15 @@ GAUGE_SECONDS = 3600.0
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
 PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
 MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
-PROBE_FIELDS = {  # check -> the plan field its cost grows with, about linearly
-    "greedy_float64": "greedy_prompts",
-    "greedy_low": "greedy_prompts",
-    "bitwise_fixed_width": "bitwise_prompts",
-    "false_alarm": "false_alarm",
-    "theorem1_random": "theorem1_random_cases",
-    "theorem1_search": "theorem1_search_examples",
-    "theorem1_traces": "trace_prompts",
-    "theorem2_traces": "trace_prompts",
-}
 
 
 def probe_plan(
     plan: CertifyPlan, library: Sequence[Mutant]
 ) -> tuple[CertifyPlan, dict[str, tuple[str, float]]]:
-    """The plan cut down for a prediction, and per check (PROBE_FIELDS' names, "speed",
-    "mutation") what was cut and the factor that scales the probe's time back to the plan's. The
-    fixed costs (loading presets, warm-up) are scaled too: the prediction errs high."""
+    """The plan cut down for a prediction, and per check (the table's names of PROBE_FIELDS,
+    "speed", "positions", "mutation") what was cut and the factor that scales the probe's time
+    back to the plan's. The fixed costs (loading presets, warm-up) are scaled too: the prediction
+    errs high."""
     cut, scale = {}, {}
     for check, f in PROBE_FIELDS.items():
         v = getattr(plan, f)
@@ -111,11 +104,11 @@ def predict(
     time_budget: float | None = None,
     measured: bool = False,
     http=None,
-) -> dict:
-    """The prediction of the module docstring, as data, after the layer-cut estimate
-    (proofs/cost/estimate.py, under "estimate"): where that says the measured prediction would
-    take past PREDICT_LIMIT or the run past an hour, it stops there ("stopped": True, "warnings"
-    naming the largest part and the flags that help) unless `measured` asks for the rest.
+) -> Prediction:
+    """The prediction of the module docstring, typed (proofs/cost/prediction.py), after the
+    layer-cut estimate (its `estimate`): where that says the measured prediction would take past
+    PREDICT_LIMIT or the run past an hour, it stops there (`stopped`, its `warnings` naming the
+    largest part and the flags that help) unless `measured` asks for the rest.
 
     The run's time counts what each sampling unit will sample within the budget (`time_budget`,
     default the plan's: budgeted); the sampling time to reach the plan's TV is reported beside it.
@@ -135,15 +128,8 @@ def predict(
     check_fits(run_need(model_name, dtype, device), f"certifying {model_name}", FIT_HINT)  # before the cuts
     user = user_candidate(decoder, http=http) if decoder else None  # http: an http:// decoder's HTTPOptions
     est = cut_first(model_name, plan, dtype, device, user, budget_s, jobs, slice_seconds, say)
-    if est["warnings"] and not measured:
-        return {
-            "mode": plan.mode,
-            "model": model_name,
-            "target_tv": plan.tv,
-            "stopped": True,
-            "estimate": est,
-            "warnings": est["warnings"],
-        }
+    if est.warnings and not measured:
+        return Prediction(plan.mode, model_name, dtype_name(dtype), plan.tv, est, True, est.warnings)
     t0 = time.perf_counter()
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = dtype_name(dtype)
@@ -181,32 +167,37 @@ def predict(
         + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
     )
     got = {
-        "mode": plan.mode,
-        "model": model_name,
-        "target_tv": plan.tv,
         "rows": rows,
         "checks": checks,
         "setup_seconds": setup,
-        "no_power": no_power,
-        "predicted_seconds": sampling_s,
-        "serial_seconds": serial,
-        "jobs": jobs,
-        "executor": executor,
-        "workers_label": label,
-        "ship_seconds": ship,
-        "wall_seconds": wall,
+        "target_tv": plan.tv,
         "sampling_budget_s": budget_s,
-        "stopped": False,
-        "estimate": est,
+        "wall_seconds": wall,
     }
-    got["warnings"] = verdict(got)
-    for w in got["warnings"]:
+    warnings = tuple(verdict(got))
+    for w in warnings:
         say(f"warning: {w}")
-    return got
-
-
-# probe_plan's check names -> cut_estimate.run_parts' part names
-PROBE_PARTS = {"greedy_low": "greedy_{dtype}", "theorem1_traces": "traces"}
+    return Prediction(
+        mode=plan.mode,
+        model=model_name,
+        dtype=dname,
+        target_tv=plan.tv,
+        estimate=est,
+        stopped=False,
+        warnings=warnings,
+        units=tuple(SampledUnit(**r) for r in rows),
+        checks=tuple(CheckCost(**c) for c in checks),
+        setup_seconds=setup,
+        no_power=tuple(no_power),
+        sampling_seconds=sampling_s,
+        serial_seconds=serial,
+        jobs=jobs,
+        executor=executor,
+        workers_label=label,
+        ship_seconds=ship,
+        wall_seconds=wall,
+        sampling_budget_s=budget_s,
+    )
 
 
 def cut_first(
@@ -219,7 +210,7 @@ def cut_first(
     jobs: int,
     slice_seconds: float,
     say: Progress,
-) -> dict:
+) -> Estimate:
     """The layer-cut estimate (proofs/cost/estimate.py) of the run, what the measured
     prediction would spend (its probes at probe_plan's fractions), and what decide() says of both.
     The settings are fastdec's grid; fastdec's autoregressive decoder stands in for a `user` one
@@ -235,10 +226,9 @@ def cut_first(
     rows = sampling_rows(model_name, dtype, device, plan, user is None)  # the run's, from the headers
     est = cut_estimate.estimate(model_name, plan, dtype, device, settings, budget_s, jobs, say, rows=rows)
     _, scale = probe_plan(plan, [mt for mt in LIBRARY if plan.mutant_ids is None or mt.id in plan.mutant_ids])
-    probe = {
-        PROBE_PARTS.get(check, check).format(dtype=dtype_name(dtype)): 1.0 / factor
-        for check, (_, factor) in scale.items()
-    }
+    dname = dtype_name(dtype)
+    probe = {part_of(check, dname): 1.0 / factor for check, (_, factor) in scale.items()}
+    probe.pop(None, None)  # checks the estimate does not count
     at = est["at_layers"]
     est["prediction_seconds"] = cut_estimate.prediction_seconds(
         est["parts"], at, plan, len(settings), slice_seconds, probe, GAUGE_SECONDS, est["first_chunk"]
@@ -248,7 +238,7 @@ def cut_first(
         f"layer-cut estimate ({est['estimate_seconds']:.0f}s): the run {est['serial_seconds'] / 60:.1f} min "
         f"in one process, the measured prediction {est['prediction_seconds'] / 60:.1f} min"
     )
-    return est
+    return Estimate.of(est)
 
 
 def sampled_rows(
@@ -388,8 +378,8 @@ def probe_checks(
             mutant_t += took
             continue
         name = uid.removeprefix("check/")
-        key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name.split("[")[0]
-        how, factor = scale.get(key, ("whole", 1.0))
+        row = row_of(name)
+        how, factor = scale.get(name if row is None else row.check.removesuffix("["), ("whole", 1.0))
         checks.append(
             {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}
         )

@@ -195,8 +195,8 @@ def test_predict_stops_before_loading_when_the_estimate_says_so(
     small_plan, slow_cuts, no_load, tmp_path, capsys
 ):
     got = predict_mod.predict("tiny-ouro", slice_seconds=1.0)
-    assert got["stopped"] and got["warnings"] == got["estimate"]["warnings"]
-    assert "past the 20-min limit" in got["warnings"][0]
+    assert got.stopped and got.warnings == got.estimate.warnings
+    assert "past the 20-min limit" in got.warnings[0]
     assert main(["certify", "tiny-ouro", "--predict", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "quick plan on tiny-ouro, estimated from 1- and 2-layer cuts (n_core 2" in out
@@ -208,7 +208,7 @@ def test_predict_stops_before_loading_when_the_estimate_says_so(
 
 def test_predict_measured_goes_on_past_the_estimate(small_plan, slow_cuts):
     got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, measured=True)
-    assert not got["stopped"] and got["estimate"]["warnings"] and got["rows"]
+    assert not got.stopped and got.estimate.warnings and got.units
 
 
 def test_predict_measured_needs_predict(tmp_path, capsys):

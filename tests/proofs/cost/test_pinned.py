@@ -16,6 +16,7 @@ from proofs.cost import estimate as ce
 from proofs.cost import predict as predict_mod
 from proofs.cost.kv_need import certify_caches
 from proofs.cost.need import run_need, sampling_rows
+from proofs.cost.prediction import CheckCost, Estimate, Prediction
 from proofs.run.plan import FULL, QUICK
 from refdec.memory import FREE_ENV, config_of
 
@@ -148,14 +149,14 @@ def test_the_layer_cut_estimate_is_pinned(
     est = predict_mod.cut_first(
         "ouro-1.4b", QUICK, dtype, "cpu", None, QUICK.sampling_budget_s, jobs, 3.0, print
     )
-    assert est["parts"] == pytest.approx(parts, rel=1e-12)
-    assert list(est["parts"]) == list(parts)  # the order the printout reads them in
-    assert est["at_layers"] == pytest.approx({**AT_LAYERS, "sample": sample}, rel=1e-12)
-    assert est["contexts"] == 36 and est["layers"] == 24 and est["sampling_rows"] == rows
-    assert est["serial_seconds"] == pytest.approx(serial, rel=1e-12)
-    assert est["wall_seconds"] == pytest.approx(wall, rel=1e-12)
-    assert est["prediction_seconds"] == pytest.approx(prediction, rel=1e-12)
-    assert est["warnings"] == [STOP[0].format(pred=pred), STOP[1].format(hours=hours, jobs=jobs), STOP[2]]
+    assert est.parts == pytest.approx(parts, rel=1e-12)
+    assert list(est.parts) == list(parts)  # the order the printout reads them in
+    assert est.at_layers == pytest.approx({**AT_LAYERS, "sample": sample}, rel=1e-12)
+    assert est.contexts == 36 and est.layers == 24 and est.sampling_rows == rows
+    assert est.serial_seconds == pytest.approx(serial, rel=1e-12)
+    assert est.wall_seconds == pytest.approx(wall, rel=1e-12)
+    assert est.prediction_seconds == pytest.approx(prediction, rel=1e-12)
+    assert est.warnings == (STOP[0].format(pred=pred), STOP[1].format(hours=hours, jobs=jobs), STOP[2])
 
 
 ESTIMATE_PRINTOUT = """\
@@ -189,46 +190,30 @@ def test_the_predict_printout_of_a_stopped_estimate_is_pinned(monkeypatch, fixed
     assert printout(capsys) == ESTIMATE_PRINTOUT + stopped + f"stopped: {STOP[2]}\n"
 
 
-def measured_prediction(est) -> dict:
+def measured_prediction(est: Estimate) -> Prediction:
     """A measured prediction with fixed figures around the pinned estimate `est`."""
-    return {
-        "mode": "quick",
-        "model": "ouro-1.4b",
-        "target_tv": 0.05,
-        "rows": [],
-        "checks": [
-            {
-                "check": "greedy_float64",
-                "predicted_seconds": 400.0,
-                "how": "probe greedy_prompts 1 of 2 in 200.0s",
-            },
-            {
-                "check": "sampling[autoregressive]",
-                "predicted_seconds": 900.0,
-                "how": "N / samples/s measured per case",
-                "budgeted_seconds": 90.0,
-            },
-            {
-                "check": "theorem1_traces",
-                "predicted_seconds": 20.0,
-                "how": "probe trace_prompts 1 of 2 in 10.0s",
-            },
-            {"check": "mutation", "predicted_seconds": 30.0, "how": "probe 3 of 12 mutants in 7.5s"},
-        ],
-        "setup_seconds": 250.0,
-        "no_power": [],
-        "predicted_seconds": 900.0,
-        "serial_seconds": 1600.0,
-        "jobs": 2,
-        "executor": "local",
-        "workers_label": "--jobs 2",
-        "ship_seconds": 0.0,
-        "wall_seconds": 1000.0,
-        "sampling_budget_s": 270.0,
-        "stopped": False,
-        "estimate": est,
-        "warnings": ["sampling: it is short"],
-    }
+    return Prediction(
+        mode="quick",
+        model="ouro-1.4b",
+        dtype="float32",
+        target_tv=0.05,
+        estimate=est,
+        stopped=False,
+        warnings=("sampling: it is short",),
+        checks=(
+            CheckCost("greedy_float64", 400.0, "probe greedy_prompts 1 of 2 in 200.0s"),
+            CheckCost("sampling[autoregressive]", 900.0, "N / samples/s measured per case", 100, 90.0),
+            CheckCost("theorem1_traces", 20.0, "probe trace_prompts 1 of 2 in 10.0s"),
+            CheckCost("mutation", 30.0, "probe 3 of 12 mutants in 7.5s"),
+        ),
+        setup_seconds=250.0,
+        sampling_seconds=900.0,
+        serial_seconds=1600.0,
+        jobs=2,
+        workers_label="--jobs 2",
+        wall_seconds=1000.0,
+        sampling_budget_s=270.0,
+    )
 
 
 MEASURED_PRINTOUT = """\
@@ -249,5 +234,5 @@ def test_the_predict_printout_of_a_measured_prediction_is_pinned(monkeypatch, fi
     capsys.readouterr()
     monkeypatch.setattr("loopcert.commands.certify.predict", lambda *a, **kw: measured_prediction(est))
     assert main(["certify", "ouro-1.4b", "--predict", "3", "--jobs", "2"]) == 0
-    warned = "".join(f"estimate: {w}\n" for w in est["warnings"]) + "warning: sampling: it is short\n"
+    warned = "".join(f"estimate: {w}\n" for w in est.warnings) + "warning: sampling: it is short\n"
     assert printout(capsys) == ESTIMATE_PRINTOUT + MEASURED_PRINTOUT + warned
