@@ -33,6 +33,7 @@ import re
 import sys
 from pathlib import Path
 
+from proofs.cost.extrapolate import scaled, work
 from proofs.cost.parts import GROUPS, group_of
 from refdec.errors import LoopcertError
 from refdec.sizes import ouro_shape, parameters
@@ -120,18 +121,17 @@ def estimated(logs: Path, name: str) -> dict | None:
 
 def macs_per_position(width: int, layers: int) -> int:
     """Multiply-adds of one position at one depth of an Ouro-shaped model: every layer's
-    projections and MLP, and the 49k-token head (the embedding is a lookup)."""
-    cfg = ouro_shape(width, layers)
-    d, i = cfg.d_model, cfg.intermediate_size
-    attn = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim + cfg.n_heads * cfg.head_dim * d
-    return layers * (attn + 3 * d * i) + cfg.vocab_size * d
+    projections and MLP, the early-exit gate and the 49k-token head (the embedding is a lookup):
+    proofs/cost/extrapolate.py work, the one measure both extrapolations from cuts use."""
+    return work(ouro_shape(width, layers))
 
 
 def extrapolated(logs: Path, name: str) -> dict | None:
-    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, scaled by the
-    multiply-adds of a position (macs_per_position): one estimate from each cut, and their
-    geometric mean. Scaling, not differencing: the two cuts ran at different loads (one took
-    longer with 1 layer than the other with 2), and a difference times 23 multiplies that noise."""
+    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, by the one
+    extrapolation of proofs/cost/extrapolate.py: each cut scaled by the multiply-adds of a position
+    (macs_per_position), and the two estimates' geometric mean. Scaling, not differencing: the two
+    cuts ran at different loads (one took longer with 1 layer than the other with 2), and a
+    difference times 23 multiplies that noise."""
     width = int(re.fullmatch(r"ouro-w(\d+)", name).group(1))
     cuts = {}
     for n in (1, 2):
@@ -140,23 +140,28 @@ def extrapolated(logs: Path, name: str) -> dict | None:
             return None
         cuts[n] = json.loads(path.read_text())["parts"]
     full = macs_per_position(width, LAYERS)
-    factor = {n: full / macs_per_position(width, n) for n in (1, 2)}
+    works = {n: macs_per_position(width, n) for n in (1, 2)}
+    factor = {n: full / works[n] for n in (1, 2)}
+
+    def estimates(times: dict[int, float]) -> dict:
+        geo = scaled(times, works, full) or None
+        return {f"from_l{n}": t * factor[n] for n, t in times.items()} | {f"l{LAYERS}": geo}
+
     out = {}
     for part in sorted(set(cuts[1]) & set(cuts[2])):
         if part in ("vocab", "sampling"):  # the vocabulary does not grow with layers; sampling below
             continue
-        est = {n: cuts[n][part]["seconds"] * factor[n] for n in (1, 2)}
-        out[part] = {"l1": cuts[1][part]["seconds"], "l2": cuts[2][part]["seconds"], **_estimates(est)}
+        times = {n: cuts[n][part]["seconds"] for n in (1, 2)}
+        out[part] = {"l1": times[1], "l2": times[2], **estimates(times)}
     if all("reference" in cuts[n] for n in (1, 2)):
-        est = {n: cuts[n]["reference"]["per_token"] * factor[n] for n in (1, 2)}
-        out["reference_per_token"] = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)} | _estimates(est)
+        times = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)}
+        out["reference_per_token"] = times | estimates(times)
     if all("sampling" in cuts[n] for n in (1, 2)):  # seconds a sample, every unit's mean
         per = {
             n: [1 / u["samples_per_s"] for u in cuts[n]["sampling"]["units"] if u["samples_per_s"]]
             for n in (1, 2)
         }
-        est = {n: sum(per[n]) / len(per[n]) * factor[n] for n in (1, 2) if per[n]}
-        out["seconds_per_sample"] = _estimates(est)
+        out["seconds_per_sample"] = estimates({n: sum(per[n]) / len(per[n]) for n in (1, 2) if per[n]})
         # N: the quick plan's for the 1-layer cut (the 24-layer model's own N is not known here)
         n = sum(u["N"] for u in cuts[1]["sampling"]["units"])
         out["sampling"] = {"samples": n, f"l{LAYERS}": n * out["seconds_per_sample"][f"l{LAYERS}"]}
@@ -166,12 +171,6 @@ def extrapolated(logs: Path, name: str) -> dict | None:
     out["peak_rss"] = {f"l{n}": max(p.get("peak_rss", 0) for p in cuts[n].values()) for n in (1, 2)}
     out["load1"] = {f"l{n}": [p.get("load1") for p in cuts[n].values()] for n in (1, 2)}
     return out
-
-
-def _estimates(est: dict[int, float]) -> dict:
-    vals = list(est.values())
-    geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and min(vals) > 0 else None
-    return {f"from_l{n}": v for n, v in est.items()} | {f"l{LAYERS}": geo}
 
 
 def _read(path: Path) -> str | None:

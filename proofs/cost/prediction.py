@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Estimate:
     """The layer-cut estimate of a run (proofs/cost/estimate.py estimate, cut_first): the cuts'
-    timings and fits, the quantities at the model's layers, the run's parts, its time in one
+    timings and work, the quantities at the model's layers, the run's parts, its time in one
     process and with `jobs` workers, what the measured prediction would spend, and what decide()
     warns of (non-empty: the prediction stops there unless asked for the rest)."""
 
@@ -21,7 +21,7 @@ class Estimate:
     layer_field: str  # the repeated layers cut (refdec.config.ModelConfig's field)
     layers: int  # the model's own count of them
     cuts: Mapping[str, Mapping[str, float]]  # "1", "2" -> quantity -> seconds
-    fits: Mapping[str, Mapping[str, float]]  # quantity -> {"fixed", "per_layer"}
+    work: Mapping[str, int]  # multiply-adds of a position: "1", "2" (the cuts), "model"
     at_layers: Mapping[str, float]  # quantity -> seconds at `layers`
     load_how: str
     contexts: int  # the contexts the exact laws evaluate

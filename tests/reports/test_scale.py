@@ -56,8 +56,8 @@ def test_layer_extrapolation_scales_by_the_multiply_adds(tmp_path):
 
 
 def test_macs_count_the_published_shape():
-    # Ouro-1.4B: 24 x (4 x 2048^2 + 3 x 2048 x 5632) + 49152 x 2048
-    assert macs_per_position(2048, 24) == 24 * (4 * 2048**2 + 3 * 2048 * 5632) + 49152 * 2048
+    # Ouro-1.4B: 24 x (4 x 2048^2 + 3 x 2048 x 5632) + 49152 x 2048, and the early-exit gate's 2048
+    assert macs_per_position(2048, 24) == 24 * (4 * 2048**2 + 3 * 2048 * 5632) + 49152 * 2048 + 2048
 
 
 def _certificate(path, seconds, sampling, planned, drawn, budget):
