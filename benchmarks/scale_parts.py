@@ -22,7 +22,7 @@ run stopped by its time limit keeps what it reached:
 `cut` is --predict's layer-cut estimate alone (proofs/cost/estimate.py): nothing is loaded.
 
 A lab tool (it was `python -m proofs.run.scale`), not installed: the cost a user sees is
-proofs/cost/. The table and plot: reports/scale.py.
+proofs/cost/. The table and plot: benchmarks/scale_report.py.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from safetensors import safe_open
 from fastdec.config import DecodeConfig
 from proofs.checks.greedy import GREEDY
 from proofs.checks.positions import ladder_samples
-from proofs.cost.extrapolate import parameters, scaled, work
+from proofs.cost.extrapolate import scaled, work
 from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import run_generate
@@ -55,7 +55,7 @@ from refdec.errors import LoopcertError
 from refdec.files import FORMAT, read_config
 from refdec.load import DEFAULT_MODEL_DIR, not_a_model
 from refdec.memory import Need, check_fits
-from refdec.sizes import random_model
+from refdec.sizes import parameters, random_model
 from refdec.values import dtype_name
 
 PREDICT_LIMIT = 1200.0  # a measured prediction estimated dearer than this is not started unless asked:

@@ -1,7 +1,8 @@
 """The one extrapolation from cuts of a model to the model (docs/scale.md, "From cuts to the
 model"): each cut's time scaled by the work of the model over the cut's, the cuts' estimates'
 geometric mean. The layer-cut estimate (proofs/cost/estimate.py) and the scale table's parts from
-cuts (reports/scale.py) both extrapolate so.
+cuts (benchmarks/scale_report.py) both extrapolate so; building weights scales with the
+parameters instead (refdec.sizes.parameters).
 
 Why scaling and not a line through the two cuts: the cuts differ by one layer, 10-30% of a
 forward at the sweep's widths, so a difference of two timings is mostly noise, and multiplied by
@@ -28,11 +29,6 @@ def work(cfg: ModelConfig) -> int:
         p.numel() for name, p in model.named_parameters() if p.dim() >= 2 and not name.startswith("embed_")
     )
     return n + (model.embed_tokens.weight.numel() if cfg.tie_embeddings else 0)
-
-
-def parameters(cfg: ModelConfig) -> int:
-    """Parameters of a model of `cfg`: what building or loading its weights scales with."""
-    return sum(p.numel() for p in meta_model(cfg).parameters())
 
 
 def scaled(times: Mapping[int, float], sizes: Mapping[int, float], size: float) -> float:

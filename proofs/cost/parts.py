@@ -1,7 +1,7 @@
 """The one table from a check of the certificate to what it costs (docs/scale.md, "Where the cost
 lives"): the part of the layer-cut estimate it is counted in (proofs/cost/estimate.py run_parts),
 the plan field its work grows with (--predict's probe cuts that field: proofs/cost/predict.py
-probe_plan), and its group in the scale table (reports/scale.py). Every place that maps checks to
+probe_plan), and its group in the scale table (benchmarks/scale_report.py). Every place that maps checks to
 costs reads this table; nothing else names a check's part.
 """
 

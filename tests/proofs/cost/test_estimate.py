@@ -17,13 +17,13 @@ import proofs.run.plan as plan_mod
 from loopcert.cli import main
 from proofs.cost import estimate as ce
 from proofs.cost import predict as predict_mod
-from proofs.cost.extrapolate import parameters, scaled, work
+from proofs.cost.extrapolate import scaled, work
 from proofs.decoders.candidates import fastdec_grid
 from proofs.run import run as run_mod
 from proofs.run.plan import QUICK
 from refdec.checkpoints import meta_model
 from refdec.config import PRESETS
-from refdec.sizes import write_checkpoint
+from refdec.sizes import parameters, write_checkpoint
 
 FLAGS = (
     "--time-budget",

@@ -2,8 +2,8 @@
 
 Two steps, so that the figures the docs show are committed data, not a log folder:
 
-    python -m reports.scale collect /work/scale-logs --out docs/scale-data.json
-    python -m reports.scale table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
+    python benchmarks/scale_report.py collect /work/scale-logs --out docs/scale-data.json
+    python benchmarks/scale_report.py table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
 
 `collect` reads, per sweep size NAME (ouro-w<width>): the certificate of its real quick run
 (cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), the
@@ -21,7 +21,8 @@ A logs folder is one machine's and does not last; the committed data does. `coll
 docs/scale-data.json` keeps every size and every figure the logs do not hold anew, so one new run
 (one size's certificate, one estimate) is added without the logs of the others:
 
-    python -m reports.scale collect /work/logs --update docs/scale-data.json --out docs/scale-data.json
+    python benchmarks/scale_report.py collect /work/logs --update docs/scale-data.json \
+        --out docs/scale-data.json
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def collect(logs: Path, names: list[str]) -> dict:
     for name in names:
         m = re.fullmatch(r"ouro-w(\d+)", name)
         if not m:
-            raise LoopcertError(f"sweep names are ouro-w<width> (refdec.sizes), got {name!r}")
+            raise LoopcertError(f"sweep names are ouro-w<width> (benchmarks/size_sweep.py), got {name!r}")
         row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
         short = name.removeprefix("ouro-")  # cert-w256/, certify-w256.log, predict-w256.json
         row["certified"] = certified(logs, short)
@@ -358,7 +359,9 @@ def plot(data: dict, png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.scale", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python benchmarks/scale_report.py", description=__doc__.split("\n\n")[0]
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("logs", type=Path)
