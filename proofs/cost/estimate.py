@@ -2,8 +2,8 @@
 of its weights is read (docs/scale.md, `--predict`).
 
 The measured prediction (proofs/cost/predict.py) loads the model and runs the run's own setup: at
-Ouro-1.4B's shape in float64 that is ~80 minutes before its first figure. This module builds, in
-memory, random-weight models of the model's own config (refdec.sizes.random_model) with its
+Ouro-1.4B's shape in float64 that is over an hour before its first figure (docs/scale.md). This
+module builds, in memory, random-weight models of the model's own config (refdec.sizes.random_model) with its
 repeated-layer field (`n_core`: Ouro's and LoopCoder's whole stack, a Raven model's recurrent core;
 a prelude and coda stay as they are) cut to 1 and 2 layers, the same width, heads, vocabulary and R.
 On each cut it times, in the run's dtypes, what each part of a run repeats: one float64 forward of
@@ -58,15 +58,15 @@ from refdec.memory import Need, check_fits
 from refdec.sizes import parameters, random_model
 from refdec.values import dtype_name
 
-PREDICT_LIMIT = 1200.0  # a measured prediction estimated dearer than this is not started unless asked:
-# 20 min, a third of a run that fits within the hour (ouro-w1024 on one thread: prediction ~14-25
-# min, run ~30-45); Ouro-1.4B's shape (~40 min of prediction) stops
+# a measured prediction estimated dearer than this is not started unless asked: 20 min, a third of a
+# run that fits within the hour (docs/scale.md, "--predict", has the sizes on each side of it)
+PREDICT_LIMIT = 1200.0
 HOUR = 3600.0  # a run estimated past this is not predicted further unless asked
 CUT_LAYERS = (1, 2)  # the cuts timed, each scaled to the model (proofs/cost/extrapolate.py)
 LAYER_FIELD = "n_core"  # the repeated layers (refdec.config.ModelConfig; refdec.sizes cuts the same)
 # the exact laws of the quick plan evaluate the PROMPT_CANDIDATES prompts and about this many
-# contexts per sampling case (the head of each of its tokens): 26 contexts for 2 cases measured at
-# Ouro-1.4B's 1- and 2-layer cuts, 21 at ouro-w128 (docs/measurements.md)
+# contexts per sampling case (the head of each of its tokens; the counts measured at the sweep's
+# sizes: docs/measurements.md, "--predict from layer cuts")
 CONTEXTS_PER_CASE = 10
 REPEATS = 2  # each forward, decode and draw is timed at least this many times, the fastest kept ...
 MAX_REPEATS = 12  # ... and at most this many, while the timings of one quantity are under ...

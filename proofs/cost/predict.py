@@ -50,7 +50,7 @@ from refdec.validate import check_number
 from refdec.values import dtype_name
 
 # slice_rate: a first chunk predicted dearer than this at batch 1 is not drawn. Generous: batching
-# runs 20-40x faster than one sample at a time on the sweep's small sizes (docs/scale.md), so a
+# runs many times faster than one sample at a time (docs/scale.md has the sweep's ratios), so a
 # batch-1 rate is only for models no plan can sample here anyway (Ouro-1.4B's shape on a CPU)
 GAUGE_SECONDS = 3600.0
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
