@@ -159,8 +159,8 @@ def test_predict_cuts_the_samples_short_and_scales_the_time_back():
     time scaled back by the work (samples x tokens) at the powers-of-two bands."""
     from proofs.checks.mutation import LIBRARY
     from proofs.checks.positions import ladder_samples
-    from proofs.run.plan import FULL
     from proofs.cost.predict import probe_plan
+    from proofs.run.plan import FULL
 
     for plan in (plan_mod.QUICK, FULL):
         probe, scale = probe_plan(plan, LIBRARY)
