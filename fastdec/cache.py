@@ -64,7 +64,7 @@ def kv_cache_bytes(
 ) -> int:
     """The bytes a KVCache of these arguments allocates (its three timelines), from the model's
     config alone: what a Decoder weighs before it makes an engine, and what certify's memory check
-    counts before any weights are loaded (proofs/run/kv_need.py)."""
+    counts before any weights are loaded (proofs/cost/kv_need.py)."""
     return sum(
         timeline_bytes(levels, layers, cfg.n_kv_heads, cfg.head_dim, capacity, n_side, rows, itemsize)
         for levels, layers in ((1, cfg.n_prelude), (depth, cfg.n_core), (n_readouts, cfg.n_coda))

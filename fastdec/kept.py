@@ -22,10 +22,10 @@ The default (`cache_bytes=None`):
                   64-row batch), and pays one allocation (a memset of the cache, small beside
                   decoding a batch in it) when a mid-size batch displaces the big one. A larger
                   slack would save few of those and cost as much memory in every decoder certify
-                  keeps (its memory check counts this bound: proofs/run/kv_need.py).
+                  keeps (its memory check counts this bound: proofs/cost/kv_need.py).
 
 A Decoder then holds at most `held_bound` of the sizes of the engines it can make: what
-certify's memory check counts (proofs/run/kv_need.py).
+certify's memory check counts (proofs/cost/kv_need.py).
 """
 
 from __future__ import annotations

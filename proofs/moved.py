@@ -34,6 +34,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "proofs.depth_profile": ("analysis.depth_profile",),
     "proofs.state_dynamics": ("analysis.state_dynamics",),
     "proofs.speed.batch": ("proofs.speed.batch_table",),
+    # what a run costs moved into one package (2026-12-05)
+    "proofs.run.cut_estimate": ("proofs.cost.estimate",),
+    "proofs.run.predict": ("proofs.cost.predict",),
+    "proofs.run.kv_need": ("proofs.cost.kv_need",),
 }
 # names of the old modules that the public surface (loopcert.api) holds now: the warning sends
 # users there rather than to an internal module (tests/test_public_api.py checks loopcert.api has them)

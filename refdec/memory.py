@@ -58,7 +58,7 @@ def free_bytes() -> int | None:
 @dataclass(frozen=True)
 class Need:
     """The memory a run will hold: its copies of the weights, the buffers sized from the config
-    (certify's decoders' KV caches: proofs/run/kv_need.py) and a headroom beyond the weights."""
+    (certify's decoders' KV caches: proofs/cost/kv_need.py) and a headroom beyond the weights."""
 
     parameters: int
     copies: tuple[tuple[str, int], ...]  # (what, bytes per parameter)

@@ -18,8 +18,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("refdec", "fastdec", "analysis", "proofs", "reports", "trainer", "loopcert")
 # Inside proofs/: its top-level modules (result, details, record, certificate, stamp, progress,
-# prompts) <- stats <- decoders <- checks and speed (independent of each other) <- run.
-PROOFS_LAYERS = ("proofs", "proofs.stats", "proofs.decoders", ("proofs.checks", "proofs.speed"), "proofs.run")
+# prompts) <- stats <- decoders <- checks and speed (independent of each other) <- run <- cost. The
+# memory need of proofs/cost (need, kv_need) ranks with run: RunModels.load asks it before loading.
+PROOFS_LAYERS = (
+    "proofs",
+    "proofs.stats",
+    "proofs.decoders",
+    ("proofs.checks", "proofs.speed"),
+    ("proofs.run", "proofs.cost.need", "proofs.cost.kv_need"),
+    "proofs.cost",
+)
 
 
 def module_files(root: Path, packages=LAYERS) -> dict[str, Path]:
@@ -196,6 +204,7 @@ def test_the_check_finds_an_upward_import_and_a_cycle(tmp_path):
 def test_the_subpackages_of_proofs_run_one_way():
     graph = import_graph(ROOT)
     assert "proofs.stats.exact_laws" in graph["proofs.checks.greedy"]  # the parse sees the subpackages
+    assert "proofs.cost.need" in graph["proofs.run.run"] and "proofs.run.run" in graph["proofs.cost.predict"]
     assert violations(graph, PROOFS_LAYERS)["upward"] == []
 
 

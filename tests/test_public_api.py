@@ -106,6 +106,9 @@ OLD: dict[str, tuple[str, ...]] = {
     "proofs.depth_profile": ("DepthProfile", "depth_profile", "window_profile"),
     "proofs.state_dynamics": ("step_sizes", "iteration_gain", "init_sensitivity", "summarize_steps"),
     "proofs.speed.batch": ("batch_table",),
+    "proofs.run.cut_estimate": ("estimate", "time_cut", "decide", "PREDICT_LIMIT"),
+    "proofs.run.predict": ("predict", "probe_plan", "cut_first"),
+    "proofs.run.kv_need": ("certify_caches", "certify_buffers"),
 }
 
 

@@ -25,9 +25,11 @@ from loopcert.commands.common import (
     uninterrupted,
 )
 from proofs.certificate import Certificate
+from proofs.cost.parts import part_of, row_of
+from proofs.cost.predict import predict
+from proofs.cost.prediction import Estimate, Prediction
 from proofs.run.certify import run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
-from proofs.run.predict import predict
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, check_output_folder, json_text, write_together
@@ -167,29 +169,53 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
-# a check's name -> the part of the layer-cut estimate it is (sampling checks: "sampling[...]")
-CUT_PARTS = {"theorem1_traces": "traces", "theorem2_traces": "traces"}
-
-
-def print_estimate(mode: str, model: str, est: dict) -> None:
-    """The layer-cut estimate (proofs/run/cut_estimate.py), part by part."""
-    at = est["at_layers"]
+def print_estimate(mode: str, model: str, est: Estimate) -> None:
+    """The layer-cut estimate (proofs/cost/estimate.py), part by part."""
+    at = est.at_layers
     print(
-        f"{mode} plan on {model}, estimated from 1- and 2-layer cuts ({est['layer_field']} "
-        f"{est['layers']}; {est['estimate_seconds']:.0f}s), one process:"
+        f"{mode} plan on {model}, estimated from 1- and 2-layer cuts ({est.layer_field} "
+        f"{est.layers}; {est.estimate_seconds:.0f}s), one process:"
     )
     how = {
-        "load": est["load_how"],
-        "exact laws": f"{est['contexts']} contexts x {at['forward64']:.3g}s",
+        "load": est.load_how,
+        "exact laws": f"{est.contexts} contexts x {at['forward64']:.3g}s",
         "greedy_float64": f"reference {at['reference_token']:.3g}s a token",
         "sampling": f"{at['sample']:.3g}s a sample, the budget's share or a first chunk per unit",
     }
-    for part, t in est["parts"].items():
+    for part, t in est.parts.items():
         print(f"  {part}: {minutes(t)}" + (f" ({how[part]})" if part in how else ""))
     print(
-        f"estimated: {minutes(est['serial_seconds'])} in one process, {minutes(est['wall_seconds'])} "
-        f"with {est['jobs']} worker(s) (not counted: mutants, false alarms, the Theorem 1 cases: "
-        f"tiny models); the measured prediction: {minutes(est['prediction_seconds'])}"
+        f"estimated: {minutes(est.serial_seconds)} in one process, {minutes(est.wall_seconds)} "
+        f"with {est.jobs} worker(s) (not counted: mutants, false alarms, the Theorem 1 cases: "
+        f"tiny models); the measured prediction: {minutes(est.prediction_seconds)}"
+    )
+
+
+def beside(check: str, dtype: str, parts) -> float | None:
+    """The estimate's part of a check (proofs/cost/parts.py), to print beside its prediction; none
+    beside a per-setting check (an estimate's part is the sum over the settings)."""
+    row = row_of(check)
+    return None if row is None or row.per_setting else parts.get(part_of(check, dtype))
+
+
+def print_prediction(got: Prediction) -> None:
+    """The measured prediction, check by check, with the layer-cut estimate's part beside each."""
+    parts = got.estimate.parts
+    print(f"{got.mode} plan on {got.model}, predicted per check (TV {got.target_tv:g}):")
+    cut = f"; cut estimate {minutes(parts['load'] + parts['exact laws'])}"
+    print(f"  setup (models, exact laws, N per case): {minutes(got.setup_seconds)}{cut}")
+    for c in got.checks:
+        capped = (
+            f"; {minutes(c.budgeted_seconds)} within the budget" if c.budgeted_seconds is not None else ""
+        )
+        part = beside(c.check, got.dtype, parts)
+        cut = f"; cut estimate {minutes(part)}" if part is not None else ""
+        print(f"  {c.check}: {minutes(c.predicted_seconds)} ({c.how}{capped}{cut})")
+    print(
+        f"predicted: {minutes(got.serial_seconds)} in one process, "
+        f"{minutes(got.wall_seconds)} with {got.workers_label} "
+        f"(sampling within its budget of {minutes(got.sampling_budget_s)} per worker; "
+        f"{minutes(got.sampling_seconds)} of sampling to reach TV {got.target_tv:g})"
     )
 
 
@@ -274,31 +300,15 @@ def run(args) -> int:
             measured=args.predict_measured,
             http=http,
         )
-        est = got["estimate"]
-        print_estimate(got["mode"], got["model"], est)
-        if got["stopped"]:
-            for w in got["warnings"]:
+        print_estimate(got.mode, got.model, got.estimate)
+        if got.stopped:
+            for w in got.warnings:
                 print(f"stopped: {w}")
             return 0
-        parts = est["parts"]
-        print(f"{got['mode']} plan on {got['model']}, predicted per check (TV {got['target_tv']:g}):")
-        cut = f"; cut estimate {minutes(parts['load'] + parts['exact laws'])}"
-        print(f"  setup (models, exact laws, N per case): {minutes(got['setup_seconds'])}{cut}")
-        for c in got["checks"]:
-            within = c.get("budgeted_seconds")
-            capped = f"; {minutes(within)} within the budget" if within is not None else ""
-            beside = parts.get(CUT_PARTS.get(c["check"].split("[")[0], c["check"]))
-            cut = f"; cut estimate {minutes(beside)}" if beside is not None else ""
-            print(f"  {c['check']}: {minutes(c['predicted_seconds'])} ({c['how']}{capped}{cut})")
-        print(
-            f"predicted: {minutes(got['serial_seconds'])} in one process, "
-            f"{minutes(got['wall_seconds'])} with {got['workers_label']} "
-            f"(sampling within its budget of {minutes(got['sampling_budget_s'])} per worker; "
-            f"{minutes(got['predicted_seconds'])} of sampling to reach TV {got['target_tv']:g})"
-        )
-        for w in est["warnings"]:
+        print_prediction(got)
+        for w in got.estimate.warnings:
             print(f"estimate: {w}")
-        for w in got["warnings"]:
+        for w in got.warnings:
             print(f"warning: {w}")
         return 0
     shard = Shard.parse(args.shard) if args.shard is not None else None

@@ -3,7 +3,7 @@
 Two plans: QUICK, the CI gate (minutes on two CPU cores), and FULL, the nightly run (more
 models, cases, samples, and the false-alarm rate). A plan is frozen data: a shard's identity
 carries its hash (proofs/run/shards.py plan_hash), and `loopcert certify --predict` cuts one
-down with dataclasses.replace (proofs/run/predict.py probe_plan).
+down with dataclasses.replace (proofs/cost/predict.py probe_plan).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.seed_invariance import check_decoders as check_seed_invariance
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
+from proofs.cost.need import FIT_HINT, run_need, sampling_rows
 from proofs.decoders.candidates import (
     Candidate,
     DecoderFactoryError,
@@ -84,17 +85,15 @@ from proofs.run.cases import (
     relative_plan,
     setup_record,
 )
-from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, SEED_NEIGHBOURS, CertifyPlan, sampling_preset
 from proofs.run.probe import in_child
 from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
 from refdec.files import read_config
-from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
+from refdec.memory import check_fits
 from refdec.model import LoopedLM
 from refdec.sampling import TEMPERATURE_FIRST
-from refdec.values import dtype_name
 
 
 def load(name: str, dtype: torch.dtype, device: str) -> LoopedLM:
@@ -104,7 +103,7 @@ def load(name: str, dtype: torch.dtype, device: str) -> LoopedLM:
 @dataclass(frozen=True)
 class RunModels:
     """The certified model as every check of a run reads it; safe to share between runs of one
-    model, dtype and device (a prediction's probe run reuses them: proofs/run/predict.py)."""
+    model, dtype and device (a prediction's probe run reuses them: proofs/cost/predict.py)."""
 
     model64: LoopedLM  # float64, on the run's device
     oracle: Oracle  # exact float64 laws of model64 (on the CPU)
@@ -141,65 +140,6 @@ class RunModels:
         if self.model_dt is not None and dtype_of(self.model_dt) == torch.float32:
             return self.model_dt
         return None
-
-
-FIT_HINT = (
-    "--dtype float64 keeps one copy of the weights through the run (no float32 copy beside the float64 "
-    "reference but while bitwise runs; its decoders' KV caches are float64, and certify already samples "
-    "as few rows a call as needed); "
-    "or run on a machine with more memory (--shard, --executor ray with --ray-address); "
-    f"{FREE_ENV} caps the memory counted as free"
-)
-
-
-def sampling_rows(
-    name: str, dtype: torch.dtype, device: str, plan: CertifyPlan | None, fastdec_grid: bool = True
-) -> int | None:
-    """The most seeds a sampling call may decode together so that the run fits the memory free:
-    None (fastdec's MAX_BATCH) when that fits or nothing is known, else the largest power of two
-    below it that fits, 1 when none does (then the memory check refuses the run at 1 row). Fewer
-    rows cost throughput, not a figure: sample i always uses seed base + i (proofs.decoders.draw),
-    and on a CPU a model whose 64-row caches do not fit gains little from batching anyway."""
-    free = free_bytes()
-    if plan is None or free is None or torch.device(device).type != "cpu" or not fastdec_grid:
-        return None
-    rows = MAX_BATCH
-    while rows > 1 and run_need(name, dtype, device, plan, fastdec_grid, rows).total > free:
-        rows //= 2
-    return None if rows == MAX_BATCH else rows
-
-
-def run_need(
-    name: str,
-    dtype: torch.dtype,
-    device: str,
-    plan: CertifyPlan | None = None,
-    fastdec_grid: bool = True,
-    rows: int = MAX_BATCH,
-) -> Need:
-    """What RunModels.load and the sampling setup hold in CPU memory, from the headers alone: the
-    float64 reference (on the CPU whatever the device: the exact laws), the run's dtype copy and a
-    float32 copy to sample when the run's dtype is neither (on a GPU run those live on the GPU);
-    with a plan, the KV caches its fastdec decoders hold at once and, in a float64 run on the CPU,
-    the float32 copy the bitwise check loads for itself beside its caches (proofs/run/kv_need.py;
-    fastdec_grid: the certified decoder is fastdec's grid, not a --decoder; rows: the most seeds a
-    sampling call decodes together)."""
-    copies = [("float64 reference", 8)]
-    cpu = torch.device(device).type == "cpu"
-    if cpu and dtype != torch.float64:
-        copies.append((f"{dtype_name(dtype)} copy", torch.empty(0, dtype=dtype).element_size()))
-        if dtype != torch.float32:
-            copies.append(("float32 copy to sample", 4))
-    n = parameters_of(name)
-    # bitwise runs at fixed-width float32: a float64 run loads that copy for the check alone
-    # (CertifyRun.float32_model); a float32 run has its own, a bfloat16 run the one it samples with
-    own = {"bitwise": ("float32 copy", 4 * n)} if cpu and dtype == torch.float64 else {}
-    buffers = (
-        ()
-        if plan is None
-        else certify_buffers(config_of(name), name, plan, dtype, device, fastdec_grid, rows, own)
-    )
-    return Need(n, tuple(copies), buffers)
 
 
 def raw_config(name: str) -> dict | None:
@@ -272,7 +212,7 @@ class CertifyRun:
 
     def with_plan(self, plan: CertifyPlan) -> CertifyRun:
         """A run of `plan` otherwise like this one, sharing its models and sampling setups; `plan`
-        must choose and plan the same cases (a prediction's probe plan: proofs/run/predict.py)."""
+        must choose and plan the same cases (a prediction's probe plan: proofs/cost/predict.py)."""
         same = ("sampling_cases", "case_cap", "target")
         changed = [f for f in same if getattr(plan, f) != getattr(self.plan, f)]
         if changed:

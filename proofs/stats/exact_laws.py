@@ -90,7 +90,7 @@ class Oracle:
 
     def forget_laws(self) -> None:
         """Drop the transformed laws, keep the logits: what a law costs beyond its forward pass
-        (proofs/run/scale.py's vocabulary figure)."""
+        (benchmarks/scale_parts.py's vocabulary figure)."""
         self._laws.clear()
 
     @property

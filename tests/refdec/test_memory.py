@@ -8,8 +8,9 @@ import torch
 
 import proofs.run.run as run_module
 import refdec
+from proofs.cost.need import run_need, sampling_rows
 from proofs.run.plan import QUICK
-from proofs.run.run import CertifyRun, RunModels, run_need, sampling_rows
+from proofs.run.run import CertifyRun, RunModels
 from refdec.errors import LoopcertError
 from refdec.memory import FREE_ENV, HEADROOM_MIN, Need, check_fits, free_bytes, gib, parse_bytes
 
@@ -118,9 +119,9 @@ def test_the_counted_caches_bound_what_certify_decoders_hold(floor, monkeypatch)
     count. Past the default floor (floor 0: a model whose engines are large) the count is tight
     enough to matter: unbounded decoders fed the same exceed it (the control)."""
     import fastdec.kept as kept
+    from proofs.cost.kv_need import certify_caches
     from proofs.decoders.candidates import fastdec_grid
     from proofs.prompts import PROMPT_LEN
-    from proofs.run.kv_need import certify_caches
     from refdec.memory import config_of
 
     if floor == 0:
@@ -154,7 +155,7 @@ def test_the_caches_of_a_published_shape():
     """Ouro-1.4B's shape (a preset: sized without weights): the quick plan's three sampling
     decoders each hold at least one 64-row engine (24 layers x 4 levels x 16 KV heads x 65
     positions x 128 dims, K and V, float32: 6.5 GB); on an accelerator none is in CPU memory."""
-    from proofs.run.kv_need import certify_caches
+    from proofs.cost.kv_need import certify_caches
     from refdec.memory import config_of
 
     cfg = config_of("ouro-1.4b")
@@ -219,7 +220,7 @@ def test_a_float64_run_counts_the_float32_copy_bitwise_loads():
     assert run_need("ouro-1.4b", torch.float64, "cuda", QUICK).buffers == ()  # on the GPU
 
     # tiny-ouro: the copy is small and another check's caches are larger: the max, not the sum
-    from proofs.run.kv_need import _caches, certify_buffers
+    from proofs.cost.kv_need import _caches, certify_buffers
     from refdec.memory import config_of
 
     cfg, m = config_of("tiny-ouro"), refdec.checkpoints.describe("tiny-ouro")["parameters"]

@@ -1,5 +1,6 @@
-"""refdec.sizes: Ouro-1.4B's published shape and the sweep below it, written by refdec's writer in
-the published layout and read back by the real loader."""
+"""refdec.sizes: Ouro-1.4B's published shape at any width, written by refdec's writer in the
+published layout and read back by the real loader (the sweep of widths: tests/benchmarks/
+test_size_sweep.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from refdec.checkpoints import describe, load_checkpoint
 from refdec.config import PRESETS
 from refdec.errors import LoopcertError
-from refdec.sizes import SWEEP_WIDTHS, ouro_shape, parameters, random_model, sweep_table, write_checkpoint
+from refdec.sizes import ouro_shape, parameters, random_model, write_checkpoint
 
 
 def test_the_published_width_is_ouro_1_4b():
@@ -21,19 +22,6 @@ def test_the_published_width_is_ouro_1_4b():
         assert getattr(cfg, f) == getattr(pub, f), f
     assert (cfg.vocab_size, cfg.n_core, cfg.recurrence, cfg.intermediate_size) == (49152, 24, 4, 5632)
     assert parameters(cfg) == describe("ouro-1.4b")["parameters"] == 1_434_652_673
-
-
-def test_sweep_keeps_everything_but_the_width():
-    rows = sweep_table()
-    assert [r["width"] for r in rows] == list(SWEEP_WIDTHS) and SWEEP_WIDTHS[-1] == 2048
-    assert all(r["vocab"] == 49152 and r["layers"] == 24 and r["R"] == 4 for r in rows)
-    assert [r["intermediate"] for r in rows] == [int(2.75 * w) for w in SWEEP_WIDTHS]
-    sizes = [r["parameters"] for r in rows]
-    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
-    # embeddings + head 2 V d, each layer 4 d^2 (attention) + 3 d (2.75 d) (MLP) + 4 norms, gate, final norm
-    for r in rows:
-        d = r["width"]
-        assert r["parameters"] == 2 * 49152 * d + 24 * (4 * d * d + 3 * d * int(2.75 * d) + 4 * d) + d + d + 1
 
 
 @pytest.mark.parametrize("width", [0, 100, 2048.0, -128])

@@ -155,12 +155,12 @@ def test_certify_runs_it_per_setting_and_the_certificate_reads_back_and_renders(
 
 
 def test_predict_cuts_the_samples_short_and_scales_the_time_back():
-    """--predict's probe runs the check with shorter samples (proofs/run/predict.py probe_plan), its
+    """--predict's probe runs the check with shorter samples (proofs/cost/predict.py probe_plan), its
     time scaled back by the work (samples x tokens) at the powers-of-two bands."""
     from proofs.checks.mutation import LIBRARY
     from proofs.checks.positions import ladder_samples
+    from proofs.cost.predict import probe_plan
     from proofs.run.plan import FULL
-    from proofs.run.predict import probe_plan
 
     for plan in (plan_mod.QUICK, FULL):
         probe, scale = probe_plan(plan, LIBRARY)

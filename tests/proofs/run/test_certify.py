@@ -21,7 +21,7 @@ from loopcert.cli import main
 from proofs.certificate import Certificate, read_certificate
 from proofs.checks import mutation as mutant_lib
 from proofs.checks.distribution import COUNT_MARGIN_SIGMAS, alpha_per_test
-from proofs.run import predict as predict_mod
+from proofs.cost import predict as predict_mod
 from proofs.run.budget import SHARE_SLACK
 from proofs.run.certify import certify, default_model_name
 from proofs.run.plan import FULL, QUICK, case_options
@@ -305,17 +305,17 @@ def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_p
     assert "; cut estimate " in out and "stopped: " not in out
     assert not (tmp_path / "certificate.json").exists()
     got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, jobs=2)
-    assert not got["stopped"] and not got["estimate"]["warnings"]
-    assert set(got["estimate"]["parts"]) >= {"load", "exact laws", "greedy_float64", "sampling", "speed"}
-    assert len(got["rows"]) == 3 and got["target_tv"] == TEST_PLAN.tv
-    for r in got["rows"]:
-        assert r["planned"] > 0 and r["slice"] > 0 and r["samples_per_s"] > 0
-        assert r["predicted_seconds"] == pytest.approx(r["planned"] / r["samples_per_s"])
-    assert got["predicted_seconds"] == pytest.approx(sum(r["predicted_seconds"] for r in got["rows"]))
-    checks = {c["check"]: c["predicted_seconds"] for c in got["checks"]}
+    assert not got.stopped and not got.estimate.warnings
+    assert set(got.estimate.parts) >= {"load", "exact laws", "greedy_float64", "sampling", "speed"}
+    assert len(got.units) == 3 and got.target_tv == TEST_PLAN.tv
+    for r in got.units:
+        assert r.planned > 0 and r.slice > 0 and r.samples_per_s > 0
+        assert r.predicted_seconds == pytest.approx(r.planned / r.samples_per_s)
+    assert got.sampling_seconds == pytest.approx(sum(r.predicted_seconds for r in got.units))
+    checks = {c.check: c.predicted_seconds for c in got.checks}
     assert all(t > 0 for name, t in checks.items() if name not in ("theorem2_published", "coverage"))
-    assert got["serial_seconds"] == pytest.approx(got["setup_seconds"] + sum(checks.values()))
-    assert got["setup_seconds"] <= got["wall_seconds"] <= got["serial_seconds"]
+    assert got.serial_seconds == pytest.approx(got.setup_seconds + sum(checks.values()))
+    assert got.setup_seconds <= got.wall_seconds <= got.serial_seconds
     # every check a certify run of the same plan reports has its prediction, and nothing else
     cert = certify("tiny-ouro", plan="quick", time_budget=5)
     assert set(checks) == {c.name for c in cert.checks}

@@ -1,14 +1,15 @@
-"""reports/scale.py: the growth exponent, the parts a certificate's checks fall into, and the layer
-extrapolation of a shape too large to run whole."""
+"""benchmarks/scale_report.py (a lab tool, not installed): the growth exponent, the parts a
+certificate's checks fall into (proofs/cost/parts.py's groups), and the layer extrapolation of a
+shape too large to run whole."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from scale_report import LAYERS, PARTS, extrapolated, fit, macs_per_position, part_of
 
 from refdec.errors import LoopcertError
-from reports.scale import LAYERS, PARTS, extrapolated, fit, macs_per_position, part_of
 
 
 def test_fit_recovers_a_power_law():
@@ -56,8 +57,8 @@ def test_layer_extrapolation_scales_by_the_multiply_adds(tmp_path):
 
 
 def test_macs_count_the_published_shape():
-    # Ouro-1.4B: 24 x (4 x 2048^2 + 3 x 2048 x 5632) + 49152 x 2048
-    assert macs_per_position(2048, 24) == 24 * (4 * 2048**2 + 3 * 2048 * 5632) + 49152 * 2048
+    # Ouro-1.4B: 24 x (4 x 2048^2 + 3 x 2048 x 5632) + 49152 x 2048, and the early-exit gate's 2048
+    assert macs_per_position(2048, 24) == 24 * (4 * 2048**2 + 3 * 2048 * 5632) + 49152 * 2048 + 2048
 
 
 def _certificate(path, seconds, sampling, planned, drawn, budget):
@@ -79,7 +80,7 @@ def _certificate(path, seconds, sampling, planned, drawn, budget):
 def test_the_full_n_runs_get_their_own_table(tmp_path):
     """A size certified with the budget its plan needs (cert-wW-budget/) is read beside its quick
     run; the table says the verdict, the samples drawn of those planned, and the sampling exponent."""
-    from reports.scale import collect, table
+    from scale_report import collect, table
 
     for w, sampling in ((128, 100.0), (512, 800.0)):
         _certificate(tmp_path / f"cert-w{w}", 300.0, 50.0, 8000, 400, 270)
@@ -101,7 +102,7 @@ def test_the_full_n_runs_get_their_own_table(tmp_path):
 def test_update_keeps_what_the_new_logs_do_not_hold(tmp_path):
     """collect --update: a new size's certificate and estimate join the committed data; the other
     sizes, and the figures of a size the new logs lack (its prediction), keep their old values."""
-    from reports.scale import collect, table, updated
+    from scale_report import collect, table, updated
 
     old_logs, new_logs = tmp_path / "old", tmp_path / "new"
     _certificate(old_logs / "cert-w128", 300.0, 50.0, 8000, 400, 270)
@@ -128,7 +129,7 @@ def test_update_keeps_what_the_new_logs_do_not_hold(tmp_path):
 
 
 def test_collect_update_names_a_missing_file_and_keeps_the_old_data(tmp_path):
-    from reports.scale import main
+    from scale_report import main
 
     out = tmp_path / "scale-data.json"
     out.write_text('{"sizes": []}\n')
@@ -140,7 +141,7 @@ def test_collect_update_names_a_missing_file_and_keeps_the_old_data(tmp_path):
 def test_sampling_to_n_at_the_runs_rates(tmp_path):
     """A quick run cut short by its budget: the time every case needs to reach its N at the rates
     the run measured (its certificate's budget advice), a row of the table."""
-    from reports.scale import certified, collect, table
+    from scale_report import certified, collect, table
 
     _certificate(tmp_path / "cert-w2048", 3000.0, 50.0, 8000, 16, 270)
     path = tmp_path / "cert-w2048" / "certificate.json"

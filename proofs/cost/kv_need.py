@@ -137,6 +137,6 @@ def certify_caches(
     """Bytes of KV caches in CPU memory a certify run of `plan` holds at most at once (0 on an
     accelerator, where the caches live in its memory). fastdec_grid: the certified decoder is
     fastdec's grid (no --decoder); rows: the most seeds one sampling call decodes together (certify
-    lowers it from MAX_BATCH where those caches would not fit: proofs/run/run.py sampling_rows)."""
+    lowers it from MAX_BATCH where those caches would not fit: proofs/cost/need.py sampling_rows)."""
     sampling, held = _caches(cfg, model_name, plan, dtype, device, fastdec_grid, rows)
     return sampling + max(held.values())

@@ -1,20 +1,20 @@
 """--predict's first answer: the run's time from 1- and 2-layer cuts of the model, before a byte
 of its weights is read (docs/scale.md, `--predict`).
 
-The measured prediction (proofs/run/predict.py) loads the model and runs the run's own setup: at
-Ouro-1.4B's shape in float64 that is ~80 minutes before its first figure. This module builds, in
-memory, random-weight models of the model's own config (refdec.sizes.random_model) with its
+The measured prediction (proofs/cost/predict.py) loads the model and runs the run's own setup: at
+Ouro-1.4B's shape in float64 that is over an hour before its first figure (docs/scale.md). This
+module builds, in memory, random-weight models of the model's own config (refdec.sizes.random_model) with its
 repeated-layer field (`n_core`: Ouro's and LoopCoder's whole stack, a Raven model's recurrent core;
 a prelude and coda stay as they are) cut to 1 and 2 layers, the same width, heads, vocabulary and R.
 On each cut it times, in the run's dtypes, what each part of a run repeats: one float64 forward of
 a context at every depth (the exact laws, the depth traces), refdec's uncached reference decode per
 token, each setting's greedy decode per token in float64 and in the run's dtype, and fastdec's
 sampling per sample at the certify batch, in process time on a one-thread CPU run (cut_clock).
-Each is extrapolated linearly in layers, cost = fixed + per_layer x layers (Linear.fit from the two
-cuts), and multiplied by what the plan does (run_parts); the load is timed on a slice of the
-checkpoint's own bytes (load_seconds). The slope is the difference of two timings one layer apart,
-times the layers beyond: at Ouro-1.4B's shape on a shared host estimates of one run moved 2x
-(docs/measurements.md, "--predict from layer cuts"): enough to tell minutes from hours.
+Each is scaled to the model by the multiply-adds of a position (the build by the parameters), the
+two cuts' estimates' geometric mean (proofs/cost/extrapolate.py says why not a line through them),
+and multiplied by what the plan does (run_parts); the load is timed on a slice of the checkpoint's
+own bytes (load_seconds). Enough to tell minutes from hours: on a shared host, estimates of one
+run moved 2x (docs/measurements.md, "--predict from layer cuts").
 
 Random weights cost what trained ones do (dense maths), but a trained model's law decides how many
 contexts the exact laws enumerate (setup_contexts: the count measured on the quick plan at
@@ -29,7 +29,6 @@ import gc
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,6 +37,7 @@ from safetensors import safe_open
 from fastdec.config import DecodeConfig
 from proofs.checks.greedy import GREEDY
 from proofs.checks.positions import ladder_samples
+from proofs.cost.extrapolate import scaled, work
 from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import run_generate
@@ -55,18 +55,18 @@ from refdec.errors import LoopcertError
 from refdec.files import FORMAT, read_config
 from refdec.load import DEFAULT_MODEL_DIR, not_a_model
 from refdec.memory import Need, check_fits
-from refdec.sizes import random_model
+from refdec.sizes import parameters, random_model
 from refdec.values import dtype_name
 
-PREDICT_LIMIT = 1200.0  # a measured prediction estimated dearer than this is not started unless asked:
-# 20 min, a third of a run that fits within the hour (ouro-w1024 on one thread: prediction ~14-25
-# min, run ~30-45); Ouro-1.4B's shape (~40 min of prediction) stops
+# a measured prediction estimated dearer than this is not started unless asked: 20 min, a third of a
+# run that fits within the hour (docs/scale.md, "--predict", has the sizes on each side of it)
+PREDICT_LIMIT = 1200.0
 HOUR = 3600.0  # a run estimated past this is not predicted further unless asked
-CUT_LAYERS = (1, 2)  # the cuts timed; Linear.fit reads exactly these two
+CUT_LAYERS = (1, 2)  # the cuts timed, each scaled to the model (proofs/cost/extrapolate.py)
 LAYER_FIELD = "n_core"  # the repeated layers (refdec.config.ModelConfig; refdec.sizes cuts the same)
 # the exact laws of the quick plan evaluate the PROMPT_CANDIDATES prompts and about this many
-# contexts per sampling case (the head of each of its tokens): 26 contexts for 2 cases measured at
-# Ouro-1.4B's 1- and 2-layer cuts, 21 at ouro-w128 (docs/measurements.md)
+# contexts per sampling case (the head of each of its tokens; the counts measured at the sweep's
+# sizes: docs/measurements.md, "--predict from layer cuts")
 CONTEXTS_PER_CASE = 10
 REPEATS = 2  # each forward, decode and draw is timed at least this many times, the fastest kept ...
 MAX_REPEATS = 12  # ... and at most this many, while the timings of one quantity are under ...
@@ -109,24 +109,6 @@ def model_config(name) -> ModelConfig:
 def cut_config(cfg: ModelConfig, layers: int) -> ModelConfig:
     """`cfg` with its repeated layers (LAYER_FIELD) cut to `layers`; every other field as it is."""
     return cfg.replace(**{LAYER_FIELD: layers}, name=f"{cfg.name}-cut{layers}")
-
-
-@dataclass(frozen=True)
-class Linear:
-    """cost = fixed + per_layer x layers, from the 1- and 2-layer cuts' timings. Both are kept
-    >= 0: a 2-layer time below the 1-layer one (the load moved between them) reads as no per-layer
-    cost, a 2-layer time past twice the 1-layer one as no fixed cost."""
-
-    fixed: float
-    per_layer: float
-
-    @classmethod
-    def fit(cls, one: float, two: float) -> Linear:
-        per_layer = max(0.0, two - one)
-        return cls(max(0.0, one - per_layer), per_layer)
-
-    def at(self, layers: int) -> float:
-        return self.fixed + self.per_layer * layers
 
 
 def cut_clock(device: str) -> Callable[[], float]:
@@ -231,7 +213,7 @@ def with_sample(
 
 
 def copies(dtype: torch.dtype, device: str) -> tuple[torch.dtype, ...]:
-    """The copies of the weights a run loads (proofs/run/run.py RunModels, run_need)."""
+    """The copies of the weights a run loads (proofs/run/run.py RunModels; proofs/cost/need.py run_need)."""
     out = [torch.float64]
     if dtype != torch.float64:
         out.append(dtype)
@@ -240,15 +222,15 @@ def copies(dtype: torch.dtype, device: str) -> tuple[torch.dtype, ...]:
     return tuple(out)
 
 
-def load_seconds(name, dtypes: Sequence[torch.dtype], build: Linear, layers: int) -> tuple[float, str]:
+def load_seconds(name, dtypes: Sequence[torch.dtype], build: float) -> tuple[float, str]:
     """(seconds, how) a run takes to load its copies of the weights. A folder: its stored bytes
     read, checked and converted as refdec's loader does (checkpoint_files.check_finite,
     check_representable), timed on up to LOAD_PROBE_BYTES of its tensors and scaled by its bytes.
-    A preset: its random weights built, from the cuts' build times."""
+    A preset: its random weights built once per copy, `build` seconds each (from the cuts')."""
     folder = DEFAULT_MODEL_DIR if str(name) == "default" else Path(str(name))
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     if not files:
-        return build.at(layers) * len(dtypes), "random weights built, from the cuts"
+        return build * len(dtypes), "random weights built, from the cuts"
     total = sum(f.stat().st_size for f in files)
     sizes = []  # (bytes, file, key)
     for f in files:
@@ -331,7 +313,7 @@ def prediction_seconds(
     gauge_seconds: float,
     first_chunk: int = FIRST_CHUNK,
 ) -> float:
-    """What the measured prediction (proofs/run/predict.py) would spend: the run's load and exact
+    """What the measured prediction (proofs/cost/predict.py) would spend: the run's load and exact
     laws, each (setting, case) sampled once at batch 1 and then for max(slice, first chunk) unless
     that chunk would pass `gauge_seconds`, and each other part at its probe's fraction `probe`
     (part -> fraction of the run's work; a part not named runs whole)."""
@@ -360,11 +342,12 @@ def estimate(
 ) -> dict:
     """The cut estimate of a run of `plan` on model `name` with the candidate `settings` (the
     first samples for all), as data: the cuts' timings
-    ({layers: {quantity: seconds}}, measured here unless `timings` is given), their Linear fits,
-    the quantities at the model's layers, the parts, and the run's time in one process and with
-    `jobs` workers (the load and exact laws first, then the other parts handed out). rows: the
-    most seeds a sampling call decodes together where the run samples fewer than the certify
-    batch (certify's sampling_rows; None: fastdec's own)."""
+    ({layers: {quantity: seconds}}, measured here unless `timings` is given), the work of a
+    position on each cut and on the model (proofs/cost/extrapolate.py), the quantities at the
+    model's size (each cut scaled by the work, the build by the parameters), the parts, and the
+    run's time in one process and with `jobs` workers (the load and exact laws first, then the
+    other parts handed out). rows: the most seeds a sampling call decodes together where the run
+    samples fewer than the certify batch (certify's sampling_rows; None: fastdec's own)."""
     t0 = time.perf_counter()
     cfg = model_config(name)
     layers = getattr(cfg, LAYER_FIELD)
@@ -383,11 +366,12 @@ def estimate(
             gc.collect()  # the cut's decoders hold it in reference cycles: free it before the next
             say(f"{k}-layer cut: " + ", ".join(f"{q} {v:.3g}s" for q, v in timings[k].items()))
     timings = with_sample(timings, rows)
-    fits = {q: Linear.fit(timings[1][q], timings[2][q]) for q in QUANTITIES}
-    at = {q: fits[q].at(layers) for q in QUANTITIES}
-    load_s, load_how = (
-        load if load is not None else load_seconds(name, copies(dtype, device), fits["build"], layers)
-    )
+    cuts = {k: cut_config(cfg, k) for k in CUT_LAYERS}
+    works = {k: work(c) for k, c in cuts.items()}
+    sizes = {k: parameters(c) for k, c in cuts.items()}
+    scale = {q: (sizes, parameters(cfg)) if q == "build" else (works, work(cfg)) for q in QUANTITIES}
+    at = {q: scaled({k: timings[k][q] for k in CUT_LAYERS}, *scale[q]) for q in QUANTITIES}
+    load_s, load_how = load if load is not None else load_seconds(name, copies(dtype, device), at["build"])
     first_chunk = min(FIRST_CHUNK, rows or FIRST_CHUNK)  # draw's first call: one call's rows
     parts = run_parts(at, plan, len(settings), dtype, load_s, budget_s, first_chunk)
     if dtype == torch.float64:  # bitwise loads a float32 copy for itself: one more read of the files
@@ -400,7 +384,7 @@ def estimate(
         "layer_field": LAYER_FIELD,
         "layers": layers,
         "cuts": {str(k): dict(v) for k, v in timings.items()},
-        "fits": {q: {"fixed": f.fixed, "per_layer": f.per_layer} for q, f in fits.items()},
+        "work": {**{str(k): w for k, w in works.items()}, "model": work(cfg)},
         "at_layers": at,
         "load_how": load_how,
         "contexts": setup_contexts(plan),

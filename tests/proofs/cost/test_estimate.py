@@ -1,5 +1,5 @@
-"""--predict's layer-cut estimate (proofs/run/cut_estimate.py): the cuts are the model's own config
-but for its repeated layers, the extrapolation is linear in layers, and --predict stops before
+"""--predict's layer-cut estimate (proofs/cost/estimate.py): the cuts are the model's own config
+but for its repeated layers, each is scaled to the model by the work of a position, and --predict stops before
 loading the model, naming the largest part and the flags that help, when the estimate says the
 measured prediction or the run would take too long. Timings are injected: no assertion reads a
 clock (tests/proofs/run/test_certify.py runs the real, timed path end to end)."""
@@ -7,6 +7,7 @@ clock (tests/proofs/run/test_certify.py runs the real, timed path end to end).""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -14,14 +15,15 @@ from plans import SMALL_PLAN
 
 import proofs.run.plan as plan_mod
 from loopcert.cli import main
+from proofs.cost import estimate as ce
+from proofs.cost import predict as predict_mod
+from proofs.cost.extrapolate import scaled, work
 from proofs.decoders.candidates import fastdec_grid
-from proofs.run import cut_estimate as ce
-from proofs.run import predict as predict_mod
 from proofs.run import run as run_mod
 from proofs.run.plan import QUICK
 from refdec.checkpoints import meta_model
 from refdec.config import PRESETS
-from refdec.sizes import write_checkpoint
+from refdec.sizes import parameters, write_checkpoint
 
 FLAGS = (
     "--time-budget",
@@ -54,26 +56,42 @@ def test_the_config_of_a_folder_is_read_from_its_files(tmp_path):
     assert got == cfg.replace(name=got.name)
     assert ce.model_config("tiny-raven") is PRESETS["tiny-raven"]
     # its load is timed on its own stored tensors, once per copy; a preset's from the cuts' builds
-    seconds, how = ce.load_seconds(folder, (torch.float64, torch.float32), ce.Linear(0.0, 0.0), 2)
+    seconds, how = ce.load_seconds(folder, (torch.float64, torch.float32), 0.0)
     assert seconds > 0 and "stored read in" in how
-    assert ce.load_seconds("tiny-ouro", (torch.float64,) * 2, ce.Linear(1.0, 2.0), 2)[0] == 10.0
+    assert ce.load_seconds("tiny-ouro", (torch.float64,) * 2, 5.0)[0] == 10.0
     with pytest.raises(Exception, match="neither a preset"):
         ce.model_config(tmp_path / "missing")
 
 
-def test_linear_fit_recovers_a_line_and_keeps_both_terms_non_negative():
-    fit = ce.Linear.fit(3.0, 5.0)  # fixed 1 + 2 a layer
-    assert (fit.fixed, fit.per_layer) == (1.0, 2.0) and fit.at(24) == 49.0
-    for fixed, per in ((0.0, 1.5), (10.0, 0.25), (0.5, 40.0)):
-        assert ce.Linear.fit(fixed + per, fixed + 2 * per).at(24) == pytest.approx(fixed + 24 * per)
-    # the load moved between the cuts: the 2-layer time below the 1-layer one, or past twice it
-    assert ce.Linear.fit(5.0, 4.0) == ce.Linear(5.0, 0.0)
-    assert ce.Linear.fit(1.0, 3.0) == ce.Linear(0.0, 2.0)
+OURO = PRESETS["ouro-1.4b"]
+WORK = {k: work(ce.cut_config(OURO, k)) for k in ce.CUT_LAYERS}  # multiply-adds of a position
+SIZE = {k: parameters(ce.cut_config(OURO, k)) for k in ce.CUT_LAYERS}
 
 
-def cut_timings(fixed: float, per_layer: float) -> dict[int, dict[str, float]]:
-    """Every quantity costs fixed + per_layer x layers on each cut."""
-    return {k: dict.fromkeys(ce.QUANTITIES, fixed + per_layer * k) for k in ce.CUT_LAYERS}
+def test_each_cut_is_scaled_by_its_work_and_the_estimates_meet_geometrically():
+    # a time proportional to the work is recovered exactly, from either cut
+    assert scaled({1: 2.0, 2: 4.0}, {1: 10, 2: 20}, 240) == pytest.approx(48.0)
+    # two cuts that disagree (the host's load moved between them): the geometric mean of their reads
+    assert scaled({1: 2.0, 2: 8.0}, {1: 10, 2: 20}, 240) == pytest.approx(math.sqrt(48.0 * 96.0))
+    assert scaled({1: 0.0, 2: 8.0}, {1: 10, 2: 20}, 240) == 0.0  # nothing measurable
+    # Ouro-1.4B's shape: the work of a position is its projections, MLPs and head, not its embedding
+    per_layer = WORK[2] - WORK[1]
+    assert work(OURO) == WORK[1] + 23 * per_layer
+    head = OURO.vocab_size * OURO.d_model
+    assert WORK[1] - per_layer == head + OURO.d_model  # the head and the early-exit gate
+    vectors = sum(p.numel() for p in meta_model(OURO).parameters() if p.dim() < 2)  # norms, biases
+    assert parameters(OURO) - work(OURO) == head + vectors  # and the embedding table: a lookup
+    tied = PRESETS["tiny-raven"]
+    assert tied.tie_embeddings and work(tied) >= tied.vocab_size * tied.d_model
+
+
+def cut_timings(per_cut1: float) -> dict[int, dict[str, float]]:
+    """Every quantity as the work of the cut (the build as its parameters), `per_cut1` seconds on the
+    1-layer cut: the model's own time is then per_cut1 x work(model) / work(cut 1), exactly."""
+    return {
+        k: {q: per_cut1 * (SIZE[k] / SIZE[1] if q == "build" else WORK[k] / WORK[1]) for q in ce.QUANTITIES}
+        for k in ce.CUT_LAYERS
+    }
 
 
 def estimate_of(dtype, timings, jobs=1, load=1.0):
@@ -85,10 +103,14 @@ def estimate_of(dtype, timings, jobs=1, load=1.0):
 
 
 def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
-    est = estimate_of(torch.float32, cut_timings(1.0, 2.0), load=60.0)
+    est = estimate_of(torch.float32, cut_timings(3.0), load=60.0)
     assert est["layers"] == 24 and est["layer_field"] == "n_core"
-    at = 1.0 + 2.0 * 24
-    assert est["at_layers"] == dict.fromkeys(ce.QUANTITIES, pytest.approx(at))
+    at = 3.0 * work(OURO) / WORK[1]
+    build = 3.0 * parameters(OURO) / SIZE[1]
+    assert est["at_layers"] == {
+        **dict.fromkeys(ce.QUANTITIES, pytest.approx(at)),
+        "build": pytest.approx(build),
+    }
     p = est["parts"]
     assert p["load"] == 60.0
     cases = len(QUICK.sampling_cases)  # 3: temperature + top-k, top-p, the engines' parameters
@@ -98,19 +120,19 @@ def test_the_estimate_extrapolates_each_quantity_and_multiplies_by_the_plan():
     assert p["greedy_float64"] == pytest.approx(2 * 12 * (at + at))
     assert p["greedy_float32"] == pytest.approx(2 * 12 * at)
     assert p["speed"] == pytest.approx(2 * 32 * 3 * (at + at))  # the settings and the baseline
-    # 3 settings x 3 cases (setting, case) units, each its first chunk of 64 samples: 64 x 49 s
+    # 3 settings x 3 cases (setting, case) units, each its first chunk of 64 samples: 64 x 26 s
     # is past 270 / 9
     assert p["sampling"] == pytest.approx(3 * cases * 64 * at)
     assert est["serial_seconds"] == pytest.approx(sum(p.values()))
     assert est["wall_seconds"] == pytest.approx(est["serial_seconds"])  # one worker
-    two = estimate_of(torch.float32, cut_timings(1.0, 2.0), jobs=2, load=60.0)
+    two = estimate_of(torch.float32, cut_timings(3.0), jobs=2, load=60.0)
     assert est["parts"]["load"] + est["parts"]["exact laws"] < two["wall_seconds"] < est["wall_seconds"]
-    f64 = estimate_of(torch.float64, cut_timings(1.0, 2.0))
+    f64 = estimate_of(torch.float64, cut_timings(3.0))
     assert [k for k in f64["parts"] if k.startswith("greedy_")] == ["greedy_float64"]
     # a float64 run's bitwise loads its float32 copy: the load of one copy more than its tokens
     assert f64["parts"]["bitwise_fixed_width"] == pytest.approx(p["bitwise_fixed_width"] + 1.0)
     # sampling cheap enough: each unit takes its share of the budget, the budget in all
-    cheap = estimate_of(torch.float32, cut_timings(1e-4, 1e-6))
+    cheap = estimate_of(torch.float32, cut_timings(1e-4))
     assert cheap["parts"]["sampling"] == pytest.approx(270.0)
 
 
@@ -143,11 +165,12 @@ def test_the_estimate_samples_as_many_rows_a_call_as_the_run():
     few = ce.estimate(
         "ouro-1.4b", QUICK, torch.float32, "cpu", settings, 1.0, timings=timings, load=(1.0, ""), rows=8
     )
-    assert full["at_layers"]["sample"] == pytest.approx(24.0) and full["first_chunk"] == 64
-    assert few["at_layers"]["sample"] == pytest.approx(48.0) and few["first_chunk"] == 8
+    chunk = scaled({1: 1.0, 2: 2.0}, WORK, work(OURO))  # the certify batch's rate, at the model
+    assert full["at_layers"]["sample"] == pytest.approx(chunk) and full["first_chunk"] == 64
+    assert few["at_layers"]["sample"] == pytest.approx(2 * chunk) and few["first_chunk"] == 8
     units = 3 * len(QUICK.sampling_cases)  # (setting, case) units
-    assert few["parts"]["sampling"] == pytest.approx(units * 8 * 48.0)  # each its first 8
-    assert full["parts"]["sampling"] == pytest.approx(units * 64 * 24.0)
+    assert few["parts"]["sampling"] == pytest.approx(units * 8 * 2 * chunk)  # each its first 8
+    assert full["parts"]["sampling"] == pytest.approx(units * 64 * chunk)
 
 
 def est_of(parts: dict, wall: float) -> dict:
@@ -178,7 +201,9 @@ def small_plan(monkeypatch):
 @pytest.fixture
 def slow_cuts(monkeypatch):
     """Each cut's quantities 110 s on the 1-layer cut, 210 s on the 2-layer one."""
-    monkeypatch.setattr(ce, "time_cut", lambda cfg, k, *a, **kw: cut_timings(10.0, 100.0)[k])
+    monkeypatch.setattr(
+        ce, "time_cut", lambda cfg, k, *a, **kw: dict.fromkeys(ce.QUANTITIES, 10.0 + 100.0 * k)
+    )
 
 
 @pytest.fixture
@@ -195,8 +220,8 @@ def test_predict_stops_before_loading_when_the_estimate_says_so(
     small_plan, slow_cuts, no_load, tmp_path, capsys
 ):
     got = predict_mod.predict("tiny-ouro", slice_seconds=1.0)
-    assert got["stopped"] and got["warnings"] == got["estimate"]["warnings"]
-    assert "past the 20-min limit" in got["warnings"][0]
+    assert got.stopped and got.warnings == got.estimate.warnings
+    assert "past the 20-min limit" in got.warnings[0]
     assert main(["certify", "tiny-ouro", "--predict", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "quick plan on tiny-ouro, estimated from 1- and 2-layer cuts (n_core 2" in out
@@ -208,7 +233,7 @@ def test_predict_stops_before_loading_when_the_estimate_says_so(
 
 def test_predict_measured_goes_on_past_the_estimate(small_plan, slow_cuts):
     got = predict_mod.predict("tiny-ouro", slice_seconds=0.2, measured=True)
-    assert not got["stopped"] and got["estimate"]["warnings"] and got["rows"]
+    assert not got.stopped and got.estimate.warnings and got.units
 
 
 def test_predict_measured_needs_predict(tmp_path, capsys):

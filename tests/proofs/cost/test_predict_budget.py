@@ -1,4 +1,4 @@
-"""--predict counts what the sampling budget lets each unit sample (proofs/run/predict.py budgeted)
+"""--predict counts what the sampling budget lets each unit sample (proofs/cost/predict.py budgeted)
 and warns, naming the part and the flag that helps, when the budget cuts sampling short of the
 plan's TV or the run would pass an hour (verdict)."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from proofs.run.predict import HOUR, budgeted, verdict
+from proofs.cost.predict import HOUR, budgeted, verdict
 
 
 def row(uid, planned, need, first=0.0, check="sampling[m: s]"):

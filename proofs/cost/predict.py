@@ -1,7 +1,7 @@
 """The whole plan's time, predicted per check before running it (`loopcert certify --predict
 SECONDS`, docs/design.md section 8); nothing is certified.
 
-First, before the model is loaded, the layer-cut estimate (proofs/run/cut_estimate.py, cut_first):
+First, before the model is loaded, the layer-cut estimate (proofs/cost/estimate.py, cut_first):
 where it says this measured prediction would take past PREDICT_LIMIT or the run past an hour,
 the prediction stops there, naming the largest part and the flags that help, unless asked for
 the rest (`measured`, --predict-measured). Then the measured prediction:
@@ -25,19 +25,22 @@ from dataclasses import replace
 from proofs.checks.distribution import sample_tally
 from proofs.checks.mutation import LIBRARY, Mutant
 from proofs.checks.positions import ladder_samples
+from proofs.cost import estimate as cut_estimate
+from proofs.cost.estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
+from proofs.cost.need import FIT_HINT, run_need, sampling_rows
+from proofs.cost.parts import PROBE_FIELDS, part_of, row_of
+from proofs.cost.prediction import CheckCost, Estimate, Prediction, SampledUnit
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
 from proofs.progress import Progress
 from proofs.prompts import PROMPT_LEN
-from proofs.run import cut_estimate
 from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
-from proofs.run.cut_estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
 from proofs.run.jobs import check_jobs, makespan
 from proofs.run.plan import PLANS, CertifyPlan
 from proofs.run.remote import RunSpec
-from proofs.run.run import FIT_HINT, CertifyRun, run_need, sampling_rows
+from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
@@ -47,30 +50,21 @@ from refdec.validate import check_number
 from refdec.values import dtype_name
 
 # slice_rate: a first chunk predicted dearer than this at batch 1 is not drawn. Generous: batching
-# runs 20-40x faster than one sample at a time on the sweep's small sizes (docs/scale.md), so a
+# runs many times faster than one sample at a time (docs/scale.md has the sweep's ratios), so a
 # batch-1 rate is only for models no plan can sample here anyway (Ouro-1.4B's shape on a CPU)
 GAUGE_SECONDS = 3600.0
 PREDICT_SECONDS = 5.0  # sampling time of each (setting, case) slice a prediction measures
 PROBE_DIVISOR = 8  # a prediction runs each other check at about 1/8 of its size ...
 MUTANT_PROBE_STRIDE = 4  # ... and every 4th mutant of the library
-PROBE_FIELDS = {  # check -> the plan field its cost grows with, about linearly
-    "greedy_float64": "greedy_prompts",
-    "greedy_low": "greedy_prompts",
-    "bitwise_fixed_width": "bitwise_prompts",
-    "false_alarm": "false_alarm",
-    "theorem1_random": "theorem1_random_cases",
-    "theorem1_search": "theorem1_search_examples",
-    "theorem1_traces": "trace_prompts",
-    "theorem2_traces": "trace_prompts",
-}
 
 
 def probe_plan(
     plan: CertifyPlan, library: Sequence[Mutant]
 ) -> tuple[CertifyPlan, dict[str, tuple[str, float]]]:
-    """The plan cut down for a prediction, and per check (PROBE_FIELDS' names, "speed",
-    "mutation") what was cut and the factor that scales the probe's time back to the plan's. The
-    fixed costs (loading presets, warm-up) are scaled too: the prediction errs high."""
+    """The plan cut down for a prediction, and per check (the table's names of PROBE_FIELDS,
+    "speed", "positions", "mutation") what was cut and the factor that scales the probe's time
+    back to the plan's. The fixed costs (loading presets, warm-up) are scaled too: the prediction
+    errs high."""
     cut, scale = {}, {}
     for check, f in PROBE_FIELDS.items():
         v = getattr(plan, f)
@@ -110,11 +104,11 @@ def predict(
     time_budget: float | None = None,
     measured: bool = False,
     http=None,
-) -> dict:
-    """The prediction of the module docstring, as data, after the layer-cut estimate
-    (proofs/run/cut_estimate.py, under "estimate"): where that says the measured prediction would
-    take past PREDICT_LIMIT or the run past an hour, it stops there ("stopped": True, "warnings"
-    naming the largest part and the flags that help) unless `measured` asks for the rest.
+) -> Prediction:
+    """The prediction of the module docstring, typed (proofs/cost/prediction.py), after the
+    layer-cut estimate (its `estimate`): where that says the measured prediction would take past
+    PREDICT_LIMIT or the run past an hour, it stops there (`stopped`, its `warnings` naming the
+    largest part and the flags that help) unless `measured` asks for the rest.
 
     The run's time counts what each sampling unit will sample within the budget (`time_budget`,
     default the plan's: budgeted); the sampling time to reach the plan's TV is reported beside it.
@@ -134,15 +128,8 @@ def predict(
     check_fits(run_need(model_name, dtype, device), f"certifying {model_name}", FIT_HINT)  # before the cuts
     user = user_candidate(decoder, http=http) if decoder else None  # http: an http:// decoder's HTTPOptions
     est = cut_first(model_name, plan, dtype, device, user, budget_s, jobs, slice_seconds, say)
-    if est["warnings"] and not measured:
-        return {
-            "mode": plan.mode,
-            "model": model_name,
-            "target_tv": plan.tv,
-            "stopped": True,
-            "estimate": est,
-            "warnings": est["warnings"],
-        }
+    if est.warnings and not measured:
+        return Prediction(plan.mode, model_name, dtype_name(dtype), plan.tv, est, True, est.warnings)
     t0 = time.perf_counter()
     run = CertifyRun(plan, model_name, user, device, dtype, seed, say, time_budget)
     dname = dtype_name(dtype)
@@ -180,32 +167,37 @@ def predict(
         + (f"; no power whatever the time: {', '.join(no_power)}" if no_power else "")
     )
     got = {
-        "mode": plan.mode,
-        "model": model_name,
-        "target_tv": plan.tv,
         "rows": rows,
         "checks": checks,
         "setup_seconds": setup,
-        "no_power": no_power,
-        "predicted_seconds": sampling_s,
-        "serial_seconds": serial,
-        "jobs": jobs,
-        "executor": executor,
-        "workers_label": label,
-        "ship_seconds": ship,
-        "wall_seconds": wall,
+        "target_tv": plan.tv,
         "sampling_budget_s": budget_s,
-        "stopped": False,
-        "estimate": est,
+        "wall_seconds": wall,
     }
-    got["warnings"] = verdict(got)
-    for w in got["warnings"]:
+    warnings = tuple(verdict(got))
+    for w in warnings:
         say(f"warning: {w}")
-    return got
-
-
-# probe_plan's check names -> cut_estimate.run_parts' part names
-PROBE_PARTS = {"greedy_low": "greedy_{dtype}", "theorem1_traces": "traces"}
+    return Prediction(
+        mode=plan.mode,
+        model=model_name,
+        dtype=dname,
+        target_tv=plan.tv,
+        estimate=est,
+        stopped=False,
+        warnings=warnings,
+        units=tuple(SampledUnit(**r) for r in rows),
+        checks=tuple(CheckCost(**c) for c in checks),
+        setup_seconds=setup,
+        no_power=tuple(no_power),
+        sampling_seconds=sampling_s,
+        serial_seconds=serial,
+        jobs=jobs,
+        executor=executor,
+        workers_label=label,
+        ship_seconds=ship,
+        wall_seconds=wall,
+        sampling_budget_s=budget_s,
+    )
 
 
 def cut_first(
@@ -218,8 +210,8 @@ def cut_first(
     jobs: int,
     slice_seconds: float,
     say: Progress,
-) -> dict:
-    """The layer-cut estimate (proofs/run/cut_estimate.py) of the run, what the measured
+) -> Estimate:
+    """The layer-cut estimate (proofs/cost/estimate.py) of the run, what the measured
     prediction would spend (its probes at probe_plan's fractions), and what decide() says of both.
     The settings are fastdec's grid; fastdec's autoregressive decoder stands in for a `user` one
     (it decodes the cuts: a server serves its own model)."""
@@ -234,10 +226,9 @@ def cut_first(
     rows = sampling_rows(model_name, dtype, device, plan, user is None)  # the run's, from the headers
     est = cut_estimate.estimate(model_name, plan, dtype, device, settings, budget_s, jobs, say, rows=rows)
     _, scale = probe_plan(plan, [mt for mt in LIBRARY if plan.mutant_ids is None or mt.id in plan.mutant_ids])
-    probe = {
-        PROBE_PARTS.get(check, check).format(dtype=dtype_name(dtype)): 1.0 / factor
-        for check, (_, factor) in scale.items()
-    }
+    dname = dtype_name(dtype)
+    probe = {part_of(check, dname): 1.0 / factor for check, (_, factor) in scale.items()}
+    probe.pop(None, None)  # checks the estimate does not count
     at = est["at_layers"]
     est["prediction_seconds"] = cut_estimate.prediction_seconds(
         est["parts"], at, plan, len(settings), slice_seconds, probe, GAUGE_SECONDS, est["first_chunk"]
@@ -247,7 +238,7 @@ def cut_first(
         f"layer-cut estimate ({est['estimate_seconds']:.0f}s): the run {est['serial_seconds'] / 60:.1f} min "
         f"in one process, the measured prediction {est['prediction_seconds'] / 60:.1f} min"
     )
-    return est
+    return Estimate.of(est)
 
 
 def sampled_rows(
@@ -387,8 +378,8 @@ def probe_checks(
             mutant_t += took
             continue
         name = uid.removeprefix("check/")
-        key = "greedy_low" if name == f"greedy_{dname}" and name != "greedy_float64" else name.split("[")[0]
-        how, factor = scale.get(key, ("whole", 1.0))
+        row = row_of(name)
+        how, factor = scale.get(name if row is None else row.check.removesuffix("["), ("whole", 1.0))
         checks.append(
             {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}
         )

@@ -15,13 +15,14 @@ run stopped by its time limit keeps what it reached:
     greedy     the greedy_float64 (and greedy_<dtype>) checks
     traces     the depth traces the Theorem 1/2 trace checks read
 
-    python -m proofs.run.scale parts /work/scale-ckpt/ouro-w2048 --dtype float64 --out rec.json
-    python -m proofs.run.scale predict /work/scale-ckpt/ouro-w256 --out pred.json
-    python -m proofs.run.scale cut /work/scale-ckpt/ouro-w2048 --dtype float64 --out cut.json
+    python benchmarks/scale_parts.py parts /work/scale-ckpt/ouro-w2048 --dtype float64 --out rec.json
+    python benchmarks/scale_parts.py predict /work/scale-ckpt/ouro-w256 --out pred.json
+    python benchmarks/scale_parts.py cut /work/scale-ckpt/ouro-w2048 --dtype float64 --out cut.json
 
-`cut` is --predict's layer-cut estimate alone (proofs/run/cut_estimate.py): nothing is loaded.
+`cut` is --predict's layer-cut estimate alone (proofs/cost/estimate.py): nothing is loaded.
 
-The table and plot: reports/scale.py.
+A lab tool (it was `python -m proofs.run.scale`), not installed: the cost a user sees is
+proofs/cost/. The table and plot: benchmarks/scale_report.py.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from pathlib import Path
 import torch
 
 from proofs.checks.distribution import sample_tally
+from proofs.cost.predict import cut_first, predict
 from proofs.decoders.protocol import NotApplicable
 from proofs.run.cases import chosen_cases
 from proofs.run.plan import PLANS
-from proofs.run.predict import cut_first, predict
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from refdec.decode import generate
@@ -161,7 +162,9 @@ def measure_parts(model: str, dtype: str, out: Path, parts=PARTS, seed: int = 0)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m proofs.run.scale", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python benchmarks/scale_parts.py", description=__doc__.split("\n\n")[0]
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("parts", help="time each part of the quick plan on MODEL, one by one")
     p.add_argument("model")
@@ -189,7 +192,7 @@ def main(argv=None) -> int:
     if a.cmd == "predict":
         t0 = time.perf_counter()
         say = lambda m: print(m, flush=True)  # noqa: E731
-        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True)
+        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True).to_dict()
         got.update(
             predict_wall=time.perf_counter() - t0,
             peak_rss=peak_rss(),
@@ -204,7 +207,7 @@ def main(argv=None) -> int:
         say = lambda m: print(m, flush=True)  # noqa: E731
         est = cut_first(
             a.model, plan, parse_dtype(a.dtype), "cpu", None, plan.sampling_budget_s, 1, a.slice, say
-        )
+        ).to_dict()
         est.update(
             dtype=a.dtype,
             peak_rss=peak_rss(),

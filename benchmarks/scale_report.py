@@ -2,17 +2,17 @@
 
 Two steps, so that the figures the docs show are committed data, not a log folder:
 
-    python -m reports.scale collect /work/scale-logs --out docs/scale-data.json
-    python -m reports.scale table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
+    python benchmarks/scale_report.py collect /work/scale-logs --out docs/scale-data.json
+    python benchmarks/scale_report.py table docs/scale-data.json --md docs/scale-table.md --png docs/scale.png
 
 `collect` reads, per sweep size NAME (ouro-w<width>): the certificate of its real quick run
 (cert-wW/certificate.json for NAME ouro-wW), its peak RSS (certify-wW.log, GNU time -v), the
 certificate of its run with the --time-budget the plan needs where one was made
 (cert-wW-budget/certificate.json, cert-wW-budget.log), its
-prediction (predict-wW.json, proofs.run.scale predict), --predict's layer-cut estimate
-(cut-wW.json, proofs.run.scale cut: the figure --predict gives where it does not go on to the
+prediction (predict-wW.json, benchmarks/scale_parts.py predict), --predict's layer-cut estimate
+(cut-wW.json, benchmarks/scale_parts.py cut: the figure --predict gives where it does not go on to the
 measured prediction, as at the 1.4B shape) and the parts of its 1- and 2-layer cuts
-(parts-NAME-l1.json, parts-NAME-l2.json, proofs.run.scale parts), which it extrapolates linearly
+(parts-NAME-l1.json, parts-NAME-l2.json, benchmarks/scale_parts.py parts), which it extrapolates linearly
 in the layer count to the 24 layers of the shape (each part's cost is a + b x layers: the
 embedding and the 49k-token head once, the layers 24 times). `table` fits log time = c + k log
 parameters per part over the sizes measured and writes the table and the plot.
@@ -21,7 +21,8 @@ A logs folder is one machine's and does not last; the committed data does. `coll
 docs/scale-data.json` keeps every size and every figure the logs do not hold anew, so one new run
 (one size's certificate, one estimate) is added without the logs of the others:
 
-    python -m reports.scale collect /work/logs --update docs/scale-data.json --out docs/scale-data.json
+    python benchmarks/scale_report.py collect /work/logs --update docs/scale-data.json \
+        --out docs/scale-data.json
 """
 
 from __future__ import annotations
@@ -33,29 +34,17 @@ import re
 import sys
 from pathlib import Path
 
+from proofs.cost.extrapolate import scaled, work
+from proofs.cost.parts import GROUPS, group_of
 from refdec.errors import LoopcertError
 from refdec.sizes import ouro_shape, parameters
 
-# certificate check -> part (the issue's: reference laws = setup, candidate sampling, greedy, ...)
-PART_OF = {
-    "greedy_float64": "greedy",
-    "greedy_float32": "greedy",
-    "bitwise_fixed_width": "bitwise",
-    "reproducibility": "reproducibility",
-    "seed_invariance": "reproducibility",
-    "mutation": "mutants",
-    "speed": "speed",
-}
-PARTS = ("setup", "greedy", "bitwise", "sampling", "reproducibility", "mutants", "theorems", "speed")
+PARTS = GROUPS  # a certificate's checks, grouped by proofs/cost/parts.py's one table
 LAYERS = 24  # the published shape's; the cuts' figures are extrapolated to it
 
 
 def part_of(check: str) -> str:
-    if check.startswith("sampling["):
-        return "sampling"
-    if check.startswith("theorem"):
-        return "theorems"
-    return PART_OF.get(check, check)
+    return group_of(check)
 
 
 def peak_rss_of(log: Path) -> int | None:
@@ -107,7 +96,7 @@ def predicted(logs: Path, name: str) -> dict | None:
     p = json.loads(path.read_text())
     return {
         "wall_seconds": p["wall_seconds"],
-        "sampling_to_target_s": p["predicted_seconds"],
+        "sampling_to_target_s": p.get("sampling_seconds", p.get("predicted_seconds")),
         "setup_seconds": p["setup_seconds"],
         "warnings": p.get("warnings", []),
         "predict_took": p.get("predict_wall"),
@@ -116,7 +105,7 @@ def predicted(logs: Path, name: str) -> dict | None:
 
 
 def estimated(logs: Path, name: str) -> dict | None:
-    """--predict's layer-cut estimate of one size (cut-wW.json, `proofs.run.scale cut`): the run in
+    """--predict's layer-cut estimate of one size (cut-wW.json, `benchmarks/scale_parts.py cut`): the run in
     one process, per part, and what it cost to make."""
     path = logs / f"cut-{name}.json"
     if not path.is_file():
@@ -133,18 +122,17 @@ def estimated(logs: Path, name: str) -> dict | None:
 
 def macs_per_position(width: int, layers: int) -> int:
     """Multiply-adds of one position at one depth of an Ouro-shaped model: every layer's
-    projections and MLP, and the 49k-token head (the embedding is a lookup)."""
-    cfg = ouro_shape(width, layers)
-    d, i = cfg.d_model, cfg.intermediate_size
-    attn = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim + cfg.n_heads * cfg.head_dim * d
-    return layers * (attn + 3 * d * i) + cfg.vocab_size * d
+    projections and MLP, the early-exit gate and the 49k-token head (the embedding is a lookup):
+    proofs/cost/extrapolate.py work, the one measure both extrapolations from cuts use."""
+    return work(ouro_shape(width, layers))
 
 
 def extrapolated(logs: Path, name: str) -> dict | None:
-    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, scaled by the
-    multiply-adds of a position (macs_per_position): one estimate from each cut, and their
-    geometric mean. Scaling, not differencing: the two cuts ran at different loads (one took
-    longer with 1 layer than the other with 2), and a difference times 23 multiplies that noise."""
+    """Each part of the 1- and 2-layer cuts of `name` (ouro-wW) at LAYERS layers, by the one
+    extrapolation of proofs/cost/extrapolate.py: each cut scaled by the multiply-adds of a position
+    (macs_per_position), and the two estimates' geometric mean. Scaling, not differencing: the two
+    cuts ran at different loads (one took longer with 1 layer than the other with 2), and a
+    difference times 23 multiplies that noise."""
     width = int(re.fullmatch(r"ouro-w(\d+)", name).group(1))
     cuts = {}
     for n in (1, 2):
@@ -153,23 +141,28 @@ def extrapolated(logs: Path, name: str) -> dict | None:
             return None
         cuts[n] = json.loads(path.read_text())["parts"]
     full = macs_per_position(width, LAYERS)
-    factor = {n: full / macs_per_position(width, n) for n in (1, 2)}
+    works = {n: macs_per_position(width, n) for n in (1, 2)}
+    factor = {n: full / works[n] for n in (1, 2)}
+
+    def estimates(times: dict[int, float]) -> dict:
+        geo = scaled(times, works, full) or None
+        return {f"from_l{n}": t * factor[n] for n, t in times.items()} | {f"l{LAYERS}": geo}
+
     out = {}
     for part in sorted(set(cuts[1]) & set(cuts[2])):
         if part in ("vocab", "sampling"):  # the vocabulary does not grow with layers; sampling below
             continue
-        est = {n: cuts[n][part]["seconds"] * factor[n] for n in (1, 2)}
-        out[part] = {"l1": cuts[1][part]["seconds"], "l2": cuts[2][part]["seconds"], **_estimates(est)}
+        times = {n: cuts[n][part]["seconds"] for n in (1, 2)}
+        out[part] = {"l1": times[1], "l2": times[2], **estimates(times)}
     if all("reference" in cuts[n] for n in (1, 2)):
-        est = {n: cuts[n]["reference"]["per_token"] * factor[n] for n in (1, 2)}
-        out["reference_per_token"] = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)} | _estimates(est)
+        times = {n: cuts[n]["reference"]["per_token"] for n in (1, 2)}
+        out["reference_per_token"] = times | estimates(times)
     if all("sampling" in cuts[n] for n in (1, 2)):  # seconds a sample, every unit's mean
         per = {
             n: [1 / u["samples_per_s"] for u in cuts[n]["sampling"]["units"] if u["samples_per_s"]]
             for n in (1, 2)
         }
-        est = {n: sum(per[n]) / len(per[n]) * factor[n] for n in (1, 2) if per[n]}
-        out["seconds_per_sample"] = _estimates(est)
+        out["seconds_per_sample"] = estimates({n: sum(per[n]) / len(per[n]) for n in (1, 2) if per[n]})
         # N: the quick plan's for the 1-layer cut (the 24-layer model's own N is not known here)
         n = sum(u["N"] for u in cuts[1]["sampling"]["units"])
         out["sampling"] = {"samples": n, f"l{LAYERS}": n * out["seconds_per_sample"][f"l{LAYERS}"]}
@@ -181,12 +174,6 @@ def extrapolated(logs: Path, name: str) -> dict | None:
     return out
 
 
-def _estimates(est: dict[int, float]) -> dict:
-    vals = list(est.values())
-    geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and min(vals) > 0 else None
-    return {f"from_l{n}": v for n, v in est.items()} | {f"l{LAYERS}": geo}
-
-
 def _read(path: Path) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
@@ -196,7 +183,7 @@ def collect(logs: Path, names: list[str]) -> dict:
     for name in names:
         m = re.fullmatch(r"ouro-w(\d+)", name)
         if not m:
-            raise LoopcertError(f"sweep names are ouro-w<width> (refdec.sizes), got {name!r}")
+            raise LoopcertError(f"sweep names are ouro-w<width> (benchmarks/size_sweep.py), got {name!r}")
         row = {"name": name, "parameters": parameters(ouro_shape(int(m.group(1))))}
         short = name.removeprefix("ouro-")  # cert-w256/, certify-w256.log, predict-w256.json
         row["certified"] = certified(logs, short)
@@ -372,7 +359,9 @@ def plot(data: dict, png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.scale", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python benchmarks/scale_report.py", description=__doc__.split("\n\n")[0]
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("logs", type=Path)
