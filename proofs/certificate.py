@@ -32,7 +32,7 @@ class Seeds(Record):
 
 @dataclass(frozen=True)
 class Stamp(Record):
-    """Where a certificate came from: proofs.stamp.stamp's fields, then what a certificate adds."""
+    """Where a certificate came from: refdec.stamp.stamp's fields, then what a certificate adds."""
 
     commit: str  # HEAD, "(with uncommitted changes)" when the tree differs
     date: str  # UTC, ISO 8601

@@ -27,9 +27,9 @@ from proofs.checks.greedy import GREEDY, TIE_TOLERANCE, compute_dtype, judge, un
 from proofs.decoders.candidates import DecoderFactoryError
 from proofs.decoders.protocol import Decoder, run_generate
 from proofs.details import CoverageDetails, CoverageRow, DepthDetails, DepthDivergence, DepthRun
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
+from refdec.progress import Progress
 from refdec.values import dtype_name
 
 CROSS = 4  # tokens generated after a prompt placed at a boundary: positions b-1 .. b+2

@@ -22,9 +22,9 @@ import torch
 from proofs.decoders.candidates import DecoderFactoryError
 from proofs.decoders.protocol import Decoder, run_generate
 from proofs.details import Divergence, GreedyDetails, GreedyRun
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.score import continuation_logits
 from refdec.values import dtype_name

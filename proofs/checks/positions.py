@@ -31,11 +31,11 @@ import numpy as np
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
 from proofs.details import PositionAlarms, PositionsDetails, PositionStratum
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats import pit
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.score import continuation_laws
 from refdec.validate import check_int, check_number

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from proofs.decoders.candidates import Candidate
 from proofs.decoders.protocol import run_generate
 from proofs.details import ReproducedRun, ReproducibilityDetails, SeedDifference
-from proofs.progress import Progress
 from proofs.result import CheckResult
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 
 SAMPLING = SamplingParams(temperature=1.0)  # spread: two different seeds almost surely differ

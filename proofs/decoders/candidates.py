@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
+from fastdec.config import DecodeConfig
 from proofs.decoders.protocol import (
     Decoder,
     Factory,
@@ -29,6 +29,7 @@ from proofs.decoders.protocol import (
     load_factory,
 )
 from refdec.errors import LoopcertError
+from speed.settings import fastdec_configs  # the settings certify samples and bench times
 
 
 def class_sampling(owner) -> SamplingSupport | None:
@@ -59,12 +60,6 @@ class Candidate:
     options: Any = None
 
 
-def default_depths(R: int) -> tuple[int, int | None]:
-    """(d1, d2) used by the grid: fastdec's default d1 (about R/16) and d2 (about R/4)."""
-    d1 = default_draft_depth(R)
-    return d1, default_second_depth(R, d1)
-
-
 def fastdec_candidate(config: DecodeConfig, lossless: bool = True, compile: bool = False) -> Candidate:
     """fastdec with `config`; compile: its engine steps compiled (fastdec/compiled.py), the label
     saying so."""
@@ -92,29 +87,6 @@ def fastdec_grid(R: int, full: bool, compile: bool = False) -> list[Candidate]:
     """Each lossless strategy at the default depths; --full adds the unusual lossless settings;
     compile: each with compiled engine steps."""
     return [fastdec_candidate(c, compile=compile) for c in fastdec_configs(R, full)]
-
-
-def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
-    """The settings of fastdec_grid (the bench's certification-throughput figure uses them too)."""
-    d1, d2 = default_depths(R)
-    configs = [
-        DecodeConfig("autoregressive"),
-        DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=4),
-        DecodeConfig("pipelined", draft_depth=d1, second_depth=d2),
-    ]
-    if full:
-        deep = max(1, R // 2)
-        configs += [
-            DecodeConfig("draft-verify", draft_depth=deep, draft_ahead=2),
-            DecodeConfig("pipelined", draft_depth=d1, draft_filter=False),
-            DecodeConfig("pipelined", draft_depth=deep, rewind_depth=R - 1),
-        ]
-        if d2 is not None:
-            configs += [
-                DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
-                for gate in (False, "inverted")
-            ]
-    return configs
 
 
 class DecoderFactoryError(Exception):

@@ -33,8 +33,8 @@ from proofs.decoders.dialects import VLLM, Ask, Dialect, OpenAI, SGLang
 from proofs.decoders.http_client import Answered, HTTPClient, Transport, httpx_module, stderr_line
 from proofs.decoders.protocol import Refused
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
-from proofs.progress import Progress
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 from refdec.sampling import (
     ENGINE_FIELDS,
     MIN_P_FIRST,

@@ -71,7 +71,7 @@ def make(model, position: int = POSITION, temperature_factor: float = TEMPERATUR
     """The control over fastdec's pipelined strategy at its default depths (a --decoder factory)."""
     from fastdec import Decoder  # fastdec is optional for user decoders
     from fastdec.config import DecodeConfig
-    from proofs.decoders.candidates import default_depths
+    from speed.settings import default_depths
 
     d1, d2 = default_depths(model.cfg.recurrence)
     p = next(model.parameters())

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from refdec.decode import check_generate_args
+from refdec.decode import check_generate_args, tokens_of
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 from refdec.sampling import (
@@ -29,7 +29,6 @@ from refdec.sampling import (
     SamplingParams,
     check_order,
 )
-from refdec.validate import is_int
 
 
 @runtime_checkable
@@ -249,25 +248,6 @@ def check_decoder(obj, where: str) -> Decoder:
     if not callable(getattr(obj, "generate", None)):
         raise LoopcertError(f"{where} returned {type(obj).__name__!r}, which has no generate() method")
     return obj
-
-
-def tokens_of(result) -> list[int]:
-    """The new token ids of a generate() result: a sequence of ints or an object with .tokens.
-
-    Anything else is the decoder breaking the protocol; a check then records it as a failure,
-    it never guesses.
-    """
-    toks = getattr(result, "tokens", result)
-    if hasattr(toks, "tolist"):  # a tensor or array
-        toks = toks.tolist()
-    if isinstance(toks, (str, bytes)) or not isinstance(toks, Sequence):
-        raise LoopcertError(f"generate() returned {type(result).__name__!r}, not token ids or .tokens")
-    out = []
-    for t in toks:
-        if not is_int(t):
-            raise LoopcertError(f"generate() returned a non-integer token {t!r}")
-        out.append(int(t))
-    return out
 
 
 def run_generate(

@@ -51,6 +51,7 @@ from proofs.checks.positions import check_positions
 from proofs.checks.reproducibility import SAMPLING as REPRO_SAMPLING
 from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.seed_invariance import check_decoders as check_seed_invariance
+from proofs.checks.speed import check_speed
 from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
 from proofs.checks.theorem2 import check_theorem2_traces
 from proofs.decoders.candidates import (
@@ -69,7 +70,6 @@ from proofs.decoders.protocol import (
     declared_sampler_order,
     prepare_decoder,
 )
-from proofs.progress import Progress
 from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
@@ -87,12 +87,12 @@ from proofs.run.cases import (
 from proofs.run.kv_need import certify_buffers
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, SEED_NEIGHBOURS, CertifyPlan, sampling_preset
 from proofs.run.probe import in_child
-from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.memory import FREE_ENV, Need, check_fits, config_of, free_bytes, parameters_of
 from refdec.model import LoopedLM
+from refdec.progress import Progress
 from refdec.sampling import TEMPERATURE_FIRST
 from refdec.values import dtype_name
 

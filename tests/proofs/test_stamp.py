@@ -1,4 +1,4 @@
-"""proofs.stamp: one stamp, one format, for the certificate, the speedup report, the gate baseline
+"""refdec.stamp: one stamp, one format, for the certificate, the speedup report, the gate baseline
 and the model card."""
 
 import datetime

@@ -12,12 +12,13 @@ import refdec
 from fastdec.config import DecodeConfig
 from proofs.checks.bitwise import check_bitwise
 from proofs.checks.greedy import TIE_TOLERANCE, check_greedy, judge, reference_scores
-from proofs.decoders.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid
+from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.stats.exact_laws import Oracle
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
 from refdec.model import LoopedLM
 from refdec.score import continuation_logits
+from speed.settings import default_depths
 
 PROMPTS = [(1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1)]
 

@@ -157,8 +157,8 @@ def test_rows_and_engines_table(folders):
     than they say)."""
     import refdec
     from proofs.decoders.llamacpp_decoder import decoder_for, llamacpp_versions
-    from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
     from refdec.sampling import SamplingParams
+    from speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
 
     assert set(ROWS) == set(PASSING) | set(CONTEXT_END) | set(FAILING), "the certify tests above run first"
     lines = ["| row | --decoder | verdict | failed checks | evidence |", "|---|---|---|---|---|"]

@@ -1,6 +1,6 @@
 """certify's speed check (docs/design.md section 6, check 6): each candidate setting against the
-autoregressive baseline, timed and compared exactly as `loopcert bench` does (proofs.speed.timing,
-proofs.speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
+autoregressive baseline, timed and compared exactly as `loopcert bench` does (speed.timing,
+speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
 setting and workload. Ratios only: absolute tokens/s depend on the machine.
 
 The check fails only if a setting cannot run; how fast it is is reported, never asserted.
@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 from proofs.decoders.candidates import Candidate
 from proofs.details import SpeedDetails, SpeedError, SpeedRow
-from proofs.progress import Progress, quiet
 from proofs.result import CheckResult
-from proofs.speed.rows import measured_speed
-from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
+from refdec.progress import Progress, quiet
 from refdec.values import dtype_name
+from speed.rows import measured_speed
+from speed.timing import GREEDY, Workload, default_clock, time_runs
 
 TELEMETRY = ("acceptance_rate", "gamma", "mean_live_lanes")  # fastdec Stats a speed row carries
 
@@ -32,7 +32,7 @@ def check_speed(
     progress: Progress | None = None,
 ) -> CheckResult:
     """measured = the best speedup over the baseline (reported, not bounded); passes iff all ran.
-    `prompts` are cut by `work` (proofs.speed.timing.Workload.select)."""
+    `prompts` are cut by `work` (speed.timing.Workload.select)."""
     say = progress or quiet
     prompts = work.select(prompts)
     base_label = baseline.label + " (baseline)"

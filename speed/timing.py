@@ -27,9 +27,9 @@ import torch
 
 from fastdec import Decoder, Stats
 from fastdec.telemetry import DERIVED
-from proofs.decoders.protocol import tokens_of
-from proofs.progress import Progress
+from refdec.decode import tokens_of
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.validate import check_int
 
