@@ -11,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from proofs.decoders.candidates import Candidate
+from fastdec.config import DecodeConfig
+from proofs.decoder_attributes import declared_device
+from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.details import SpeedDetails, SpeedError, SpeedRow
+from proofs.prompts import model_prompts
 from proofs.result import CheckResult
 from refdec.progress import Progress, quiet
 from refdec.values import dtype_name
@@ -49,7 +52,8 @@ def check_speed(
         decoders[c.label] = dec
     dev = next(model.parameters())
     clock = default_clock(dev.device)
-    times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, say)
+    devices = {label: declared_device(dec) for label, dec in decoders.items()}
+    times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, say, devices=devices)
     rows = []
     for label in decoders:
         sp = measured_speed(times, label, base_label, clock)
@@ -72,3 +76,18 @@ def check_speed(
         baseline=baseline.label,
     )
     return CheckResult(name, best, 1.0, not errors, details)
+
+
+def check_certified_speed(
+    name: str,
+    candidates: Sequence[Candidate],
+    model,
+    model_name: str,
+    work: Workload,
+    progress: Progress | None = None,
+) -> CheckResult:
+    """check_speed on the certified model against fastdec's autoregressive setting, on the prompts
+    and workload `loopcert bench` times (the plan's `speed`): the same speedups as speedup.md."""
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
+    prompts = model_prompts(model, model_name, work.prompts, max_len=work.prompt_len)
+    return check_speed(name, candidates, baseline, model, prompts, work, progress)

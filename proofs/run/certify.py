@@ -18,9 +18,9 @@ import torch
 
 import refdec
 from proofs.certificate import Certificate, Stamp
+from proofs.decoder_attributes import bound_model
 from proofs.decoders.candidates import (
     Candidate,
-    bound_model,
     python_candidate,
     user_candidate,
 )

@@ -182,7 +182,8 @@ def test_tie_tolerance_follows_the_decoders_compute_dtype():
     tolerance; without a declaration, the dtype of the model it was given."""
     import torch
 
-    from proofs.checks.greedy import TIE_TOLERANCE, compute_dtype
+    from proofs.checks.greedy import TIE_TOLERANCE
+    from proofs.decoder_attributes import declared_compute_dtype
 
     class Declares:
         compute_dtype = "float32"
@@ -190,6 +191,10 @@ def test_tie_tolerance_follows_the_decoders_compute_dtype():
     class Silent:
         pass
 
-    assert compute_dtype(Declares(), torch.float64) is torch.float32
-    assert compute_dtype(Silent(), torch.float64) is torch.float64
+    class Fastdec:  # fastdec.Decoder's name for it
+        dtype = torch.float32
+
+    assert declared_compute_dtype(Declares()) is torch.float32
+    assert declared_compute_dtype(Fastdec()) is torch.float32
+    assert declared_compute_dtype(Silent()) is None  # check_greedy then takes the model's dtype
     assert TIE_TOLERANCE[torch.float32] > TIE_TOLERANCE[torch.float64]
