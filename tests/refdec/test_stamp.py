@@ -5,9 +5,9 @@ import datetime
 
 import torch
 
-from proofs import stamp as stamp_mod
 from proofs.run.certify import certificate_stamp
 from proofs.run.plan import QUICK
+from refdec import stamp as stamp_mod
 
 KEYS = {
     "commit",
