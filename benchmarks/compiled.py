@@ -20,10 +20,10 @@ import torch
 
 import fastdec
 import refdec
-from proofs.decoders.candidates import fastdec_configs
 from proofs.run.plan import QUICK_CASES
-from proofs.speed.engines import NEW_TOKENS, prompts
 from refdec.sampling import SamplingParams
+from speed.engines import NEW_TOKENS, prompts
+from speed.settings import fastdec_configs
 
 GREEDY = SamplingParams()
 SAMPLING_ROWS = 16  # certify's sampling calls: rows of one prompt, one seed each

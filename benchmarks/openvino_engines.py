@@ -3,7 +3,7 @@ interleaved rounds, the median of each (docs/measurements.md, "OpenVINO GenAI on
 
 `tox -e openvino`'s engines table (reports/out/openvino/engines.md) measures each engine once, one
 after the other; on shared cores a load spike lands on whichever row runs then. Here every round
-measures every engine (proofs.speed.engines.rates: 4 prompts of 24 tokens, 32 new tokens, one
+measures every engine (speed.engines.rates: 4 prompts of 24 tokens, 32 new tokens, one
 warm-up), and the table gives the median round and the range. Each engine's greedy tokens are
 first compared with refdec's on 4 prompts. Checkpoints: `tiny` (tiny-ouro, seed 0) or `mid` (the
 same family at d 512, 8 heads of 64, 4 layers, vocab 4096, R 4, random weights, seed 0), written by
@@ -27,9 +27,9 @@ import refdec
 from fastdec import Decoder
 from proofs.decoders.openvino_decoder import decoder_for, openvino_versions
 from proofs.decoders.protocol import tokens_of
-from proofs.speed.engines import NEW_TOKENS, prompts, rates
 from refdec.checkpoints import write_published
 from refdec.sampling import SamplingParams
+from speed.engines import NEW_TOKENS, prompts, rates
 
 GREEDY = SamplingParams()
 

@@ -3,12 +3,12 @@
     pytest benchmarks                # what `tox -e bench` runs; not part of the default `pytest`
 
 - test_decode: pytest-benchmark timings of the autoregressive baseline and every gated setting
-  (proofs.speed.settings.gate_settings), greedy and sampling, on CPU, and on CUDA with graphs when
+  (speed.settings.gate_settings), greedy and sampling, on CPU, and on CUDA with graphs when
   CUDA is present (skipped otherwise). One round = generate() over the prompts. extra_info
   holds tokens/s, decode tokens/s (prefill excluded, from fastdec's Stats), the acceptance
   statistics and `speedup`: the baseline's median round time over this setting's, both from
   this session (the baseline's benchmark runs first in each device/mode).
-- test_regression_gate: proofs.speed.gates against benchmarks/baseline.json (written by
+- test_regression_gate: proofs.gates.baseline against benchmarks/baseline.json (written by
   `loopcert bench --quick --write-baseline`); fails naming every figure that moved. `tox -e gate` runs
   only the gate (`loopcert bench --quick --gate`, the CI job).
 """
@@ -20,11 +20,11 @@ import torch
 
 from fastdec import Decoder
 from proofs.decoders.naive_kv import NaiveKVDecoder
+from proofs.gates import baseline as gates
 from proofs.prompts import model_prompts
-from proofs.speed import gates
-from proofs.speed.settings import BASELINE, gate_settings
-from proofs.speed.timing import GREEDY, MODES, Workload, aggregate
 from refdec.load import load_model
+from speed.settings import BASELINE, gate_settings
+from speed.timing import GREEDY, MODES, Workload, aggregate
 
 BASELINE_FILE = Path(__file__).parent / "baseline.json"
 N_TOKENS = 32
@@ -113,7 +113,7 @@ def test_naive_kv_reference(benchmark, model, prompts, mode):
 
 
 def test_regression_gate(model):
-    """The gate (proofs.speed.gates) against the committed baseline, its speed against the stored
+    """The gate (proofs.gates.baseline) against the committed baseline, its speed against the stored
     ratios (`loopcert bench --gate`, which tox -e bench runs next, pairs them); says which figure moved."""
     base = gates.read_baseline(BASELINE_FILE)
     prompts = model_prompts(model, "default", 16, max_len=4096)

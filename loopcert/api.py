@@ -15,14 +15,7 @@ in any version. `refdec` and `fastdec` export the model and the fast decoder at 
 from __future__ import annotations
 
 from proofs.certificate import Certificate, Seeds, Stamp, read_certificate
-from proofs.decoders.http_client import Transport
-from proofs.decoders.http_decoder import HTTPOptions
-from proofs.decoders.protocol import (
-    BatchDecoder,
-    Decoder,
-    Factory,
-    NotApplicable,
-    Refused,
+from proofs.decoder_attributes import (
     SamplingSupport,
     batch_call_limit,
     declared_compute_dtype,
@@ -30,6 +23,9 @@ from proofs.decoders.protocol import (
     declared_sampler_order,
     declared_sampling,
 )
+from proofs.decoders.http_client import Transport
+from proofs.decoders.http_decoder import HTTPOptions
+from proofs.decoders.protocol import BatchDecoder, Decoder, Factory, NotApplicable, Refused
 from proofs.details import KINDS as DETAIL_KINDS
 from proofs.details import Details
 from proofs.result import CheckResult

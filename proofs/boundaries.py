@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from proofs.decoder_attributes import declared_pairs, server_of, speculation_widths
 from refdec.config import ModelConfig
-from refdec.errors import LoopcertError
 from refdec.validate import is_int
 
 MODEL, DECODER, SERVER, SPECULATION, LADDER = "model", "decoder", "server", "speculation", "ladder"
@@ -68,53 +68,6 @@ def crossing(boundary: Boundary, prompt_len: int, n_tokens: int) -> str | None:
     if crossed_by_generation(boundary.position, prompt_len, n_tokens):
         return "generation"
     return "prefill" if crossed_by_prefill(boundary.position, prompt_len) else None
-
-
-def declared_pairs(decoder, where: str = "") -> list[tuple[int, str]]:
-    """The decoder's optional `boundaries` attribute as (position, what) pairs: each entry a
-    position (an int >= 1) or a (position, what) pair; absent or None: none. Anything else is a
-    LoopcertError naming it."""
-    got = getattr(decoder, "boundaries", None)  # optional: docs/decoders.md
-    if got is None:
-        return []
-    name = where or f"{type(decoder).__name__}.boundaries"
-    if isinstance(got, (str, bytes)) or not isinstance(got, Iterable):
-        raise LoopcertError(f"{name} must be a sequence of positions or (position, what) pairs, got {got!r}")
-    out = []
-    for entry in got:
-        pos, what = (entry, "declared by the decoder") if is_int(entry) else _pair(entry, name)
-        if not is_int(pos, 1):
-            raise LoopcertError(f"{name}: a position must be an integer >= 1, got {pos!r}")
-        out.append((int(pos), str(what)))
-    return out
-
-
-def _pair(entry, name: str) -> tuple:
-    if isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], str):
-        return entry[0], entry[1]
-    raise LoopcertError(f"{name}: each entry must be a position or a (position, what) pair, got {entry!r}")
-
-
-def server_of(decoder) -> list[int]:
-    """An HTTP decoder's `server_boundaries` (certify's --boundaries: a server's block and chunk
-    sizes), integers >= 1; none for other decoders."""
-    return sorted({int(p) for p in getattr(decoder, "server_boundaries", ()) or () if is_int(p, 1)})
-
-
-def speculation_widths(decoder) -> list[int]:
-    """The speculation widths k a decoder drafts: its `speculation_widths` attribute, else
-    fastdec's draft_ahead (draft-verify), mlx-lm's num_draft."""
-    got = getattr(decoder, "speculation_widths", None)
-    if got is not None:
-        return sorted({int(k) for k in got if is_int(k, 1)})
-    config = getattr(decoder, "config", None)
-    if getattr(config, "strategy", None) in ("draft-verify", "adaptive-verify"):
-        return [int(config.draft_ahead)]
-    spec = getattr(decoder, "spec", None)
-    k = getattr(spec, "num_draft", None)  # mlx-lm's; OpenVINO's spec has none (it drafts its own way)
-    if getattr(spec, "speculative", False) and is_int(k, 1):
-        return [int(k)]
-    return []
 
 
 def model_boundaries(cfg: ModelConfig, raw: Mapping | None = None) -> list[Boundary]:

@@ -32,7 +32,7 @@ class Seeds(Record):
 
 @dataclass(frozen=True)
 class Stamp(Record):
-    """Where a certificate came from: proofs.stamp.stamp's fields, then what a certificate adds."""
+    """Where a certificate came from: refdec.stamp.stamp's fields, then what a certificate adds."""
 
     commit: str  # HEAD, "(with uncommitted changes)" when the tree differs
     date: str  # UTC, ISO 8601
@@ -68,7 +68,7 @@ class Stamp(Record):
     sampler_order: str = "temperature-first"
     relative_to: str | None = None  # --relative-to: the engine-relative check's reference decoder
     # the engines' other sampling parameters the decoder declares it honours, and its conventions
-    # for them (proofs.decoders.protocol.declared_sampling; None: a certificate written before)
+    # for them (proofs.decoder_attributes.declared_sampling; None: a certificate written before)
     sampling_fields: tuple[str, ...] | None = None
     sampling_conventions: dict | None = None  # min_p_order, penalty_scope, penalty_window
     # the plan's cases it was not sampled under, as "<case> (<fields it does not declare>)"

@@ -605,7 +605,7 @@ class Theorem2PublishedDetails(Details):
     best_integer_depths: tuple[int, int]  # the cost model's own integer optimum
 
 
-# -- speed (proofs/speed/check.py) ----------------------------------------------------------------
+# -- speed (proofs/checks/speed.py) ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -637,14 +637,14 @@ class SpeedDetails(Details):
     prompts: int
     tokens_per_prompt: int
     repeats: int
-    workload: dict[str, int]  # proofs.speed.timing.Workload's fields
+    workload: dict[str, int]  # speed.timing.Workload's fields
     clock: str
     device: str
     dtype: str
     baseline: str
 
 
-# -- the bench regression gates (proofs/speed/gates.py) ---------------------------------------------
+# -- the bench regression gates (proofs/gates/baseline.py) ---------------------------------------------
 # Not a certificate kind (not in KINDS): the gate's results go to gate.json, never to a certificate.
 
 

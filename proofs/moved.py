@@ -23,6 +23,10 @@ import warnings
 
 REMOVED_IN = "0.3.0"  # moved during 0.1: they warn through 0.2.x and are removed in 0.3.0
 
+SPEED_MODULES = (
+    "batch_table", "context", "costs", "engines", "measure", "report", "round_worker", "rows",
+    "settings", "slowdown", "targets", "theorem2_vs_measured", "timing",
+)  # fmt: skip
 # old module -> the modules its names live in now, searched in order (the first is "where it moved")
 MOVED: dict[str, tuple[str, ...]] = {
     "proofs.protocol": ("proofs.decoders.protocol",),
@@ -33,12 +37,24 @@ MOVED: dict[str, tuple[str, ...]] = {
     "proofs.sampler": ("proofs.decoders.draw",),
     "proofs.depth_profile": ("analysis.depth_profile",),
     "proofs.state_dynamics": ("analysis.state_dynamics",),
-    "proofs.speed.batch": ("proofs.speed.batch_table",),
+    "proofs.speed.batch": ("speed.batch_table",),
+    # 2026-12-05: speed measurement left proofs/ (speed/, below proofs); the certificate's speed
+    # check and the regression gates stayed checks (proofs.checks.speed, proofs.gates)
+    "proofs.speed": ("speed",),
+    **{f"proofs.speed.{m}": (f"speed.{m}",) for m in SPEED_MODULES},
+    "proofs.speed.check": ("proofs.checks.speed",),
+    "proofs.speed.gates": ("proofs.gates.baseline",),
+    "proofs.speed.paired": ("proofs.gates.paired",),
+    "proofs.speed.false_alarm": ("proofs.gates.false_alarm",),
+    "proofs.progress": ("refdec.progress",),
+    "proofs.stamp": ("refdec.stamp",),
     # what a run costs moved into one package (2026-12-05)
     "proofs.run.cut_estimate": ("proofs.cost.estimate",),
     "proofs.run.predict": ("proofs.cost.predict",),
     "proofs.run.kv_need": ("proofs.cost.kv_need",),
 }
+# an old path that other old paths sit under is a package: `import proofs.speed.timing` needs it
+PACKAGES = frozenset(old.rpartition(".")[0] for old in MOVED) & frozenset(MOVED)
 # names of the old modules that the public surface (loopcert.api) holds now: the warning sends
 # users there rather than to an internal module (tests/test_public_api.py checks loopcert.api has them)
 PUBLIC_HOME = "loopcert.api"
@@ -112,7 +128,9 @@ class MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the old paths of MOVED (and nothing else); loads each as a MovedModule."""
 
     def find_spec(self, fullname, path=None, target=None):
-        return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname in PACKAGES)
 
     def create_module(self, spec):
         doc = f"Deprecated: moved to {MOVED[spec.name][0]} (loopcert {REMOVED_IN} removes this path)."

@@ -27,7 +27,7 @@ class CheckResult:
     passed: bool
     # The kind's record; None when the check measured nothing (skipped, not applicable, or it
     # could not run: `error`). A plain dict only for results that never enter a certificate
-    # (the bench gates' figures, proofs/speed/gates.py): those have no kind.
+    # (the bench gates' figures, proofs/gates/baseline.py): those have no kind.
     details: Details | dict | None = None
     power: str | None = None  # e.g. "detects TV >= 0.012 with prob 0.99 at alpha 1e-3"
     kind: str | None = None  # details.kind; given only when details is None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM, check_depth
 from refdec.sampling import Context, SamplingParams, greedy_token, sample, transform
-from refdec.validate import check_int, check_seed
+from refdec.validate import check_int, check_seed, is_int
 
 
 def check_generate_args(
@@ -39,6 +41,26 @@ def check_run_args(
             raise LoopcertError(f"{name} names token {max(named)}, outside the vocabulary [0, {V})")
     check_seed(seed)
     return ids, check_depth(model.cfg.recurrence if depth is None else depth)
+
+
+def tokens_of(result) -> list[int]:
+    """The new token ids of a generate() result: a sequence of ints or an object with .tokens.
+
+    The other end of check_generate_args: what every decoder's generate() returns
+    (proofs.decoders.protocol). Anything else is the decoder breaking the protocol; a check then
+    records it as a failure, it never guesses.
+    """
+    toks = getattr(result, "tokens", result)
+    if hasattr(toks, "tolist"):  # a tensor or array
+        toks = toks.tolist()
+    if isinstance(toks, (str, bytes)) or not isinstance(toks, Sequence):
+        raise LoopcertError(f"generate() returned {type(result).__name__!r}, not token ids or .tokens")
+    out = []
+    for t in toks:
+        if not is_int(t):
+            raise LoopcertError(f"generate() returned a non-integer token {t!r}")
+        out.append(int(t))
+    return out
 
 
 @torch.no_grad()

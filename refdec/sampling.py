@@ -65,7 +65,7 @@ PENALTY_SCOPES = (SPLIT_SCOPE, CONTEXT_SCOPE)
 
 
 # the engines' other parameters (the module docstring), each honoured or not by a decoder as a
-# whole: proofs.decoders.protocol.declared_sampling reads which a decoder declares
+# whole: proofs.decoder_attributes.declared_sampling reads which a decoder declares
 ENGINE_FIELDS = (
     "min_p",
     "repetition_penalty",

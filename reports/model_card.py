@@ -394,7 +394,7 @@ def limits_section(card: ModelCard) -> list[str]:
 
 
 def render_card(card: ModelCard, stamp: dict) -> str:
-    """MODEL_CARD.md: the card's sections in order; `stamp` is proofs.stamp.stamp's dict."""
+    """MODEL_CARD.md: the card's sections in order; `stamp` is refdec.stamp.stamp's dict."""
     lines = header_section(card, stamp)
     for section in (
         architecture_section,

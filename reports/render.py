@@ -148,7 +148,7 @@ def speed_section(c: CheckResult, d: SpeedDetails, title: str) -> str:
         f"Greedy, {d.prompts} prompt(s) x {d.tokens_per_prompt} tokens, "
         f"{d.repeats} interleaved rounds after a warm-up, {d.device} {d.dtype}, "
         f"{d.clock} clock; speedup = the median over rounds of the {d.baseline} "
-        "baseline's decode time over the setting's, `loopcert bench`'s protocol (proofs.speed.timing). "
+        "baseline's decode time over the setting's, `loopcert bench`'s protocol (speed.timing). "
         "Reported, not asserted.",
         table(
             [[r.setting, r.tokens_per_s, r.speedup, r.acceptance_rate, r.gamma] for r in d.rows],

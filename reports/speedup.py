@@ -1,16 +1,16 @@
-"""Render the speedup report (proofs.speed.report.SpeedReport) as markdown with tabulate.
+"""Render the speedup report (speed.report.SpeedReport) as markdown with tabulate.
 
-Render-only: every number, ratio and verdict was measured or judged in proofs.speed; the only
+Render-only: every number, ratio and verdict was measured or judged in speed; the only
 arithmetic here is formatting (percentages, milliseconds, ratios of two shown figures).
 """
 
 from __future__ import annotations
 
-from proofs.speed.batch_table import SAMPLE_TOKENS
-from proofs.speed.context import factors
-from proofs.speed.report import SpeedReport
-from proofs.speed.rows import GridRow
 from reports.render import DASH, fmt, table
+from speed.batch_table import SAMPLE_TOKENS
+from speed.context import factors
+from speed.report import SpeedReport
+from speed.rows import GridRow
 
 
 def _pct(x) -> str:
@@ -380,7 +380,7 @@ def context_cause(res: SpeedReport) -> str:
     last = c.rows[-1]
     return (
         "### Where the difference from the model goes\n\n"
-        "measured / model = step cost x fill x rejections x rest (proofs/speed/context.py). step cost = "
+        "measured / model = step cost x fill x rejections x rest (speed/context.py). step cost = "
         "m / s: the model's cost of a k-lane step over a 1-lane step, m = (Wb + k A) / (Wb + A) with "
         "k = R / d1, over the measured one, s. fill = d1 / n_fill and rejections = n_fill / n, with n the "
         "pipeline's engine steps per decoded token and n_fill = d1 + (R - d1) / N the steps a never-rejected "
@@ -411,7 +411,7 @@ def context_cause(res: SpeedReport) -> str:
         f"every draft accepted), the engine reaches {fmt(last.engine_factor, 3)} of the model (step cost x "
         f"rest). {step_cause_line(c)}\n\n"
         f"Where one recurrence call's {c.clock} time goes, at 1 lane and at the pipeline's W lanes, by "
-        "context (proofs.speed.costs.call_parts: the parts timed inside the engine's calls, host planning "
+        "context (speed.costs.call_parts: the parts timed inside the engine's calls, host planning "
         "in Engine.phase_inputs, `other` the call's total less the parts):\n\n" + parts_table(c)
     )
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from proofs.run.plan import CertifyPlan
-from proofs.speed.timing import Workload
 from refdec.sampling import SamplingParams
+from speed.timing import Workload
 
 SMALL_PLAN = CertifyPlan(
     "quick",

@@ -1,4 +1,10 @@
-"""The import graph runs one way: refdec <- fastdec <- analysis <- proofs <- reports <- trainer <- loopcert.
+"""The import graph runs one way:
+refdec <- fastdec <- analysis <- speed <- proofs <- reports <- trainer <- loopcert.
+
+speed (the timing protocol and `loopcert bench`'s measurement) sits below proofs: the
+certificate's speed check (proofs.checks.speed) and the regression gates (proofs.gates) time
+through it, and it imports nothing of proofs (the decoder results it reads go through
+refdec.decode.tokens_of; progress and stamp are refdec's).
 
 Every import statement of every module counts, those inside functions too (a lazy import is
 still a dependency, and a lazy import both ways is a cycle that only hides until someone moves
@@ -16,15 +22,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("refdec", "fastdec", "analysis", "proofs", "reports", "trainer", "loopcert")
-# Inside proofs/: its top-level modules (result, details, record, certificate, stamp, progress,
-# prompts) <- stats <- decoders <- checks and speed (independent of each other) <- run <- cost. The
-# memory need of proofs/cost (need, kv_need) ranks with run: RunModels.load asks it before loading.
+LAYERS = ("refdec", "fastdec", "analysis", "speed", "proofs", "reports", "trainer", "loopcert")
+# Inside proofs/: its top-level modules (result, details, record, certificate, prompts) <- stats <-
+# decoders <- checks and gates (independent of each other) <- run <- cost. The memory need of
+# proofs/cost (need, kv_need) ranks with run: RunModels.load asks it before loading.
 PROOFS_LAYERS = (
     "proofs",
     "proofs.stats",
     "proofs.decoders",
-    ("proofs.checks", "proofs.speed"),
+    ("proofs.checks", "proofs.gates"),
     ("proofs.run", "proofs.cost.need", "proofs.cost.kv_need"),
     "proofs.cost",
 )

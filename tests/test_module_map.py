@@ -3,7 +3,7 @@
 A newcomer finds a file by reading the map; a module the map does not name is one nobody can find
 that way, and a row naming a file that no longer exists sends them nowhere. The map is the table
 under "Where each idea lives" in section 1: its first cell names files in backticks, a path with a
-folder (`proofs/run/plan.py`) or a bare name beside one (`costs.py` after `proofs/speed/timing.py`:
+folder (`proofs/run/plan.py`) or a bare name beside one (`costs.py` after `speed/timing.py`:
 the same folder), a folder (`loopcert/serve/`: every module in it) or a pattern
 (`loopcert/commands/<name>.py`: every module of that folder). `__init__.py` files are the packages
 themselves and need no row. Both directions are checked on small trees that break them, so the

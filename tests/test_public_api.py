@@ -24,7 +24,7 @@ import loopcert.api
 from proofs.moved import MOVED, PUBLIC_HOME, REMOVED_IN, MovedWarning
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRST_PARTY = ("refdec", "fastdec", "analysis", "proofs", "reports", "trainer", "loopcert")
+FIRST_PARTY = ("refdec", "fastdec", "analysis", "speed", "proofs", "reports", "trainer", "loopcert")
 
 # frozen: add a name when it becomes public; never remove one (move it behind an alias instead).
 # A package's names stand by kind (constants and functions, classes), each line sorted
@@ -106,6 +106,28 @@ OLD: dict[str, tuple[str, ...]] = {
     "proofs.depth_profile": ("DepthProfile", "depth_profile", "window_profile"),
     "proofs.state_dynamics": ("step_sizes", "iteration_gain", "init_sensitivity", "summarize_steps"),
     "proofs.speed.batch": ("batch_table",),
+    # speed measurement left proofs/ (2026-12-05): the modules benchmarks/, docs/speed.md and the
+    # engine tests imported, each with a name of it
+    "proofs.speed": (),
+    "proofs.speed.batch_table": ("batch_table", "judge_batch"),
+    "proofs.speed.context": ("context_sweep",),
+    "proofs.speed.costs": ("call_parts",),
+    "proofs.speed.engines": ("NEW_TOKENS", "prompts", "rates"),
+    "proofs.speed.measure": ("bench",),
+    "proofs.speed.report": ("PLANS", "SpeedReport"),
+    "proofs.speed.round_worker": ("PAIRED_PROTOCOL",),
+    "proofs.speed.rows": ("GridRow",),
+    "proofs.speed.settings": ("BASELINE", "gate_settings"),
+    "proofs.speed.slowdown": ("slow",),
+    "proofs.speed.targets": ("judge",),
+    "proofs.speed.theorem2_vs_measured": ("theorem2_compare",),
+    "proofs.speed.timing": ("GREEDY", "MODES", "Workload", "aggregate", "time_runs", "trimmed_ratio"),
+    "proofs.speed.check": ("check_speed",),
+    "proofs.speed.gates": ("read_baseline",),
+    "proofs.speed.paired": ("PAIRED_TOL",),
+    "proofs.speed.false_alarm": ("main",),
+    "proofs.progress": ("Progress", "quiet"),
+    "proofs.stamp": ("stamp",),
     "proofs.run.cut_estimate": ("estimate", "time_cut", "decide", "PREDICT_LIMIT"),
     "proofs.run.predict": ("predict", "probe_plan", "cut_first"),
     "proofs.run.kv_need": ("certify_caches", "certify_buffers"),
@@ -210,6 +232,18 @@ def test_an_aliased_name_answers_with_the_object_and_a_warning_naming_where(modu
     assert [new[2]] == [m for m, names in PUBLIC.items() if name in names]  # where it is public now
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = importlib.import_module(module).nothing  # other names: the module's usual error
+
+
+def test_the_old_speed_paths_import_as_benchmarks_wrote_them():
+    import speed.timing
+
+    with pytest.warns(MovedWarning, match=r"^proofs\.speed\.timing\.Workload is deprecated: import Workload"):
+        from proofs.speed.timing import Workload
+    assert Workload is speed.timing.Workload
+    from proofs.speed import gates  # a submodule of the old package
+
+    with pytest.warns(MovedWarning, match=r"import read_baseline from proofs\.gates\.baseline "):
+        assert callable(gates.read_baseline)
 
 
 def test_the_old_protocol_path_reads_as_a_user_writes_it():

@@ -24,11 +24,11 @@ import torch
 from analysis.cost_model import FLOAT32_TV_FLOOR, fit_depth_curve
 from analysis.depth_profile import window_profile
 from analysis.state_dynamics import init_sensitivity, iteration_gain, step_sizes, summarize_steps
-from proofs.stamp import stamp as make_stamp
 from refdec.decode import generate
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic, write_json
 from refdec.load import DEFAULT_MODEL_DIR, load_model
+from refdec.stamp import stamp as make_stamp
 from refdec.tokenizer import byte_decode
 from reports.model_card import ModelCard, render_card
 from trainer.data import (

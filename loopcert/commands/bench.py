@@ -21,18 +21,19 @@ from pathlib import Path
 
 from loopcert.commands.common import load_from_args, uninterrupted
 from proofs.decoders.naive_kv import NaiveKVDecoder
+from proofs.gates import baseline as gates
+from proofs.gates import paired
+from proofs.gates.paired import PAIRED_TOL
 from proofs.prompts import model_prompts
-from proofs.speed import gates, paired
-from proofs.speed.measure import bench, with_overrides
-from proofs.speed.paired import PAIRED_TOL
-from proofs.speed.report import PLANS
-from proofs.speed.timing import Workload
-from proofs.stamp import stamp
 from refdec.errors import LoopcertError
 from refdec.files import write_atomic, write_json
+from refdec.stamp import stamp
 from refdec.validate import check_int
 from refdec.values import jsonable
 from reports.speedup import render
+from speed.measure import bench, with_overrides
+from speed.report import PLANS
+from speed.timing import Workload
 
 HELP = "speedup report of every strategy over the autoregressive baseline; regression gates"
 ON_INTERRUPT = "no report written, the previous one is left in place"

@@ -28,7 +28,7 @@ from loopcert.commands.common import (
     load_from_args,
 )
 from loopcert.serve import MAX_BODY_BYTES, READ_TIMEOUT_S
-from proofs.boundaries import declared_pairs, speculation_widths
+from proofs.decoder_attributes import declared_pairs, speculation_widths
 from refdec.errors import LoopcertError
 from refdec.load import write_atomic
 from refdec.values import dtype_name

@@ -6,7 +6,7 @@ every response can be compared with `generate` for its seed, and the throughput 
 can be read against decoding the same requests in process: one after another (`generate`)
 and, when the decoder has it, `clients` at a time (`generate_batch`).
 
-Timing: wall clock (time.perf_counter) throughout, not proofs.speed.timing's protocol. That
+Timing: wall clock (time.perf_counter) throughout, not speed.timing's protocol. That
 protocol times one process's decode calls interleaved against a baseline and reports ratios;
 here the work is split between two processes (the server decodes, this one waits on HTTP), so
 only wall time measures it, and latency percentiles under concurrent load have no baseline to
@@ -25,8 +25,8 @@ from loopcert.commands.common import decoder_from_args, load_from_args
 from loopcert.serve.loadtest import LoadPlan, run_load, verify
 from loopcert.serve.process import ServerProcess
 from proofs.decoders.protocol import BatchDecoder, tokens_of
-from proofs.progress import Progress
 from proofs.prompts import model_prompts
+from refdec.progress import Progress
 
 
 def serve_args(argv: list[str]) -> argparse.Namespace:

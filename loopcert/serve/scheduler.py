@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 
 from fastdec import ContinuousBatch, Decoder
 from fastdec.decoder import capacity_for
-from proofs.decoders.protocol import BatchDecoder, declared_max_batch
+from proofs.decoder_attributes import declared_max_batch
+from proofs.decoders.protocol import BatchDecoder
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 

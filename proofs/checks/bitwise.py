@@ -15,8 +15,8 @@ from fastdec.config import DecodeConfig
 from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.decoders.protocol import run_generate
 from proofs.details import BitwiseDetails, BitwiseRun, Mismatch
-from proofs.progress import Progress
 from proofs.result import CheckResult
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.values import dtype_name
 

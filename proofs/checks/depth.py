@@ -23,13 +23,14 @@ from dataclasses import dataclass
 import torch
 
 from proofs import boundaries as bd
-from proofs.checks.greedy import GREEDY, TIE_TOLERANCE, compute_dtype, judge, unjudged
+from proofs.checks.greedy import GREEDY, TIE_TOLERANCE, judge, unjudged
+from proofs.decoder_attributes import declared_compute_dtype
 from proofs.decoders.candidates import DecoderFactoryError
 from proofs.decoders.protocol import Decoder, run_generate
 from proofs.details import CoverageDetails, CoverageRow, DepthDetails, DepthDivergence, DepthRun
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
+from refdec.progress import Progress
 from refdec.values import dtype_name
 
 CROSS = 4  # tokens generated after a prompt placed at a boundary: positions b-1 .. b+2
@@ -99,7 +100,7 @@ def check_depth(
             failed += 1
             rows.append(DepthRun(setting, dtype_name(dtype), len(places), 0, 0, str(decoder)))
             continue
-        dtype = compute_dtype(decoder, dtype)
+        dtype = declared_compute_dtype(decoder) or dtype  # the tie tolerance's dtype
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
         agree = tokens = 0
         for pl in places:

@@ -26,10 +26,10 @@ import numpy as np
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
 from proofs.details import CaseSpec, RelativeDetails, SamplingCase, SamplingDetails, SamplingView
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
 from proofs.stats.views import Case, CaseLaw, View, case_law, malformed
+from refdec.progress import Progress
 from refdec.validate import check_number
 
 __all__ = [

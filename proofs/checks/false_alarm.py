@@ -20,11 +20,11 @@ from scipy import stats
 import refdec
 from proofs.checks.distribution import Target, alpha_per_test, evaluate, planned_samples
 from proofs.details import AlarmRate, ControlAlarms, FalseAlarmDetails
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.chisquare import holm
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import CaseLaw, case_law
+from refdec.progress import Progress
 
 MODEL = "tiny-ouro"
 SECOND_LEVEL = 0.05

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from proofs.decoders.candidates import DecoderFactoryError
-from proofs.decoders.protocol import Decoder, run_generate
+from proofs.decoder_attributes import declared_compute_dtype
+from proofs.decoders.candidates import Candidate, DecoderFactoryError, build_or_failure
+from proofs.decoders.protocol import Decoder, NotApplicable, run_generate
 from proofs.details import Divergence, GreedyDetails, GreedyRun
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.score import continuation_logits
 from refdec.values import dtype_name
@@ -34,20 +35,6 @@ from refdec.values import dtype_name
 # forward accumulates in that precision (xformers-style table; grows as precision falls).
 TIE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-2, torch.bfloat16: 2.5e-1}
 GREEDY = SamplingParams()
-
-
-def compute_dtype(decoder, given: torch.dtype) -> torch.dtype:
-    """The dtype the decoder computes in, which sets the tie tolerance: its `compute_dtype`
-    attribute (a torch dtype or its name) when it declares one, fastdec's `dtype`, else the dtype
-    of the model it was handed. A decoder handed float64 weights that computes in float32 is
-    judged with float32's tolerance, not float64's."""
-    for name in ("compute_dtype", "dtype"):
-        d = getattr(decoder, name, None)
-        if isinstance(d, str):
-            d = getattr(torch, d.replace("torch.", ""), None)
-        if isinstance(d, torch.dtype):
-            return d
-    return given
 
 
 Mismatch = tuple[int, int, int, float, float]  # (position, reference, candidate, top2 margin, gap)
@@ -172,7 +159,7 @@ def check_greedy(
             if progress:
                 progress(f"  {name} {model_label} / {setting}: {decoder}")
             continue
-        dtype = compute_dtype(decoder, dtype)
+        dtype = declared_compute_dtype(decoder) or dtype  # the tie tolerance's dtype
         tol = TIE_TOLERANCE.get(dtype, TIE_TOLERANCE[torch.float32])
         agree = 0
         for prompt in prompts(oracle):
@@ -201,3 +188,42 @@ def check_greedy(
     )
     failures = bugs + failed_builds
     return CheckResult(name, failures, 0, failures == 0, details)
+
+
+GreedyRunSpec = (
+    tuple  # (model name, setting, decoder or DecoderFactoryError, oracle, dtype): check_greedy's runs
+)
+
+
+def float64_runs(
+    certified: str,
+    model64,
+    oracle: Oracle,
+    presets: Sequence[str],
+    grid: Callable[[int], list[Candidate]],
+    load: Callable[[str], object],
+) -> tuple[list[GreedyRunSpec], list[str]]:
+    """greedy_float64's runs: every setting of `grid(R)` on the certified model (float64) and on
+    each tiny preset (`load(name)`: its float64 model), and the "not applicable" lines. The
+    certified model must take every setting (its NotApplicable propagates); a preset the factory
+    declines, or a decoder bound to its own model, is listed as not applicable; a factory that
+    raises anything else, on any model, is that run's failure ("the decoder factory failed on
+    MODEL: ..."), never a divergence of tokens it did not decode."""
+    runs, not_applicable = [], []
+    for name in [certified] + [p for p in presets if p != certified]:
+        ours = name == certified
+        m = model64 if ours else load(name)
+        o = oracle if ours else Oracle(m)
+        for c in grid(m.cfg.recurrence):
+            if c.own_model and not ours:
+                not_applicable.append(f"{c.label} on {name}: serves only its own model")
+                continue
+            try:
+                dec = build_or_failure(c, m, name)
+            except NotApplicable as e:  # the factory serves only its own checkpoint
+                if ours:
+                    raise
+                not_applicable.append(f"{c.label} on {name}: {e or 'declined by the factory'}")
+                continue
+            runs.append((name, c.label, dec, o, torch.float64))
+    return runs, not_applicable

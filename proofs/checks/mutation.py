@@ -38,12 +38,12 @@ from proofs.decoders.edges import EdgeBugs, EdgeSpec
 from proofs.decoders.exact_law import LawSampler
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.details import MutantRow, MutationDetails
-from proofs.progress import Progress
 from proofs.prompts import long_prompt
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
 from proofs.stats.views import Case, CaseLaw, case_law
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 
 MODEL = "tiny-ouro"

@@ -24,18 +24,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from proofs.boundaries import collect as collect_boundaries
+from proofs.decoder_attributes import prepare_decoder
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
 from proofs.details import PositionAlarms, PositionsDetails, PositionStratum
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.stats import pit
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.score import continuation_laws
 from refdec.validate import check_int, check_number
@@ -300,3 +302,38 @@ def check_positions(
         f"(= {plan.alpha:g}/{len(strata)} Holm); reached: {worst:.3g} (worst band); non-central chi-square"
     )
     return CheckResult(name, measured, lay.alpha_test, passed, details, power)
+
+
+def crossed_boundaries(reference: LoopedLM, decoder, horizon: int, raw_config: dict | None) -> list[int]:
+    """The positions the bands are cut at: the boundaries greedy_depth crosses (proofs/boundaries.py:
+    the model's config and folder's config.json `raw_config`, the decoder's declaration and
+    speculation widths, the ladder of powers of two) up to the horizon."""
+    found = collect_boundaries(reference.cfg, decoder, horizon, raw_config=raw_config)
+    return sorted({b.position for b in found if b.position <= horizon})
+
+
+def check_positions_of(
+    name: str,
+    decoder: Decoder,
+    reference: LoopedLM,
+    prompt: Sequence[int],
+    plan: PositionsPlan,
+    order: str,
+    raw_config: dict | None,
+    base_seed: int,
+    model: str = "",
+    setting: str = "",
+    max_rows: int | None = None,
+    progress: Progress | None = None,
+) -> CheckResult:
+    """check_positions of a decoder as certify runs it: under the run's sampler convention `order`,
+    the decoder prepared (compiled) before its budget starts, the bands cut at crossed_boundaries."""
+    plan = replace(plan, sampling=plan.sampling.with_order(order))
+    horizon = min(len(prompt) + plan.tokens, reference.cfg.max_seq_len)
+    prepared = prepare_decoder(decoder, horizon)  # compiles (fastdec --compile): not its budget's
+    if prepared >= 1.0 and progress:
+        progress(f"  positions: the decoder prepared (compiled) in {prepared:.1f}s, outside the budget")
+    boundaries = crossed_boundaries(reference, decoder, horizon, raw_config)
+    return check_positions(
+        name, decoder, reference, prompt, plan, boundaries, base_seed, model, setting, max_rows, progress
+    )

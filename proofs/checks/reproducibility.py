@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proofs.decoder_attributes import declared_seed_hint
 from proofs.decoders.candidates import Candidate
 from proofs.decoders.protocol import run_generate
 from proofs.details import ReproducedRun, ReproducibilityDetails, SeedDifference
-from proofs.progress import Progress
 from proofs.result import CheckResult
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 
 SAMPLING = SamplingParams(temperature=1.0)  # spread: two different seeds almost surely differ
@@ -40,7 +41,7 @@ def check_reproducible(
     rows, differ, distinct, hints = [], [], 0, []
     for c in candidates:
         dec = c.build(model)
-        hint = getattr(dec, "seed_hint", None)  # optional: the server flag that pins seeds
+        hint = declared_seed_hint(dec)  # the server flag that pins seeds, if it names one
         equal, outs = 0, []
         for s in seeds:
             a = run_generate(dec, prompt, n_tokens, SAMPLING, s)

@@ -26,9 +26,9 @@ import torch
 
 from proofs.decoders.protocol import BatchDecoder, SeededDecoder, tokens_of
 from proofs.details import ReproducedRun, SeedDifference, SeedInvarianceDetails
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from refdec.decode import check_generate_args
+from refdec.progress import Progress
 from refdec.sampling import Context, SamplingParams, sample, transform
 
 NEIGHBOUR_SEED = 10_000  # neighbour j of a batch draws from seed NEIGHBOUR_SEED + j

@@ -326,3 +326,17 @@ def check_theorem1_search(max_examples: int, seed: int, vocab: int = 5) -> Check
         "search": "hypothesis target() on each ratio",
     }
     return _result("theorem1_search", "search", n, n_ratio, worst, failures, about)
+
+
+def traces_not_applicable(R: int, pairs: Sequence[tuple[int, int]]) -> str | None:
+    """Why the trace checks (theorem1_traces, theorem2_traces) have nothing to check, or None: both
+    read depth pairs d1 < d2 < R (Theorem 1's triples (p_R, p_d1, p_d2), Theorem 2's second
+    proposal); R <= 2 (LoopCoder's published loop_num = 2) has none."""
+    if pairs:
+        return None
+    return f"R={R} leaves no depth pair d1 < d2 < R (Theorem 1's p_d1 and p_d2; Theorem 2's second proposal)"
+
+
+def not_applicable_traces(name: str, bound: float, kind: str, why: str) -> CheckResult:
+    """A trace check's result where it does not apply (traces_not_applicable): passes, says why."""
+    return CheckResult(name, float("nan"), bound, True, kind=kind, not_applicable=why)

@@ -45,7 +45,6 @@ from proofs.prompts import PROMPT_LEN, model_prompts
 from proofs.run.cases import PROMPT_CANDIDATES
 from proofs.run.jobs import makespan
 from proofs.run.plan import CertifyPlan, case_options
-from proofs.speed.timing import default_clock
 from refdec.checkpoint_config import config_from_published
 from refdec.checkpoint_files import check_finite, check_representable, scan
 from refdec.checkpoints import meta_model
@@ -57,6 +56,7 @@ from refdec.load import DEFAULT_MODEL_DIR, not_a_model
 from refdec.memory import Need, check_fits
 from refdec.sizes import parameters, random_model
 from refdec.values import dtype_name
+from speed.timing import default_clock
 
 # a measured prediction estimated dearer than this is not started unless asked: 20 min, a third of a
 # run that fits within the hour (docs/scale.md, "--predict", has the sizes on each side of it)
@@ -114,7 +114,7 @@ def cut_config(cfg: ModelConfig, layers: int) -> ModelConfig:
 def cut_clock(device: str) -> Callable[[], float]:
     """Process time on a one-thread CPU run (the work done, whatever else the host runs: the cuts
     differ by one layer, a difference the other jobs' load would drown), else wall time
-    (proofs.speed.timing.default_clock)."""
+    (speed.timing.default_clock)."""
     return time.process_time if default_clock(device) == "cpu" else time.perf_counter
 
 

@@ -33,10 +33,10 @@ import torch
 from fastdec.config import DecodeConfig
 from fastdec.decoder import MAX_BATCH, MIN_CAPACITY, capacity_for, engine_bytes, rows_for
 from fastdec.kept import held_bound
-from proofs.decoders.candidates import fastdec_configs
 from proofs.prompts import PROMPT_LEN
 from proofs.run.plan import REPRO_TOKENS, CertifyPlan, case_options, sampling_preset
 from refdec.config import ModelConfig, get_preset
+from speed.settings import fastdec_configs
 
 BASELINE = DecodeConfig("autoregressive")  # the bitwise and speed checks' fastdec baseline
 

@@ -33,7 +33,6 @@ from proofs.cost.prediction import CheckCost, Estimate, Prediction, SampledUnit
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
 from proofs.decoders.protocol import NotApplicable
-from proofs.progress import Progress
 from proofs.prompts import PROMPT_LEN
 from proofs.run.budget import SamplingPool
 from proofs.run.certify import default_model_name
@@ -46,6 +45,7 @@ from proofs.run.units import dispatch_order, plan_units
 from refdec.errors import LoopcertError
 from refdec.files import parse_dtype
 from refdec.memory import check_fits
+from refdec.progress import Progress
 from refdec.validate import check_number
 from refdec.values import dtype_name
 

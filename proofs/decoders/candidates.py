@@ -17,25 +17,17 @@ from typing import Any
 
 import torch
 
-from fastdec.config import DecodeConfig, default_draft_depth, default_second_depth
-from proofs.decoders.protocol import (
-    Decoder,
-    Factory,
-    NotApplicable,
+from fastdec.config import DecodeConfig
+from proofs.decoder_attributes import (
     SamplingSupport,
-    build_decoder,
+    bound_model,
     declared_sampler_order,
     declared_sampling,
-    load_factory,
+    has_generate,
 )
+from proofs.decoders.protocol import Decoder, Factory, NotApplicable, build_decoder, load_factory
 from refdec.errors import LoopcertError
-
-
-def class_sampling(owner) -> SamplingSupport | None:
-    """What a decoder class or factory declares of the engines' other parameters, when it declares
-    `sampling_fields` itself (not per instance, as the HTTP decoder's dialect does); else None."""
-    fields = getattr(owner, "sampling_fields", None)
-    return declared_sampling(owner) if isinstance(fields, (str, tuple, list, set, frozenset)) else None
+from speed.settings import fastdec_configs  # the settings certify samples and bench times
 
 
 @dataclass(frozen=True)
@@ -52,17 +44,11 @@ class Candidate:
     # class declaring `sampler_order`, the HTTP decoder); None: read from a built decoder
     sampler_order: str | None = None
     # which of the engines' other sampling parameters its decoders honour, and how, when known
-    # without building one (protocol.declared_sampling); None: read from a built decoder
+    # without building one (proofs.decoder_attributes.declared_sampling); None: read from a built decoder
     sampling: SamplingSupport | None = None
     # what its spec was given beside it (an http:// spec's HTTPOptions): a worker in another
     # process tree rebuilds it from the spec and these (proofs/run/remote.py)
     options: Any = None
-
-
-def default_depths(R: int) -> tuple[int, int | None]:
-    """(d1, d2) used by the grid: fastdec's default d1 (about R/16) and d2 (about R/4)."""
-    d1 = default_draft_depth(R)
-    return d1, default_second_depth(R, d1)
 
 
 def fastdec_candidate(config: DecodeConfig, lossless: bool = True, compile: bool = False) -> Candidate:
@@ -94,33 +80,10 @@ def fastdec_grid(R: int, full: bool, compile: bool = False) -> list[Candidate]:
     return [fastdec_candidate(c, compile=compile) for c in fastdec_configs(R, full)]
 
 
-def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
-    """The settings of fastdec_grid (the bench's certification-throughput figure uses them too)."""
-    d1, d2 = default_depths(R)
-    configs = [
-        DecodeConfig("autoregressive"),
-        DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=4),
-        DecodeConfig("pipelined", draft_depth=d1, second_depth=d2),
-    ]
-    if full:
-        deep = max(1, R // 2)
-        configs += [
-            DecodeConfig("draft-verify", draft_depth=deep, draft_ahead=2),
-            DecodeConfig("pipelined", draft_depth=d1, draft_filter=False),
-            DecodeConfig("pipelined", draft_depth=deep, rewind_depth=R - 1),
-        ]
-        if d2 is not None:
-            configs += [
-                DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
-                for gate in (False, "inverted")
-            ]
-    return configs
-
-
 class DecoderFactoryError(Exception):
     """A decoder factory (`--decoder module:factory`) raised something other than NotApplicable
     (or returned an object without generate()): the message names the model and the exception.
-    The greedy check lists it as its own run, failed (proofs/run/run.py greedy_float64); every
+    The greedy check lists it as its own run, failed (proofs/checks/greedy.py float64_runs); every
     other check that builds the decoder fails with it."""
 
 
@@ -128,6 +91,20 @@ def factory_failure(model: str, error: BaseException) -> str:
     """The one wording of a factory failure, e.g. "the decoder factory failed on tiny-raven:
     ValueError: no weights"."""
     return f"the decoder factory failed on {model}: {type(error).__name__}: {error}"
+
+
+def build_or_failure(candidate: Candidate, model, model_name: str):
+    """candidate.build(model), or the DecoderFactoryError naming how its factory failed on
+    `model_name` (a factory that breaks is that run's finding, not a crash). NotApplicable passes
+    through: the caller decides whether declining that model is allowed."""
+    try:
+        return candidate.build(model)
+    except NotApplicable:
+        raise
+    except Exception as e:  # noqa: BLE001 - the finding
+        return (
+            e if isinstance(e, DecoderFactoryError) else DecoderFactoryError(factory_failure(model_name, e))
+        )
 
 
 def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
@@ -161,7 +138,7 @@ def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
             mlx_factory(spec),
             {"decoder": spec},
             sampler_order=declared_sampler_order(MLXDecoder),
-            sampling=class_sampling(MLXDecoder),
+            sampling=declared_sampling(MLXDecoder, only_if_declared=True),
         )
     if is_llamacpp_spec(spec):
         from proofs.decoders.llamacpp_decoder import LlamaCppDecoder, llamacpp_factory
@@ -171,7 +148,7 @@ def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
             llamacpp_factory(spec),
             {"decoder": spec},
             sampler_order=declared_sampler_order(LlamaCppDecoder),
-            sampling=class_sampling(LlamaCppDecoder),
+            sampling=declared_sampling(LlamaCppDecoder, only_if_declared=True),
         )
     if is_openvino_spec(spec):
         from proofs.decoders.openvino_decoder import OpenVINODecoder, openvino_factory
@@ -181,7 +158,7 @@ def user_candidate(spec: str, connect: bool = True, http=None) -> Candidate:
             openvino_factory(spec),
             parse_openvino_spec(spec).settings(),
             sampler_order=declared_sampler_order(OpenVINODecoder),
-            sampling=class_sampling(OpenVINODecoder),
+            sampling=declared_sampling(OpenVINODecoder, only_if_declared=True),
         )
     return factory_candidate(load_factory(spec), spec)
 
@@ -199,10 +176,8 @@ def factory_candidate(factory: Factory, label: str) -> Candidate:
             raise DecoderFactoryError(factory_failure(model.cfg.name, e)) from e
 
     # a factory (a class, a function) may declare its decoders' convention; else a built one says
-    declared = (
-        declared_sampler_order(factory) if isinstance(getattr(factory, "sampler_order", None), str) else None
-    )
-    sampling = class_sampling(factory)
+    declared = declared_sampler_order(factory, only_if_declared=True)
+    sampling = declared_sampling(factory, only_if_declared=True)
     return Candidate(label, build, {"decoder": label}, sampler_order=declared, sampling=sampling)
 
 
@@ -212,7 +187,7 @@ def python_candidate(decoder, label: str | None = None) -> Candidate:
     its qualified name. A LoopcertError names anything else."""
     if label is not None and (not isinstance(label, str) or not label.strip()):
         raise LoopcertError(f"label must be a non-empty string, got {label!r}")
-    if not isinstance(decoder, type) and callable(getattr(decoder, "generate", None)):
+    if not isinstance(decoder, type) and has_generate(decoder):
         return object_candidate(decoder, label or qualified_name(type(decoder)))
     if callable(decoder):
         return factory_candidate(decoder, label or qualified_name(decoder))
@@ -255,13 +230,6 @@ def object_candidate(decoder: Decoder, label: str) -> Candidate:
         sampler_order=declared_sampler_order(decoder),
         sampling=declared_sampling(decoder),
     )
-
-
-def bound_model(decoder) -> torch.nn.Module | None:
-    """The model a decoder object decodes with: its `model` attribute when that is a model with a
-    config (refdec.LoopedLM; fastdec.Decoder holds one), else None."""
-    m = getattr(decoder, "model", None)  # optional: see proofs.decoders.protocol.BatchDecoder
-    return m if isinstance(m, torch.nn.Module) and hasattr(m, "cfg") else None
 
 
 def same_weights(model: torch.nn.Module, bound: torch.nn.Module) -> bool:

@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proofs.boundaries import declared_pairs, server_of, speculation_widths
-from proofs.decoders.candidates import DecoderFactoryError
-from proofs.decoders.protocol import (
-    NotApplicable,
+from proofs.decoder_attributes import (
     SamplingSupport,
+    close_decoder,
+    declared_pairs,
     declared_sampler_order,
     declared_sampling,
+    server_of,
+    speculation_widths,
 )
+from proofs.decoders.candidates import DecoderFactoryError
+from proofs.decoders.protocol import NotApplicable
 from refdec.sampling import TEMPERATURE_FIRST
 
 
@@ -55,6 +58,4 @@ def declared_by(build: Callable, model) -> Declared:
             tuple(speculation_widths(decoder)),
         )
     finally:
-        close = getattr(decoder, "close", None)  # an HTTP decoder's connections
-        if callable(close):
-            close()
+        close_decoder(decoder)  # an HTTP decoder's connections

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proofs.decoders.protocol import BatchDecoder, Decoder, Refused, batch_call_limit, run_generate, tokens_of
+from proofs.decoder_attributes import batch_call_limit
+from proofs.decoders.protocol import BatchDecoder, Decoder, Refused, run_generate, tokens_of
 from refdec.sampling import SamplingParams
 
 FIRST_CHUNK = 64  # seeds of the first generate_batch call

@@ -8,7 +8,7 @@ Every request a certify run sends goes through one HTTPClient, so the rules hold
 - a connection error (refused, reset, closed before answering) and HTTP 5xx are retried up
   to `retries` times, `backoff_s` doubling after each; HTTP 4xx is the request's fault and
   fails at once (the server's message quoted);
-- while requests are outstanding, `say` (proofs.progress.Progress: stderr by default) gets
+- while requests are outstanding, `say` (refdec.progress.Progress: stderr by default) gets
   one line every `progress_every_s`: "http: 12 requests in flight, 340/2000 samples done,
   oldest 31 s", so a slow server is never a silent wait;
 - `api_key` goes as `Authorization: Bearer KEY` (vLLM's --api-key and SGLang's check exactly
@@ -29,8 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from proofs.progress import Progress
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 
 TIMEOUT_S = 60.0  # per request
 RETRIES = 3  # after the first try: connection errors and HTTP 5xx only

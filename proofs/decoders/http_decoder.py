@@ -33,8 +33,8 @@ from proofs.decoders.dialects import VLLM, Ask, Dialect, OpenAI, SGLang
 from proofs.decoders.http_client import Answered, HTTPClient, Transport, httpx_module, stderr_line
 from proofs.decoders.protocol import Refused
 from proofs.decoders.server_info import SERVERS, ServerInfo, check_identity, detect
-from proofs.progress import Progress
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 from refdec.sampling import (
     ENGINE_FIELDS,
     MIN_P_FIRST,
@@ -98,11 +98,11 @@ class HTTPDecoder:
     to ask otherwise: the decoder declares it (`sampler_order`) and refuses SamplingParams of
     another order by name rather than sending a request whose law the server would not follow."""
 
-    sampler_order = TEMPERATURE_FIRST  # proofs.decoders.protocol.declared_sampler_order
+    sampler_order = TEMPERATURE_FIRST  # proofs.decoder_attributes.declared_sampler_order
 
     @property
     def sampling_fields(self) -> tuple[str, ...]:
-        """The engines' other parameters its dialect sends (proofs.decoders.protocol.declared_sampling):
+        """The engines' other parameters its dialect sends (proofs.decoder_attributes.declared_sampling):
         vLLM, SGLang and loopcert serve take every one; a plain OpenAI server only OpenAI's own."""
         if isinstance(self.dialect, OpenAI) and not self.dialect.loopcert:
             return OPENAI_FIELDS

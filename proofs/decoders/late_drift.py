@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from proofs.decoder_attributes import declared_compute_dtype, declared_max_batch, declared_sampler_order
 from proofs.decoders.protocol import tokens_of
 from refdec.sampling import SamplingParams
 
@@ -31,9 +32,9 @@ class LateDrift:
 
     def __init__(self, inner, position: int = POSITION, temperature_factor: float = TEMPERATURE_FACTOR):
         self.inner, self.position, self.temperature_factor = inner, int(position), float(temperature_factor)
-        self.sampler_order = getattr(inner, "sampler_order", None)
-        self.max_batch = getattr(inner, "max_batch", None)
-        self.compute_dtype = getattr(inner, "compute_dtype", None)
+        self.sampler_order = declared_sampler_order(inner)
+        self.max_batch = declared_max_batch(inner)
+        self.compute_dtype = declared_compute_dtype(inner)
 
     def drifted(self, sampling: SamplingParams) -> SamplingParams:
         return replace(sampling, temperature=sampling.temperature * self.temperature_factor)
@@ -71,7 +72,7 @@ def make(model, position: int = POSITION, temperature_factor: float = TEMPERATUR
     """The control over fastdec's pipelined strategy at its default depths (a --decoder factory)."""
     from fastdec import Decoder  # fastdec is optional for user decoders
     from fastdec.config import DecodeConfig
-    from proofs.decoders.candidates import default_depths
+    from speed.settings import default_depths
 
     d1, d2 = default_depths(model.cfg.recurrence)
     p = next(model.parameters())

@@ -191,7 +191,7 @@ def request(ids: Sequence[int], max_new_tokens: int, s: SamplingParams, seed: in
 class LlamaCppDecoder:
     """A loopcert Decoder over llama.cpp (module docstring)."""
 
-    sampler_order = FILTERS_FIRST  # proofs.decoders.protocol.declared_sampler_order
+    sampler_order = FILTERS_FIRST  # proofs.decoder_attributes.declared_sampler_order
 
     def __init__(self, model, spec: LlamaCppSpec):
         self.xl = import_xllamacpp()  # the extra's message before any conversion

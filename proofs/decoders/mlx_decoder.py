@@ -265,8 +265,8 @@ class MLXDecoder:
     """A loopcert Decoder over mlx-lm (module docstring): speculative decoding, or the base of
     plain decoding (MLXPlainDecoder)."""
 
-    sampler_order = FILTERS_FIRST  # proofs.decoders.protocol.declared_sampler_order
-    # proofs.decoders.protocol.declared_sampling (module docstring): what mlx-lm honours, and how
+    sampler_order = FILTERS_FIRST  # proofs.decoder_attributes.declared_sampler_order
+    # proofs.decoder_attributes.declared_sampling (module docstring): what mlx-lm honours, and how
     sampling_fields = SAMPLING_FIELDS
     penalty_scope = CONTEXT_SCOPE
     penalty_window = PENALTY_WINDOW

@@ -6,8 +6,8 @@ beside it weighs only the engine's own machinery (lanes, static shapes, cache re
 against a plain loop. That machinery costs: the autoregressive strategy is slower than this
 loop (R + 1 engine calls per token, each planned, against one forward per token here), so the
 report gives each setting's speedup over this loop too, and its target is that the best
-pipelined setting beats it (proofs.speed.targets); the regression gate holds the baseline's
-ratio to this loop at its recorded value (proofs.speed.gates).
+pipelined setting beats it (speed.targets); the regression gate holds the baseline's
+ratio to this loop at its recorded value (proofs.gates.baseline).
 It is also a second, independent cache implementation: in float64 it must agree with
 refdec token for token, greedy and sampling alike (it consumes the sampling generator
 exactly as refdec.decode does: one uniform per sampled token).

@@ -119,7 +119,7 @@ class DraftStats:
 class OpenVINODecoder:
     """A loopcert Decoder over openvino_genai.LLMPipeline (module docstring)."""
 
-    sampler_order = TEMPERATURE_FIRST  # proofs.decoders.protocol.declared_sampler_order
+    sampler_order = TEMPERATURE_FIRST  # proofs.decoder_attributes.declared_sampler_order
 
     def __init__(self, model, spec: OpenVINOSpec):
         ov, og = import_genai()  # the extra's message before any export

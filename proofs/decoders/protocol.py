@@ -9,27 +9,31 @@ fastdec result). A BatchDecoder also has `generate_batch`, many seeds in one cal
 from __future__ import annotations
 
 import importlib
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from refdec.decode import check_generate_args
+# the readers of the optional attributes live in proofs/decoder_attributes.py; they are public
+# here too, where docs/decoders.md first named them (tests/test_public_api.py PUBLIC)
+from proofs.decoder_attributes import (  # noqa: F401 - public names of the protocol
+    ALL_FIELDS,
+    SamplingSupport,
+    batch_call_limit,
+    declared_compute_dtype,
+    declared_max_batch,
+    declared_sampler_order,
+    declared_sampling,
+    has_generate,
+    prepare_decoder,
+)
+from refdec.decode import check_generate_args, tokens_of
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 from refdec.sampling import (
-    CONVENTION_FIELDS,
-    ENGINE_FIELDS,
-    MIN_P_FIRST,
-    SPLIT_SCOPE,
-    TEMPERATURE_FIRST,
     SamplingParams,
-    check_order,
 )
-from refdec.validate import is_int
 
 
 @runtime_checkable
@@ -46,9 +50,9 @@ class Decoder(Protocol):
 class BatchDecoder(Decoder, Protocol):
     """A Decoder that decodes many sequences in one call (fastdec.Decoder, HTTPDecoder, a user's).
 
-    Only `generate_batch` is required (isinstance checks that). Optional attributes, read through
-    `declared_max_batch`, `batch_call_limit` and `declared_compute_dtype` (a decoder without them
-    is still a BatchDecoder):
+    Only `generate_batch` is required (isinstance checks that). Optional attributes, each read
+    through its helper in proofs/decoder_attributes.py (READERS; docs/decoders.md has the one table
+    of them, with the defaults), and a decoder without them is still a BatchDecoder:
 
     max_batch      int >= 1: the most sequences it decodes together (fastdec: its cache rows);
                    without `batch_queue`, also the most one generate_batch call may be handed
@@ -61,7 +65,7 @@ class BatchDecoder(Decoder, Protocol):
                    "temperature-first"). Certify judges it against that law and hands it
                    SamplingParams with that `order` (docs/certify.md#sampler-conventions)
     boundaries     positions where its state changes shape, as ints or (position, what) pairs
-                   (read through proofs.boundaries.declared_pairs): certify's greedy_depth
+                   (read through proofs.decoder_attributes.declared_pairs): certify's greedy_depth
                    crosses each, and coverage fails one left uncrossed (docs/certify.md#boundaries)
     sampling_fields  the engines' other parameters it honours (refdec.sampling.ENGINE_FIELDS names,
                    or "all"; read through `declared_sampling`; absent: none): certify samples it
@@ -93,106 +97,6 @@ class BatchDecoder(Decoder, Protocol):
         `loopcert serve`'s round mode also hands fastdec.Decoder's extensions: per-sequence
         lists of max_new_tokens and sampling, and eos_token_id= and keep_logits= keywords.
         """
-
-
-def declared_max_batch(decoder: BatchDecoder) -> int | None:
-    """The decoder's `max_batch` when it declares a usable one (an int >= 1), else None."""
-    cap = getattr(decoder, "max_batch", None)  # optional: see BatchDecoder
-    return cap if isinstance(cap, int) and cap >= 1 else None
-
-
-def declared_compute_dtype(decoder) -> torch.dtype | None:
-    """The decoder's `compute_dtype` (a torch dtype, or its name with or without "torch."), None
-    when it declares no usable one (see BatchDecoder; any Decoder may declare it)."""
-    d = getattr(decoder, "compute_dtype", None)  # optional
-    if isinstance(d, str):
-        d = getattr(torch, d.removeprefix("torch."), None)
-    return d if isinstance(d, torch.dtype) else None
-
-
-def declared_sampler_order(decoder) -> str:
-    """The convention the decoder (or its factory, or class) declares in `sampler_order`: one of
-    refdec.sampling.SAMPLER_ORDERS; "temperature-first" when it declares none (absent or None). An
-    invalid value is a LoopcertError naming it (any Decoder may declare it, see BatchDecoder)."""
-    order = getattr(decoder, "sampler_order", None)  # optional
-    if order is None:
-        return TEMPERATURE_FIRST
-    return check_order(order, f"{type(decoder).__name__}.sampler_order")
-
-
-@dataclass(frozen=True)
-class SamplingSupport:
-    """Which of the engines' other sampling parameters a decoder honours, and under which
-    conventions (see BatchDecoder: `sampling_fields`, `min_p_order`, `penalty_scope`,
-    `penalty_window`)."""
-
-    fields: frozenset[str] = frozenset()  # of refdec.sampling.ENGINE_FIELDS
-    min_p_order: str = MIN_P_FIRST
-    penalty_scope: str = SPLIT_SCOPE
-    penalty_window: int | None = None
-
-    def missing(self, sampling: SamplingParams) -> tuple[str, ...]:
-        """The fields `sampling` sets that the decoder does not declare (none: it may be handed it)."""
-        return tuple(f for f in sampling.engine_fields() if f not in self.fields)
-
-    def apply(self, sampling: SamplingParams) -> SamplingParams:
-        """`sampling` under the decoder's conventions (what it is handed and judged by)."""
-        return replace(
-            sampling,
-            min_p_order=self.min_p_order,
-            penalty_scope=self.penalty_scope,
-            penalty_window=self.penalty_window,
-        )
-
-
-ALL_FIELDS = SamplingSupport(frozenset(ENGINE_FIELDS))  # fastdec, refdec's own decoders: every one
-
-
-def declared_sampling(decoder) -> SamplingSupport:
-    """What the decoder (or its factory, or class) declares of the engines' other parameters (see
-    BatchDecoder); none when it declares nothing. A bad declaration is a LoopcertError naming it."""
-    who = f"{getattr(decoder, '__name__', type(decoder).__name__)}"
-    fields = getattr(decoder, "sampling_fields", None)  # optional
-    if fields is None:
-        fields = ()
-    elif fields == "all":
-        fields = ENGINE_FIELDS
-    elif isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-        raise LoopcertError(
-            f'{who}.sampling_fields must be "all" or a collection of field names, got {fields!r}'
-        )
-    unknown = sorted(set(fields) - set(ENGINE_FIELDS))
-    if unknown:
-        raise LoopcertError(
-            f"{who}.sampling_fields names {', '.join(unknown)}: not among {', '.join(ENGINE_FIELDS)}"
-        )
-    conventions = {f: getattr(decoder, f) for f in CONVENTION_FIELDS if getattr(decoder, f, None) is not None}
-    try:  # SamplingParams checks each convention and names a bad one
-        checked = replace(SamplingParams(), **conventions)
-    except LoopcertError as e:
-        raise LoopcertError(f"{who} declares a bad sampling convention: {e}") from None
-    return SamplingSupport(
-        frozenset(fields), checked.min_p_order, checked.penalty_scope, checked.penalty_window
-    )
-
-
-def prepare_decoder(decoder, n_positions: int) -> float:
-    """Call the decoder's optional `prepare(n_positions)` (see BatchDecoder) -> the seconds it took
-    (0.0 when it has none)."""
-    prepare = getattr(decoder, "prepare", None)  # optional
-    if prepare is None:
-        return 0.0
-    t0 = time.perf_counter()
-    prepare(n_positions)
-    return time.perf_counter() - t0
-
-
-def batch_call_limit(decoder: BatchDecoder) -> int | None:
-    """The most sequences one generate_batch call may be handed: None when any number may (it
-    queues them: `batch_queue`) or when it does not say."""
-    if getattr(decoder, "batch_queue", False):  # optional: see BatchDecoder
-        return None
-    return declared_max_batch(decoder)
 
 
 Factory = Callable[[Any], Decoder]  # model -> decoder
@@ -246,28 +150,9 @@ class Refused(LoopcertError):
 
 
 def check_decoder(obj, where: str) -> Decoder:
-    if not callable(getattr(obj, "generate", None)):
+    if not has_generate(obj):
         raise LoopcertError(f"{where} returned {type(obj).__name__!r}, which has no generate() method")
     return obj
-
-
-def tokens_of(result) -> list[int]:
-    """The new token ids of a generate() result: a sequence of ints or an object with .tokens.
-
-    Anything else is the decoder breaking the protocol; a check then records it as a failure,
-    it never guesses.
-    """
-    toks = getattr(result, "tokens", result)
-    if hasattr(toks, "tolist"):  # a tensor or array
-        toks = toks.tolist()
-    if isinstance(toks, (str, bytes)) or not isinstance(toks, Sequence):
-        raise LoopcertError(f"generate() returned {type(result).__name__!r}, not token ids or .tokens")
-    out = []
-    for t in toks:
-        if not is_int(t):
-            raise LoopcertError(f"generate() returned a non-integer token {t!r}")
-        out.append(int(t))
-    return out
 
 
 def run_generate(

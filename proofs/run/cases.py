@@ -25,7 +25,7 @@ from proofs.checks.distribution import (
     planned_samples,
     relative_samples,
 )
-from proofs.decoders.protocol import ALL_FIELDS, SamplingSupport
+from proofs.decoder_attributes import ALL_FIELDS, SamplingSupport
 from proofs.prompts import long_prompt, model_prompts
 from proofs.run.plan import CaseSpec, CertifyPlan, case_options
 from proofs.stats.exact_laws import Oracle
@@ -77,7 +77,7 @@ def without(entry: CaseSpec | tuple[CaseSpec, ...], fields: Sequence[str]) -> Ca
 def declared_plan(plan: CertifyPlan, support: SamplingSupport) -> tuple[CertifyPlan, tuple[str, ...]]:
     """(the plan with only the entries whose parameters the decoder declares it honours, each left
     out entry as "<case> (<fields it does not declare>)"): a decoder is never judged against a
-    law it was not declared to sample (proofs.decoders.protocol.declared_sampling). An entry that
+    law it was not declared to sample (proofs.decoder_attributes.declared_sampling). An entry that
     misses only DROPPABLE fields is kept without them, and said so ("<case> (sampled without ...)")."""
     kept, left = [], []
     for entry in plan.sampling_cases:

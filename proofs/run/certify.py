@@ -18,16 +18,14 @@ import torch
 
 import refdec
 from proofs.certificate import Certificate, Stamp
+from proofs.decoder_attributes import bound_model
 from proofs.decoders.candidates import (
     Candidate,
-    bound_model,
-    default_depths,
     python_candidate,
     user_candidate,
 )
 from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
 from proofs.decoders.protocol import Decoder, Factory
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.jobs import Executor, LocalExecutor, check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
@@ -37,13 +35,15 @@ from proofs.run.sampling_units import pool_sampling, units_by_id
 from proofs.run.shard_schema import check_tallies
 from proofs.run.shards import Shard, plan_hash
 from proofs.run.units import dispatch_order, plan_units
-from proofs.stamp import git_commit, stamp
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, parse_dtype
 from refdec.load import model_fingerprint
+from refdec.progress import Progress
 from refdec.sampling import ENGINE_FIELDS, TEMPERATURE_FIRST
+from refdec.stamp import git_commit, stamp
 from refdec.validate import check_int, check_number
 from refdec.values import check_device, dtype_name
+from speed.settings import default_depths
 
 FALLBACK_MODEL = "tiny-raven"
 NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
@@ -451,7 +451,7 @@ def sampling_stamp(run: CertifyRun) -> dict:
 def certificate_stamp(
     model_name: str, decoder: str, device: str, dtype: torch.dtype, plan: CertifyPlan, seed: int
 ) -> dict:
-    """proofs.stamp's fields, plus what a certificate adds: decoder, plan, base seed (the rest of
+    """refdec.stamp's fields, plus what a certificate adds: decoder, plan, base seed (the rest of
     proofs.certificate.Stamp is known once the run has ended)."""
     seeds = {
         "sampling": f"{seed} + i for sample i of each case",

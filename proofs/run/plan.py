@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from proofs.checks.distribution import Target
 from proofs.checks.positions import PositionsPlan
-from proofs.speed.report import PLANS as BENCH_PLANS
-from proofs.speed.timing import Workload
 from refdec.config import TINY_LOOPCODER, TINY_NANBEIGE, TINY_PRESETS, get_preset
 from refdec.sampling import SamplingParams
+from speed.report import PLANS as BENCH_PLANS
+from speed.timing import Workload
 
 # (name, params, n tokens), or (name, params, n tokens, picks): proofs/run/cases.py resolve_case
 CaseSpec = tuple

@@ -22,13 +22,13 @@ import torch
 
 from proofs.decoders.candidates import user_candidate
 from proofs.decoders.http_decoder import HTTPOptions
-from proofs.progress import Progress
 from proofs.run.cases import SamplingSetup
 from proofs.run.plan import CertifyPlan
 from proofs.run.run import CertifyRun, RunModels
 from proofs.run.units import plan_units
 from refdec.errors import LoopcertError
 from refdec.files import parse_dtype
+from refdec.progress import Progress
 from refdec.values import dtype_name
 
 

@@ -1,4 +1,5 @@
-"""What every check of one certify run shares, and the body of each check (docs/design.md section 6).
+"""What every check of one certify run shares (docs/design.md section 6): the models, the caches and
+the dispatch to each check; the checks themselves live in proofs/checks/.
 
 Which model each check runs on, and why:
 - greedy (float64): the certified model plus tiny presets of the other architectures;
@@ -37,7 +38,6 @@ import torch
 
 import refdec
 from analysis.traces import depth_pairs, traces
-from fastdec.config import DecodeConfig
 from fastdec.decoder import MAX_BATCH
 from proofs.boundaries import Boundary
 from proofs.boundaries import collect as collect_boundaries
@@ -46,31 +46,31 @@ from proofs.checks.bitwise import check_bitwise
 from proofs.checks.convention import check_convention
 from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.false_alarm import check_false_alarm
-from proofs.checks.greedy import check_greedy
-from proofs.checks.positions import check_positions
+from proofs.checks.greedy import check_greedy, float64_runs
+from proofs.checks.positions import check_positions_of
 from proofs.checks.reproducibility import SAMPLING as REPRO_SAMPLING
 from proofs.checks.reproducibility import check_reproducible
 from proofs.checks.seed_invariance import check_decoders as check_seed_invariance
-from proofs.checks.theorem1 import check_theorem1_random, check_theorem1_search, check_theorem1_traces
+from proofs.checks.speed import check_certified_speed
+from proofs.checks.theorem1 import (
+    check_theorem1_random,
+    check_theorem1_search,
+    check_theorem1_traces,
+    not_applicable_traces,
+    traces_not_applicable,
+)
 from proofs.checks.theorem2 import check_theorem2_traces
 from proofs.cost.need import FIT_HINT, run_need, sampling_rows
+from proofs.decoder_attributes import ALL_FIELDS, SamplingSupport, declared_sampler_order
 from proofs.decoders.candidates import (
     Candidate,
     DecoderFactoryError,
+    build_or_failure,
     factory_failure,
-    fastdec_candidate,
     fastdec_grid,
 )
 from proofs.decoders.declared import Declared, declared_by
-from proofs.decoders.protocol import (
-    ALL_FIELDS,
-    Decoder,
-    NotApplicable,
-    SamplingSupport,
-    declared_sampler_order,
-    prepare_decoder,
-)
-from proofs.progress import Progress
+from proofs.decoders.protocol import Decoder, NotApplicable
 from proofs.prompts import long_prompt, model_folder, model_prompts
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool
@@ -87,12 +87,12 @@ from proofs.run.cases import (
 )
 from proofs.run.plan import REPRO_SEEDS, REPRO_TOKENS, SEED_NEIGHBOURS, CertifyPlan, sampling_preset
 from proofs.run.probe import in_child
-from proofs.speed.check import check_speed
 from proofs.stats.exact_laws import Oracle
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.memory import check_fits
 from refdec.model import LoopedLM
+from refdec.progress import Progress
 from refdec.sampling import TEMPERATURE_FIRST
 
 
@@ -237,7 +237,7 @@ class CertifyRun:
     @functools.cached_property
     def sampler_order(self) -> str:
         """The sampler convention every sampling case is judged under: the one the certified
-        decoder declares (proofs.decoders.protocol.declared_sampler_order; fastdec's grid:
+        decoder declares (proofs.decoder_attributes.declared_sampler_order; fastdec's grid:
         temperature-first). A plan made elsewhere (a --plan file, merged or shipped setups) says
         it; else the candidate when it declares one without being built; else a decoder built on
         the certified model once. A factory that cannot build one leaves the default: the checks
@@ -256,7 +256,7 @@ class CertifyRun:
     @functools.cached_property
     def sampling_support(self) -> SamplingSupport:
         """Which of the engines' other sampling parameters the certified decoder honours, and its
-        conventions for them (proofs.decoders.protocol.declared_sampling; fastdec's grid: every
+        conventions for them (proofs.decoder_attributes.declared_sampling; fastdec's grid: every
         one, vLLM's conventions). With --relative-to, only the fields both decoders declare, and
         the two must declare the same conventions."""
         if self.user is None:
@@ -311,34 +311,16 @@ class CertifyRun:
 
     # -- 1. greedy exactness ------------------------------------------------------------------
     def greedy_float64(self) -> CheckResult:
-        """float64 over models x prompts x settings; the certified model must take every setting;
-        a tiny preset the factory declines (NotApplicable) is listed as not applicable; a factory
-        that raises anything else, on any model, is that run's failure ("the decoder factory failed
-        on MODEL: ..."), never a divergence of tokens it did not decode."""
-        runs, not_applicable = [], []
-        names = [self.model_name] + [p for p in self.plan.greedy_presets if p != self.model_name]
-        for name in names:
-            ours = name == self.model_name
-            m = self.model64 if ours else load(name, torch.float64, self.device)
-            o = self.oracle if ours else Oracle(m)
-            for c in self.grid(m.cfg.recurrence):
-                if c.own_model and not ours:
-                    not_applicable.append(f"{c.label} on {name}: serves only its own model")
-                    continue
-                try:
-                    dec = c.build(m)
-                except NotApplicable as e:  # the factory serves only its own checkpoint
-                    if ours:
-                        raise
-                    not_applicable.append(f"{c.label} on {name}: {e or 'declined by the factory'}")
-                    continue
-                except Exception as e:  # noqa: BLE001 - a factory that breaks is a finding: its own run
-                    dec = (
-                        e
-                        if isinstance(e, DecoderFactoryError)
-                        else DecoderFactoryError(factory_failure(name, e))
-                    )
-                runs.append((name, c.label, dec, o, torch.float64))
+        """float64 over models x prompts x settings (proofs/checks/greedy.py float64_runs); keeps the
+        certified model's reference decodes for greedy_<dtype>."""
+        runs, not_applicable = float64_runs(
+            self.model_name,
+            self.model64,
+            self.oracle,
+            self.plan.greedy_presets,
+            self.grid,
+            lambda name: load(name, torch.float64, self.device),
+        )
         prompts = {id(r[3]): model_prompts(r[3].model, r[0], self.plan.greedy_prompts) for r in runs}
         result = check_greedy(
             "greedy_float64",
@@ -377,13 +359,9 @@ class CertifyRun:
         out = []
         for c in self.candidates:
             try:
-                dec = c.build(model)
-            except Exception as e:  # noqa: BLE001 - a factory that breaks is that run's failure
-                dec = (
-                    e
-                    if isinstance(e, DecoderFactoryError)
-                    else DecoderFactoryError(factory_failure(self.model_name, e))
-                )
+                dec = build_or_failure(c, model, self.model_name)
+            except NotApplicable as e:  # checked before any check (check_applies): a failure here
+                dec = DecoderFactoryError(factory_failure(self.model_name, e))
             out.append((c.label, dec, self.dtype))
         return out
 
@@ -568,33 +546,20 @@ class CertifyRun:
             return []
         return self.candidates if self.user is not None or p.all_settings else self.candidates[-1:]
 
-    def positions_boundaries(self, horizon: int, decoder=None) -> list[int]:
-        """The positions its bands are cut at: the boundaries greedy_depth crosses
-        (proofs/boundaries.py: the model's config and folder, the decoder's declaration and
-        speculation widths, the ladder of powers of two) up to the horizon."""
-        found = collect_boundaries(self.model64.cfg, decoder, horizon, raw_config=raw_config(self.model_name))
-        return sorted({b.position for b in found if b.position <= horizon})
-
     def positions(self, candidate: Candidate) -> CheckResult:
-        """The per-position test of one setting on the certified model: its sampling check's decoder
-        (built once), the run's sampler convention, refdec in float64 for the laws."""
-        p = self.plan.positions
+        """The per-position test of one setting on the certified model (proofs/checks/positions.py
+        check_positions_of): its sampling check's decoder (built once), the run's sampler convention."""
         decoder = self.sampling_decoder(
             f"sampling[{self.model_name}: {candidate.label}]", candidate, self.model_name
         )
-        plan = dataclasses.replace(p, sampling=p.sampling.with_order(self.sampler_order))
-        prompt = self.prompts(1)[0]
-        horizon = min(len(prompt) + plan.tokens, self.model64.cfg.max_seq_len)
-        prepared = prepare_decoder(decoder, horizon)  # compiles (fastdec --compile): not its budget's
-        if prepared >= 1.0:
-            self.say(f"  positions: the decoder prepared (compiled) in {prepared:.1f}s, outside the budget")
-        return check_positions(
+        return check_positions_of(
             f"positions[{self.model_name}: {candidate.label}]",
             decoder,
             self.model64,
-            prompt,
-            plan,
-            self.positions_boundaries(horizon, decoder),
+            self.prompts(1)[0],
+            self.plan.positions,
+            self.sampler_order,
+            raw_config(self.model_name),
             self.seed,
             self.model_name,
             candidate.label,
@@ -681,30 +646,20 @@ class CertifyRun:
 
     def theorem1_traces(self) -> CheckResult:
         if na := self.traces_not_applicable():
-            return CheckResult("theorem1_traces", float("nan"), 2.0, True, kind="theorem1", not_applicable=na)
+            return not_applicable_traces("theorem1_traces", 2.0, "theorem1", na)
         return check_theorem1_traces(*self.traces, self.model_name)
 
     def theorem2_traces(self) -> CheckResult:
         if na := self.traces_not_applicable():
-            return CheckResult(
-                "theorem2_traces", float("nan"), 1.0, True, kind="theorem2_traces", not_applicable=na
-            )
+            return not_applicable_traces("theorem2_traces", 1.0, "theorem2_traces", na)
         return check_theorem2_traces(*self.traces, self.model_name)
 
     def traces_not_applicable(self) -> str | None:
-        """Both trace checks read depth pairs d1 < d2 < R: Theorem 1's triples (p_R, p_d1, p_d2) and
-        Theorem 2's second proposal; R <= 2 (LoopCoder's published loop_num = 2) has none."""
-        if depth_pairs(self.R, self.plan.mode == "full"):
-            return None
-        return (
-            f"R={self.R} leaves no depth pair d1 < d2 < R "
-            "(Theorem 1's p_d1 and p_d2; Theorem 2's second proposal)"
-        )
+        return traces_not_applicable(self.R, depth_pairs(self.R, self.plan.mode == "full"))
 
     # -- 6. speed --------------------------------------------------------------------------------
     def speed(self) -> CheckResult:
         model = self.model_dt if self.model_dt is not None else self.model64
-        baseline = fastdec_candidate(DecodeConfig("autoregressive"))
-        work = self.plan.speed  # `loopcert bench`'s workload and prompts: the same speedups
-        prompts = model_prompts(model, self.model_name, work.prompts, max_len=work.prompt_len)
-        return check_speed("speed", self.candidates, baseline, model, prompts, work, self.say)
+        return check_certified_speed(
+            "speed", self.candidates, model, self.model_name, self.plan.speed, self.say
+        )

@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proofs.checks.distribution import evaluate, sample_tally
+from proofs.decoder_attributes import prepare_decoder
 from proofs.decoders.candidates import Candidate
-from proofs.decoders.protocol import Decoder, NotApplicable, prepare_decoder
+from proofs.decoders.protocol import Decoder, NotApplicable
 from proofs.details import SamplingDetails
 from proofs.result import CheckResult
 from proofs.run.budget import SamplingPool

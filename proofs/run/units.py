@@ -21,7 +21,6 @@ from proofs.boundaries import Boundary
 from proofs.checks.depth import check_coverage, coverage
 from proofs.checks.theorem2 import check_theorem2_published
 from proofs.details import PositionsDetails
-from proofs.progress import Progress
 from proofs.result import CheckResult
 from proofs.run.relative_units import relative_result, relative_unit_result
 from proofs.run.run import CertifyRun
@@ -32,6 +31,7 @@ from proofs.run.sampling_units import (
     sampling_unit_result,
     units_by_id,
 )
+from refdec.progress import Progress
 from refdec.sampling import TEMPERATURE_FIRST
 
 Unit = tuple[str, Callable[..., dict]]  # (stable id, run it(share=None) -> raw JSON-able result)

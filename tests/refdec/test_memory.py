@@ -145,7 +145,7 @@ def test_the_counted_caches_bound_what_certify_decoders_hold(floor, monkeypatch)
     assert 0 < held <= count
     if floor == 0:
         from fastdec import Decoder
-        from proofs.decoders.candidates import fastdec_configs
+        from speed.settings import fastdec_configs
 
         configs = fastdec_configs(model.cfg.recurrence, False)  # the grid's settings
         assert feed([Decoder(model, c, cache_bytes=2**62) for c in configs]) > count

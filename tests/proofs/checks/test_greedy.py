@@ -12,12 +12,13 @@ import refdec
 from fastdec.config import DecodeConfig
 from proofs.checks.bitwise import check_bitwise
 from proofs.checks.greedy import TIE_TOLERANCE, check_greedy, judge, reference_scores
-from proofs.decoders.candidates import Candidate, default_depths, fastdec_candidate, fastdec_grid
+from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.stats.exact_laws import Oracle
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
 from refdec.model import LoopedLM
 from refdec.score import continuation_logits
+from speed.settings import default_depths
 
 PROMPTS = [(1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1)]
 
@@ -181,7 +182,8 @@ def test_tie_tolerance_follows_the_decoders_compute_dtype():
     tolerance; without a declaration, the dtype of the model it was given."""
     import torch
 
-    from proofs.checks.greedy import TIE_TOLERANCE, compute_dtype
+    from proofs.checks.greedy import TIE_TOLERANCE
+    from proofs.decoder_attributes import declared_compute_dtype
 
     class Declares:
         compute_dtype = "float32"
@@ -189,6 +191,10 @@ def test_tie_tolerance_follows_the_decoders_compute_dtype():
     class Silent:
         pass
 
-    assert compute_dtype(Declares(), torch.float64) is torch.float32
-    assert compute_dtype(Silent(), torch.float64) is torch.float64
+    class Fastdec:  # fastdec.Decoder's name for it
+        dtype = torch.float32
+
+    assert declared_compute_dtype(Declares()) is torch.float32
+    assert declared_compute_dtype(Fastdec()) is torch.float32
+    assert declared_compute_dtype(Silent()) is None  # check_greedy then takes the model's dtype
     assert TIE_TOLERANCE[torch.float32] > TIE_TOLERANCE[torch.float64]

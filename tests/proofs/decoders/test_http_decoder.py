@@ -177,8 +177,9 @@ def test_http_decoder_declares_its_dialects_parameters_and_reports_a_refusal(goo
     with the server's message); on a plain request it stays an error (the negative control)."""
     import httpx
 
+    from proofs.decoder_attributes import declared_sampling
     from proofs.decoders.http_decoder import HTTPOptions
-    from proofs.decoders.protocol import Refused, declared_sampling
+    from proofs.decoders.protocol import Refused
     from refdec.sampling import ENGINE_FIELDS, MIN_P_FIRST, MIN_P_LAST
 
     dec = HTTPDecoder(good_server.url)
@@ -204,7 +205,8 @@ def test_http_decoder_declares_its_dialects_parameters_and_reports_a_refusal(goo
 def test_the_server_reports_where_its_state_changes_shape(good_server):
     """loopcert serve reports its decoder's boundaries and speculation widths on /v1/models; the HTTP
     decoder declares them (proofs/boundaries.py collects them as the decoder's), beside --boundaries."""
-    from proofs.boundaries import collect, speculation_widths
+    from proofs.boundaries import collect
+    from proofs.decoder_attributes import speculation_widths
 
     dec = HTTPDecoder(good_server.url)
     try:

@@ -9,16 +9,15 @@ import torch
 import fastdec
 import refdec
 from loopcert.serve.scheduler import Scheduler
-from proofs.decoders.draw import draw
-from proofs.decoders.http_decoder import HTTPDecoder
-from proofs.decoders.protocol import (
-    BatchDecoder,
-    Decoder,
+from proofs.decoder_attributes import (
     batch_call_limit,
     declared_compute_dtype,
     declared_max_batch,
     declared_sampler_order,
 )
+from proofs.decoders.draw import draw
+from proofs.decoders.http_decoder import HTTPDecoder
+from proofs.decoders.protocol import BatchDecoder, Decoder
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams
 

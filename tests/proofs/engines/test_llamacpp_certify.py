@@ -114,8 +114,8 @@ def test_rows_and_engines_table(folders):
     than they say)."""
     import refdec
     from proofs.decoders.llamacpp_decoder import decoder_for, llamacpp_versions
-    from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
     from refdec.sampling import SamplingParams
+    from speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
 
     assert set(ROWS) == set(PASSING) | set(CONTEXT_END) | set(FAILING), "the certify tests above run first"
     (OUT / "rows.md").write_text(RUN.table({str(folders[1]): "DRAFT"}))

@@ -10,7 +10,8 @@ from llamacpp_models import require_llamacpp
 from nanbeige_models import DRAFT_NOISE, PROMPT, write_nanbeige
 
 import refdec
-from proofs.decoders.protocol import NotApplicable, declared_compute_dtype, declared_sampler_order
+from proofs.decoder_attributes import declared_compute_dtype, declared_sampler_order
+from proofs.decoders.protocol import NotApplicable
 from refdec.sampling import FILTERS_FIRST, SamplingParams
 
 pytestmark = pytest.mark.llamacpp

@@ -86,8 +86,8 @@ def test_rows_and_engines_table(folders):
     accepted and rejected, or the speculative rows prove less than they say)."""
     import refdec
     from proofs.decoders.mlx_decoder import decoder_for, mlx_lm_version
-    from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
     from refdec.sampling import SamplingParams
+    from speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
 
     assert set(ROWS) == {"plain", "draft_near", "draft_self", "window_4"}, "the certify tests above run first"
     (OUT / "rows.md").write_text(RUN.table({str(folders[1]): "DRAFT"}))

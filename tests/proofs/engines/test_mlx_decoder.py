@@ -22,14 +22,13 @@ import torch
 from mlx_models import DRAFT_NOISE, DRAFT_SEED, require_mlx, write_loopcoder
 
 import refdec
-from proofs.decoders.protocol import (
-    BatchDecoder,
-    NotApplicable,
+from proofs.decoder_attributes import (
     SamplingSupport,
     declared_compute_dtype,
     declared_sampler_order,
     declared_sampling,
 )
+from proofs.decoders.protocol import BatchDecoder, NotApplicable
 from proofs.stats.chisquare import chisquare_gof
 from refdec.errors import LoopcertError
 from refdec.sampling import (

@@ -12,7 +12,8 @@ from mlx_models import require_mlx
 from nanbeige_models import DRAFT_NOISE, PROMPT, write_nanbeige
 
 import refdec
-from proofs.decoders.protocol import BatchDecoder, declared_sampler_order
+from proofs.decoder_attributes import declared_sampler_order
+from proofs.decoders.protocol import BatchDecoder
 from refdec.sampling import FILTERS_FIRST, SamplingParams
 
 pytestmark = pytest.mark.mlx

@@ -93,7 +93,7 @@ def test_rows_and_engines_table(folders):
     GenAI plain and speculative at batch 1, with the draft's acceptance as GenAI counts it."""
     import refdec
     from proofs.decoders.openvino_decoder import decoder_for, openvino_versions
-    from proofs.speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
+    from speed.engines import decoder_greedy_rates, engines_table, fastdec_greedy_rates
 
     want = {"pa_plain", "sdpa_plain", "prompt_lookup", "draft_near", "loops_3"}
     assert want <= set(ROWS) <= want | {"bf16_default"}, "the certify tests above run first"

@@ -18,7 +18,8 @@ import torch
 from openvino_models import require_openvino, write_ouro
 
 import refdec
-from proofs.decoders.protocol import NotApplicable, declared_compute_dtype, declared_sampler_order
+from proofs.decoder_attributes import declared_compute_dtype, declared_sampler_order
+from proofs.decoders.protocol import NotApplicable
 from refdec.config import RopeScaling
 from refdec.errors import LoopcertError
 from refdec.sampling import TEMPERATURE_FIRST, SamplingParams

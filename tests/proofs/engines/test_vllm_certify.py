@@ -103,7 +103,7 @@ def serve(folder: Path, name: str, *extra: str, chunked_prefill: bool = False) -
 
 
 def measure_speed(server: VLLMServer, folder: Path, name: str) -> None:
-    from proofs.speed.engines import http_greedy_rates
+    from speed.engines import http_greedy_rates
 
     SPEED[name] = http_greedy_rates(server.url, str(folder))
 
@@ -194,7 +194,7 @@ def test_generation_config_sampling_defaults_do_not_leak_into_the_certificate(to
 
 def test_engines_table(checkpoint):
     """fastdec on the same checkpoint, the same prompts and lengths: the table beside vLLM's rows."""
-    from proofs.speed.engines import engines_table, fastdec_greedy_rates
+    from speed.engines import engines_table, fastdec_greedy_rates
 
     assert set(SPEED) == {"vLLM", "vLLM ngram"}, "the server tests above measure vLLM first"
     import refdec

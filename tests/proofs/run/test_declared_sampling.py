@@ -1,5 +1,5 @@
 """A decoder declares which of the engines' other sampling parameters it honours, and how
-(proofs.decoders.protocol.declared_sampling); certify samples it only under the plan's cases whose
+(proofs.decoder_attributes.declared_sampling); certify samples it only under the plan's cases whose
 parameters it declares, under its conventions, lists the others in the stamp, and reports a case
 its engine refuses (protocol.Refused) as refused: neither a pass nor a failure."""
 
@@ -13,8 +13,9 @@ import torch
 from plans import SMALL_PLAN
 
 from fastdec import Decoder as FastDecoder
-from proofs.decoders.candidates import Candidate, class_sampling, user_candidate
-from proofs.decoders.protocol import ALL_FIELDS, Refused, SamplingSupport, declared_sampling
+from proofs.decoder_attributes import ALL_FIELDS, SamplingSupport, declared_sampling
+from proofs.decoders.candidates import Candidate, user_candidate
+from proofs.decoders.protocol import Refused
 from proofs.run.cases import declared_plan, entry_fields, resolve_case
 from proofs.run.certify import sampling_stamp
 from proofs.run.plan import ENGINE_CASES, QUICK
@@ -66,7 +67,9 @@ class RefusingAll(MinP):
 
 
 def run_with(cls, plan=PLAN) -> CertifyRun:
-    candidate = Candidate(cls.__name__, cls, {"decoder": cls.__name__}, sampling=class_sampling(cls))
+    candidate = Candidate(
+        cls.__name__, cls, {"decoder": cls.__name__}, sampling=declared_sampling(cls, only_if_declared=True)
+    )
     return CertifyRun(plan, "tiny-ouro", candidate, "cpu", torch.float32, 0, lambda _m: None)
 
 
@@ -146,7 +149,7 @@ def test_user_candidates_read_class_declarations_and_http_reads_its_instance():
     assert user_candidate("test_declared_sampling:Undeclared").sampling is None  # read once built
     from proofs.decoders.http_decoder import HTTPDecoder
 
-    assert class_sampling(HTTPDecoder) is None  # its dialect decides
+    assert declared_sampling(HTTPDecoder, only_if_declared=True) is None  # its dialect decides
 
 
 @pytest.fixture(autouse=True)

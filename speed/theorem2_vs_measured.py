@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from analysis.cost_model import best_integer_depths, expected_cost, fit_depth_curve, optimal_depths
 from analysis.depth_profile import depth_profile
-from proofs.speed.rows import GridRow
 from refdec.errors import LoopcertError
+from speed.rows import GridRow
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ import torch
 
 from fastdec import DecodeConfig, Decoder
 from fastdec.engine import Lane
-from proofs.progress import Progress, quiet
-from proofs.speed.targets import Target
-from proofs.speed.timing import GREEDY, SAMPLING, sync
 from refdec.errors import LoopcertError
+from refdec.progress import Progress, quiet
 from refdec.validate import check_int
 from refdec.values import jsonable
+from speed.targets import Target
+from speed.timing import GREEDY, SAMPLING, sync
 
 BATCHES = (1, 4, 16)
 SAMPLE_MODEL = "tiny-raven"  # the certification-throughput figure's model (a preset, random weights)

@@ -1,18 +1,18 @@
 """The speedup report as typed data: what `loopcert bench` measures and reports/speedup.py
-renders. Every figure is a ratio measured in one run (proofs.speed.timing)."""
+renders. Every figure is a ratio measured in one run (speed.timing)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from proofs.speed.batch_table import BatchPlan, BatchTable
-from proofs.speed.context import ContextSweep
-from proofs.speed.costs import CallCost
-from proofs.speed.rows import GridRow, NaiveComparison
-from proofs.speed.targets import Target
-from proofs.speed.theorem2_vs_measured import DepthSpectrum, Theorem2Comparison
-from proofs.speed.timing import Workload
 from refdec.values import jsonable
+from speed.batch_table import BatchPlan, BatchTable
+from speed.context import ContextSweep
+from speed.costs import CallCost
+from speed.rows import GridRow, NaiveComparison
+from speed.targets import Target
+from speed.theorem2_vs_measured import DepthSpectrum, Theorem2Comparison
+from speed.timing import Workload
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class BenchPlan:
     lengths: tuple[int, ...]  # the context sweep's cached positions
     sweep_tokens: int  # new tokens per context: enough that the pipeline's fill (R - d1 steps) amortises
     sweep_repeats: int
-    batch: BatchPlan  # the batch table (proofs.speed.batch_table)
+    batch: BatchPlan  # the batch table (speed.batch_table)
 
 
 PLANS = {
@@ -53,9 +53,9 @@ class SpeedReport:
     """Sections in the order reports/speedup.py renders them. A new table (the batch
     table, say) is a module of this package that measures it, a field here, a section there."""
 
-    stamp: dict  # proofs.stamp plus mode, load average, command, seconds
+    stamp: dict  # refdec.stamp plus mode, load average, command, seconds
     plan: BenchPlan
-    clock: str  # "cpu" or "wall": which clock the figures use (proofs.speed.timing.default_clock)
+    clock: str  # "cpu" or "wall": which clock the figures use (speed.timing.default_clock)
     R: int
     prompts: list[int]  # prompt lengths
     rewind_depths: list[int]

@@ -1,8 +1,8 @@
-"""proofs.speed.gates: the regression gates pass on the decoder that wrote the baseline and fail,
+"""proofs.gates.baseline: the regression gates pass on the decoder that wrote the baseline and fail,
 naming the figure, the baseline, the measured value and the tolerance, on a deliberately slowed
-decoder (proofs.speed.slowdown: 25% dearer per step) and on a less accepting one (greedy
+decoder (speed.slowdown: 25% dearer per step) and on a less accepting one (greedy
 verification rejecting accepted proposals); the exact figures do not depend on the CPU's kernels;
-a baseline of other weights or another protocol is refused. proofs.speed.false_alarm's maths in
+a baseline of other weights or another protocol is refused. proofs.gates.false_alarm's maths in
 closed form."""
 
 import dataclasses
@@ -19,12 +19,13 @@ import torch
 import fastdec.strategies
 from fastdec import DecodeConfig, Decoder
 from fastdec.accept import Source
-from proofs.speed import false_alarm, gates
-from proofs.speed.slowdown import slow
-from proofs.speed.timing import Workload
+from proofs.gates import baseline as gates
+from proofs.gates import false_alarm
 from refdec import LoopedLM
 from refdec.config import get_preset
 from refdec.errors import LoopcertError
+from speed.slowdown import slow
+from speed.timing import Workload
 
 PROMPTS = [(1, 2, 3, 4, 5, 6), (7, 3, 9, 1, 4)]
 PLAN = Workload(prompts=2, prompt_len=8, tokens=12, repeats=2)  # the default run's tests time nothing
@@ -277,7 +278,7 @@ def test_false_alarm_summary_counts_failures_per_figure(baseline):
 
 
 def test_trimmed_ratio_drops_the_extreme_rounds():
-    from proofs.speed.timing import trimmed_ratio
+    from speed.timing import trimmed_ratio
 
     # 10 rounds: ratios 2 (x8), one burst of load (0.5) and one lucky round (9): both dropped at 20%
     base = [2.0] * 8 + [1.0, 9.0]

@@ -1,7 +1,7 @@
 """Regression gates for fastdec against a committed baseline file (benchmarks/baseline.json,
 written by `loopcert bench --quick --write-baseline`; docs/speed.md "Regression gates").
 
-A gate run decodes the gate settings (proofs.speed.settings.gate_settings) on fixed prompts,
+A gate run decodes the gate settings (speed.settings.gate_settings) on fixed prompts,
 greedy and sampling with fixed seeds, and compares two kinds of figure with the baseline:
 
 - exact: for every setting and mode, the emitted tokens (a hash), every count of Stats (token
@@ -13,13 +13,13 @@ greedy and sampling with fixed seeds, and compares two kinds of figure with the 
   every x86 CPU. Any change fails: it is a change in what the decoder does.
 - speed, paired (the default): each gate setting's time on this tree against its time on the
   baseline's commit (`reference_commit`), both timed in this job, round by round, in two worker
-  processes (proofs/speed/paired.py, its figure "relative speed", tolerance PAIRED_TOL). What the
+  processes (proofs/gates/paired.py, its figure "relative speed", tolerance PAIRED_TOL). What the
   host does falls on both sides, so no stored time or ratio enters the comparison.
 - speed, stored (--reference stored, or where the reference commit cannot be exported: a
   shallow clone, no git): each setting's speedup over the autoregressive baseline of the same
   run (model dtype,
-  interleaved rounds: proofs.speed.timing.time_runs; the 20%-trimmed geometric mean of the
-  rounds' ratios, proofs.speed.timing.trimmed_ratio), and the baseline's over
+  interleaved rounds: speed.timing.time_runs; the 20%-trimmed geometric mean of the
+  rounds' ratios, speed.timing.trimmed_ratio), and the baseline's over
   proofs.decoders.naive_kv (below 1: R + 1 planned engine calls per token against a plain loop's
   one forward; the gate claims only that this cost did not grow). Ratios, never absolute times.
   The baseline file's speed figures are the geometric mean of BASELINE_RUNS such runs
@@ -47,16 +47,16 @@ import torch
 
 from fastdec import DecodeConfig, Decoder
 from proofs.details import GateDetails
-from proofs.progress import Progress
+from proofs.gates.paired import PAIRED_TOL, code_commit
 from proofs.result import CheckResult
-from proofs.speed.paired import PAIRED_TOL, code_commit
-from proofs.speed.settings import BASELINE, NAIVE, gate_settings
-from proofs.speed.timing import COUNTS, MODES, Workload, loadavg, time_runs, tokens_sha, trimmed_ratio
-from proofs.stamp import device_name, stamp
 from refdec.errors import LoopcertError
 from refdec.load import exact_fingerprint
+from refdec.progress import Progress
+from refdec.stamp import device_name, stamp
 from refdec.validate import check_int
 from refdec.values import dtype_name, jsonable
+from speed.settings import BASELINE, NAIVE, gate_settings
+from speed.timing import COUNTS, MODES, Workload, loadavg, time_runs, tokens_sha, trimmed_ratio
 
 FORMAT = 2  # the baseline file's layout
 # What the gate measures and how (plan, passes, clocks): a baseline of another protocol is refused.
@@ -64,7 +64,7 @@ FORMAT = 2  # the baseline file's layout
 # 3: 15 timed rounds (5 before), the trimmed geometric mean of their ratios (the median before),
 #    the baseline the mean of BASELINE_RUNS runs (one before).
 # 4: the baseline names the commit it was measured at (reference_commit), and the speed figures are
-#    paired by default: that commit re-timed beside this tree in the same job (proofs/speed/paired.py);
+#    paired by default: that commit re-timed beside this tree in the same job (proofs/gates/paired.py);
 #    the stored ratios are the fallback (--reference stored).
 PROTOCOL = 4
 REWRITE = "loopcert bench --quick --write-baseline"
@@ -244,7 +244,7 @@ def compare(
     """One CheckResult per gated figure (and one for comparability). measured/bound: the figure
     and its baseline value (exact) or its lowest passing value (speed). `tolerance` overrides the
     baseline's for every speed figure. speed=False: the exact figures only (the paired gate
-    compares speed itself: proofs/speed/paired.py)."""
+    compares speed itself: proofs/gates/paired.py)."""
     tols = {
         "speedup": baseline.get("speedup_tolerance", SPEEDUP_TOL) if tolerance is None else tolerance,
         "speedup_over_naive": baseline.get("naive_tolerance", NAIVE_TOL) if tolerance is None else tolerance,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proofs.speed.rows import GridRow, NaiveComparison
+from speed.rows import GridRow, NaiveComparison
 
 TARGETS = {  # CPU, default model, R = 32, greedy
     "pipelined": 3.0,  # pipelined (2, 8) or the best grid point, over the baseline

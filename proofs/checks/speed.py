@@ -1,6 +1,6 @@
 """certify's speed check (docs/design.md section 6, check 6): each candidate setting against the
-autoregressive baseline, timed and compared exactly as `loopcert bench` does (proofs.speed.timing,
-proofs.speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
+autoregressive baseline, timed and compared exactly as `loopcert bench` does (speed.timing,
+speed.rows.measured_speed), so the certificate and speedup.md give one speedup for one
 setting and workload. Ratios only: absolute tokens/s depend on the machine.
 
 The check fails only if a setting cannot run; how fast it is is reported, never asserted.
@@ -11,13 +11,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from proofs.decoders.candidates import Candidate
+from fastdec.config import DecodeConfig
+from proofs.decoder_attributes import declared_device
+from proofs.decoders.candidates import Candidate, fastdec_candidate
 from proofs.details import SpeedDetails, SpeedError, SpeedRow
-from proofs.progress import Progress, quiet
+from proofs.prompts import model_prompts
 from proofs.result import CheckResult
-from proofs.speed.rows import measured_speed
-from proofs.speed.timing import GREEDY, Workload, default_clock, time_runs
+from refdec.progress import Progress, quiet
 from refdec.values import dtype_name
+from speed.rows import measured_speed
+from speed.timing import GREEDY, Workload, default_clock, time_runs
 
 TELEMETRY = ("acceptance_rate", "gamma", "mean_live_lanes")  # fastdec Stats a speed row carries
 
@@ -32,7 +35,7 @@ def check_speed(
     progress: Progress | None = None,
 ) -> CheckResult:
     """measured = the best speedup over the baseline (reported, not bounded); passes iff all ran.
-    `prompts` are cut by `work` (proofs.speed.timing.Workload.select)."""
+    `prompts` are cut by `work` (speed.timing.Workload.select)."""
     say = progress or quiet
     prompts = work.select(prompts)
     base_label = baseline.label + " (baseline)"
@@ -49,7 +52,8 @@ def check_speed(
         decoders[c.label] = dec
     dev = next(model.parameters())
     clock = default_clock(dev.device)
-    times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, say)
+    devices = {label: declared_device(dec) for label, dec in decoders.items()}
+    times = time_runs(decoders, prompts, work.tokens, work.repeats, GREEDY, work.seed, say, devices=devices)
     rows = []
     for label in decoders:
         sp = measured_speed(times, label, base_label, clock)
@@ -72,3 +76,18 @@ def check_speed(
         baseline=baseline.label,
     )
     return CheckResult(name, best, 1.0, not errors, details)
+
+
+def check_certified_speed(
+    name: str,
+    candidates: Sequence[Candidate],
+    model,
+    model_name: str,
+    work: Workload,
+    progress: Progress | None = None,
+) -> CheckResult:
+    """check_speed on the certified model against fastdec's autoregressive setting, on the prompts
+    and workload `loopcert bench` times (the plan's `speed`): the same speedups as speedup.md."""
+    baseline = fastdec_candidate(DecodeConfig("autoregressive"))
+    prompts = model_prompts(model, model_name, work.prompts, max_len=work.prompt_len)
+    return check_speed(name, candidates, baseline, model, prompts, work, progress)

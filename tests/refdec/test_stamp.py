@@ -1,13 +1,13 @@
-"""proofs.stamp: one stamp, one format, for the certificate, the speedup report, the gate baseline
+"""refdec.stamp: one stamp, one format, for the certificate, the speedup report, the gate baseline
 and the model card."""
 
 import datetime
 
 import torch
 
-from proofs import stamp as stamp_mod
 from proofs.run.certify import certificate_stamp
 from proofs.run.plan import QUICK
+from refdec import stamp as stamp_mod
 
 KEYS = {
     "commit",

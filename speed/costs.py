@@ -31,8 +31,8 @@ import torch
 import fastdec.engine
 import refdec.layers
 from fastdec import Engine, Lane
-from proofs.speed.timing import sync
 from refdec.errors import LoopcertError
+from speed.timing import sync
 
 CLOCK_INDEX = {"wall": 0, "cpu": 1}
 

@@ -1,4 +1,4 @@
-"""proofs.speed.batch_table: the batch table's structure (never its timings: speed is a ratio measured
+"""speed.batch_table: the batch table's structure (never its timings: speed is a ratio measured
 by `loopcert bench`, not asserted by a test)."""
 
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from fastdec import DecodeConfig
-from proofs.speed.batch_table import BatchPlan, BatchRow, BatchTable, SampleRate, batch_table, judge_batch
 from refdec import LoopcertError, LoopedLM
 from refdec.config import get_preset
+from speed.batch_table import BatchPlan, BatchRow, BatchTable, SampleRate, batch_table, judge_batch
 
 PLAN = BatchPlan(
     batches=(1, 2), prompt_len=6, tokens=4, repeats=2, sample_batch=4, sample_calls=1, sample_alone=2
@@ -68,7 +68,7 @@ def test_the_prepared_gpu_check_refuses_to_run_without_cuda(tmp_path):
     """benchmarks/gpu_check.sh (the prepared device run) is valid bash, runs the three device
     steps, and without CUDA exits 2 having checked nothing (it never passes by skipping). On a CUDA
     machine the test hides the devices (CUDA_VISIBLE_DEVICES empty), so it runs there too."""
-    script = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_check.sh"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     assert "certify --device cuda --quick" in text and "bench --device cuda --quick" in text

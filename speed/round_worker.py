@@ -1,4 +1,4 @@
-"""One side of the paired speed gate (proofs/speed/paired.py): a process that times rounds on request.
+"""One side of the paired speed gate (proofs/gates/paired.py): a process that times rounds on request.
 
 The paired gate starts one of these on the checked-out code and one on the reference tree (the
 baseline's commit, exported), each importing its own fastdec, and asks them for timed rounds in
@@ -18,8 +18,8 @@ written there: everything else this process prints goes to stderr).
     {"op": "exit"}                       -> {} and the process ends
 A request it cannot serve -> {"error": "..."}; it then ends with status 1.
 
-`slow` makes one setting dearer per engine step (proofs/speed/slowdown.py): the negative control
-of the paired gate, and of proofs.speed.false_alarm --slow.
+`slow` makes one setting dearer per engine step (speed/slowdown.py): the negative control
+of the paired gate, and of proofs.gates.false_alarm --slow.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class Worker:
 
         import fastdec
         from fastdec import Decoder
-        from proofs.speed.settings import gate_settings
-        from proofs.speed.slowdown import slow
         from refdec.load import exact_fingerprint, load_model
+        from speed.settings import gate_settings
+        from speed.slowdown import slow
 
         torch.set_num_threads(1)  # the gate's clock is process time: one thread, as loopcert bench
         device = req.get("device", "cpu")
@@ -79,7 +79,7 @@ class Worker:
         }
 
     def _round(self, mode: str) -> dict:
-        from proofs.speed.timing import MODES, time_runs, tokens_sha
+        from speed.timing import MODES, time_runs, tokens_sha
 
         if self.setup is None:
             raise ValueError("round before setup")

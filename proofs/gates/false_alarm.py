@@ -1,11 +1,11 @@
 """How often the regression gate fails a change that did nothing (docs/speed.md "How often the
 gate cries wolf"; figures: docs/measurements.md "Gate false alarms").
 
-    python -m proofs.speed.false_alarm --runs 10 [--busy] [--baseline F] [--slow LABEL=0.25]
+    python -m proofs.gates.false_alarm --runs 10 [--busy] [--baseline F] [--slow LABEL=0.25]
                                        [--reference auto|stored|COMMIT|FOLDER]
 
-Runs the gate (proofs.speed.gates; paired with the baseline's commit by default, as `loopcert
-bench --gate`: proofs/speed/paired.py) `--runs` times on the unchanged tree against the baseline
+Runs the gate (proofs.gates.baseline; paired with the baseline's commit by default, as `loopcert
+bench --gate`: proofs/gates/paired.py) `--runs` times on the unchanged tree against the baseline
 file, optionally with a busy-loop process holding another core (`--busy`: the realistic CI host),
 and reports per speed figure the spread of its ratio over the runs and the failure count with a
 Clopper-Pearson 95% interval. Ten runs cannot show a rate below 1 in 50 by counting, so each
@@ -19,7 +19,7 @@ itself the comparison, the reference's noise inside its spread s)
 
 and a whole gate run fails falsely with 1 - prod(1 - p_figure). `suggest_tolerance` is the
 smallest tolerance at which that whole-run rate is below 1 in 50. `--slow LABEL=F` makes one
-setting (1 + F) times dearer per engine step (proofs.speed.slowdown) to count detections instead.
+setting (1 + F) times dearer per engine step (speed.slowdown) to count detections instead.
 Writes the figures as JSON (--out); a check returns data and this module's main prints it.
 """
 
@@ -39,10 +39,11 @@ from pathlib import Path
 
 from scipy import stats
 
-from proofs.speed import gates, paired
-from proofs.speed.slowdown import slow
-from proofs.speed.timing import Workload
+from proofs.gates import baseline as gates
+from proofs.gates import paired
 from refdec.errors import LoopcertError
+from speed.slowdown import slow
+from speed.timing import Workload
 
 TARGET_RATE = 1 / 50  # the whole gate run's false-failure rate the tolerance is set for
 SLOWDOWN = 0.25  # the slowdown the tolerance must still catch: a setting 25% dearer
@@ -220,7 +221,7 @@ def render(r: FalseAlarmRun) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m proofs.speed.false_alarm", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m proofs.gates.false_alarm", description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--busy", action="store_true", help="a busy-loop process holds another core")
     p.add_argument("--baseline", default="benchmarks/baseline.json")

@@ -1,4 +1,4 @@
-"""`loopcert bench`'s measurement: the whole speedup report (proofs.speed.report.SpeedReport)."""
+"""`loopcert bench`'s measurement: the whole speedup report (speed.report.SpeedReport)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,30 @@ import dataclasses
 from collections.abc import Sequence
 
 from fastdec import DecodeConfig, Decoder
-from proofs.decoders.candidates import fastdec_configs
-from proofs.progress import Progress, quiet
-from proofs.speed.batch_table import SAMPLE_MODEL, batch_table, judge_batch
-from proofs.speed.context import context_sweep
-from proofs.speed.costs import call_costs, pooled_costs
-from proofs.speed.report import BenchPlan, SpeedReport
-from proofs.speed.rows import naive_comparison, rows_from, telemetry, with_telemetry
-from proofs.speed.settings import BASELINE, NAIVE, batch_settings, gate_settings, grid, rewind_depths
-from proofs.speed.targets import judge
-from proofs.speed.theorem2_vs_measured import depth_spectrum, theorem2_compare
-from proofs.speed.timing import GREEDY, SAMPLING, default_clock, loadavg, time_runs
-from proofs.stamp import stamp
 from refdec.load import load_model
+from refdec.progress import Progress, quiet
+from refdec.stamp import stamp
+from speed.batch_table import SAMPLE_MODEL, batch_table, judge_batch
+from speed.context import context_sweep
+from speed.costs import call_costs, pooled_costs
+from speed.report import BenchPlan, SpeedReport
+from speed.rows import naive_comparison, rows_from, telemetry, with_telemetry
+from speed.settings import (
+    BASELINE,
+    NAIVE,
+    batch_settings,
+    fastdec_configs,
+    gate_settings,
+    grid,
+    rewind_depths,
+)
+from speed.targets import judge
+from speed.theorem2_vs_measured import depth_spectrum, theorem2_compare
+from speed.timing import GREEDY, SAMPLING, default_clock, loadavg, time_runs
 
 
 def bench_stamp(model_name: str, model, device, plan: BenchPlan, load: dict) -> dict:
-    """proofs.stamp's fields, plus the plan's mode and the host's load average."""
+    """refdec.stamp's fields, plus the plan's mode and the host's load average."""
     dtype = next(model.parameters()).dtype
     seeds = {"prompt i": f"{plan.grid.seed} + i", "weights": "as shipped"}
     return {**stamp(model_name, device, dtype, seeds), "mode": plan.mode, "load_average": load}

@@ -10,12 +10,12 @@ the change, the reference moves with it.
 
 The reference is the commit the baseline was written at (its `reference_commit`), exported with
 `git archive` into a temporary folder, or any folder holding a loopcert tree. Each side is a
-proofs.speed.round_worker process importing its own fastdec (PYTHONPATH), one torch thread; the
+speed.round_worker process importing its own fastdec (PYTHONPATH), one torch thread; the
 gate asks them for one round at a time, in turn, the order alternating, never both at once.
 
 Figure, per mode and gate setting: its relative speed, the 20%-trimmed geometric mean over rounds
 of (the reference's time / this tree's time), decode process time of the same prompts, seeds and
-setting (proofs.speed.timing.trimmed_ratio). Below 1 this tree is slower. It fails below
+setting (speed.timing.trimmed_ratio). Below 1 this tree is slower. It fails below
 1 - tolerance (PAIRED_TOL, set from docs/measurements.md "Gate false alarms"). The autoregressive
 setting is gated too: its own cost is compared, which the ratio gates could only see through the
 figure over naive-kv.
@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from proofs.details import GateDetails
-from proofs.progress import Progress
 from proofs.result import CheckResult
-from proofs.speed.round_worker import PAIRED_PROTOCOL
-from proofs.speed.timing import Workload, loadavg, trimmed_ratio
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
+from speed.round_worker import PAIRED_PROTOCOL
+from speed.timing import Workload, loadavg, trimmed_ratio
 
 ROOT = Path(__file__).resolve().parents[2]  # the tree this module runs from (a checkout or site-packages)
-CODE = ("refdec", "fastdec", "proofs", "loopcert", "analysis", "reports", "trainer")  # what the gate times
+CODE = ("refdec", "fastdec", "analysis", "speed", "proofs", "reports", "trainer", "loopcert")  # timed code
 # Set from 10 paired runs on the unchanged tree with the other core idle and 10 with it busy
 # (docs/measurements.md "Gate false alarms", protocol 4): the figures spread s 0.012-0.028 (idle) and
 # 0.011-0.030 (busy) in log; at 0.11 a whole run fails falsely with implied probability 1.6e-5 /
@@ -115,6 +115,14 @@ def export_tree(commit: str, dest: Path, repo: Path = ROOT) -> Path:
     return dest
 
 
+def worker_module(source: Path) -> str:
+    """The round worker's module in the tree under `source`: proofs.speed.round_worker in a tree
+    from before speed/ left proofs/ (a reference commit), else speed.round_worker (also in a tree
+    that has neither: the worker then refuses the installed loopcert it finds, by name)."""
+    old = (source / "proofs" / "speed" / "round_worker.py").is_file()
+    return "proofs.speed.round_worker" if old else "speed.round_worker"
+
+
 class Side:
     """One round_worker process on the code under `source` (its fastdec must come from there)."""
 
@@ -124,7 +132,7 @@ class Side:
         env = {**os.environ, "PYTHONPATH": str(self.source), "OMP_NUM_THREADS": "1"}
         env.pop("PYTHONSAFEPATH", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proofs.speed.round_worker"],
+            [sys.executable, "-m", worker_module(self.source)],
             cwd=workdir,  # neutral: sys.path[0] is the work folder, PYTHONPATH picks the tree
             env=env,
             stdin=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""proofs.speed and reports/speedup.py: the arithmetic in closed form (ideal speedup,
+"""speed and reports/speedup.py: the arithmetic in closed form (ideal speedup,
 efficiency, paired ratios, the performance model, the Theorem 2 fit), the measurements on a
 tiny model (determinism, call accounting, depth spectrum against refdec), certify's speed check
 against `loopcert bench` (one protocol, one figure), and the rendering."""
@@ -13,18 +13,18 @@ import torch
 
 import refdec
 from fastdec import DecodeConfig, Decoder
+from proofs.checks.speed import check_speed
 from proofs.decoders.candidates import Candidate, fastdec_candidate, fastdec_grid
-from proofs.speed import context, costs, rows, settings, targets, theorem2_vs_measured, timing
-from proofs.speed import measure as bench_mod
-from proofs.speed.batch_table import BatchPlan
-from proofs.speed.check import check_speed
-from proofs.speed.report import BenchPlan
-from proofs.speed.timing import Workload
 from refdec import LoopedLM
 from refdec.config import get_preset
 from refdec.errors import LoopcertError
 from refdec.sampling import SamplingParams, transform
 from reports.speedup import render
+from speed import context, costs, rows, settings, targets, theorem2_vs_measured, timing
+from speed import measure as bench_mod
+from speed.batch_table import BatchPlan
+from speed.report import BenchPlan
+from speed.timing import Workload
 
 PROMPTS = [(1, 2, 3, 4, 5, 6), (7, 3, 9, 1), (2, 2, 8, 5, 0, 11, 4)]
 

@@ -8,6 +8,7 @@ honest-baseline reference loop (docs/design.md section 6).
 from __future__ import annotations
 
 from fastdec import DecodeConfig
+from fastdec.config import default_draft_depth, default_second_depth
 
 BASELINE = "autoregressive"
 NAIVE = "naive-kv"
@@ -33,7 +34,7 @@ def grid(R: int, quick: bool) -> list[DecodeConfig]:
 
 
 def gate_settings(R: int) -> list[DecodeConfig]:
-    """The few settings the regression gates time (proofs.speed.gates)."""
+    """The few settings the regression gates time (proofs.gates.baseline)."""
     out = [DecodeConfig("autoregressive")]
     if 4 < R:
         out.append(DecodeConfig("draft-verify", draft_depth=4, draft_ahead=4))
@@ -46,7 +47,7 @@ def gate_settings(R: int) -> list[DecodeConfig]:
 
 
 def batch_settings(R: int) -> list[DecodeConfig]:
-    """The batch table's settings (proofs.speed.batch_table): the gate settings, plus pipelines that
+    """The batch table's settings (speed.batch_table): the gate settings, plus pipelines that
     draft deeper, at d1 = R/8 and R/4. With B sequences in the engine the calls are already wide,
     so a pipeline gains nothing from more lanes per sequence and pays for every rejected one: a
     deeper draft, rejected less often, spends fewer lane-steps per token."""
@@ -61,3 +62,32 @@ def batch_settings(R: int) -> list[DecodeConfig]:
 def rewind_depths(R: int) -> list[int]:
     """L = R/8, R/4, R/2 (rounded down, at least 1, distinct)."""
     return sorted({max(1, R // k) for k in (8, 4, 2)})
+
+
+def default_depths(R: int) -> tuple[int, int | None]:
+    """(d1, d2) used by the grid: fastdec's default d1 (about R/16) and d2 (about R/4)."""
+    d1 = default_draft_depth(R)
+    return d1, default_second_depth(R, d1)
+
+
+def fastdec_configs(R: int, full: bool) -> list[DecodeConfig]:
+    """The settings of fastdec_grid (the bench's certification-throughput figure uses them too)."""
+    d1, d2 = default_depths(R)
+    configs = [
+        DecodeConfig("autoregressive"),
+        DecodeConfig("draft-verify", draft_depth=d1, draft_ahead=4),
+        DecodeConfig("pipelined", draft_depth=d1, second_depth=d2),
+    ]
+    if full:
+        deep = max(1, R // 2)
+        configs += [
+            DecodeConfig("draft-verify", draft_depth=deep, draft_ahead=2),
+            DecodeConfig("pipelined", draft_depth=d1, draft_filter=False),
+            DecodeConfig("pipelined", draft_depth=deep, rewind_depth=R - 1),
+        ]
+        if d2 is not None:
+            configs += [
+                DecodeConfig("pipelined", draft_depth=d1, second_depth=d2, gate=gate)
+                for gate in (False, "inverted")
+            ]
+    return configs

@@ -1,4 +1,4 @@
-"""proofs.speed.paired: the paired speed gate times this tree and a reference tree in the same job.
+"""proofs.gates.paired: the paired speed gate times this tree and a reference tree in the same job.
 It passes a tree against itself and fails a setting made dearer on the current side only, naming
 the figure, the measured value and the tolerance; a reference it cannot use (a commit this
 checkout lacks, a folder without loopcert, a worker of another protocol or other weights) is an
@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from proofs.speed import gates, paired
-from proofs.speed.round_worker import PAIRED_PROTOCOL, Worker
-from proofs.speed.timing import Workload
+from proofs.gates import baseline as gates
+from proofs.gates import paired
 from refdec.errors import LoopcertError
+from speed.round_worker import PAIRED_PROTOCOL, Worker
+from speed.timing import Workload
 
 ROOT = paired.ROOT
 MODEL = "tiny-raven"  # R = 4: autoregressive, pipelined d1=2 (gate_settings(4))
@@ -99,7 +100,7 @@ def test_the_worker_times_rounds_of_its_settings():
 @pytest.mark.slow
 def test_the_same_tree_passes_and_a_setting_made_dearer_fails_on_its_figure_only():
     """Both sides run this tree; then the current side's pipelined setting costs twice as much per
-    step (proofs.speed.slowdown, fraction 1): its relative speed falls near 0.5, far below the
+    step (speed.slowdown, fraction 1): its relative speed falls near 0.5, far below the
     bound 0.75, while the unchanged one stays near 1 (bound 0.75: wide, this test times a tiny
     model on a shared host)."""
     same = paired.measure_paired(MODEL, PROMPTS, PLAN, SETTINGS, ROOT, modes=("greedy",))
@@ -123,8 +124,8 @@ def test_a_reference_that_is_no_loopcert_tree_or_another_protocol_is_an_error(tm
     ):
         paired.measure_paired(MODEL, PROMPTS, one, SETTINGS, empty, modes=("greedy",))
     broken = tmp_path / "broken"  # a tree whose code does not import: the worker's last words
-    (broken / "proofs").mkdir(parents=True)
-    (broken / "proofs" / "__init__.py").write_text("raise ImportError('a broken tree')\n")
+    (broken / "speed").mkdir(parents=True)
+    (broken / "speed" / "__init__.py").write_text("raise ImportError('a broken tree')\n")
     with pytest.raises(
         LoopcertError, match=r"the reference tree's round worker \(.*broken\) ended: .*a broken tree"
     ):
@@ -156,9 +157,17 @@ def test_references_by_name_and_their_errors(tmp_path):
         paired.reference_of("no-such-ref", base)
 
 
+def test_a_tree_from_before_speed_left_proofs_runs_its_own_worker(tmp_path):
+    """The baseline's commit may predate speed/: its worker is proofs.speed.round_worker."""
+    (tmp_path / "proofs" / "speed").mkdir(parents=True)
+    (tmp_path / "proofs" / "speed" / "round_worker.py").write_text("")
+    assert paired.worker_module(tmp_path) == "proofs.speed.round_worker"
+    assert paired.worker_module(ROOT) == "speed.round_worker"
+
+
 def head_has_the_worker() -> bool:
     got = subprocess.run(
-        ["git", "cat-file", "-e", "HEAD:proofs/speed/round_worker.py"], cwd=ROOT, capture_output=True
+        ["git", "cat-file", "-e", "HEAD:speed/round_worker.py"], cwd=ROOT, capture_output=True
     )
     return got.returncode == 0
 
@@ -166,7 +175,7 @@ def head_has_the_worker() -> bool:
 @pytest.mark.skipif(not head_has_the_worker(), reason="needs a git checkout whose HEAD has the round worker")
 def test_an_exported_commit_is_a_reference_that_imports_its_own_code(tmp_path):
     tree = paired.export_tree("HEAD", tmp_path / "ref")
-    assert (tree / "proofs" / "speed" / "round_worker.py").is_file()
+    assert (tree / "speed" / "round_worker.py").is_file()
     got = paired.measure_paired(
         MODEL,
         PROMPTS,

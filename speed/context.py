@@ -24,7 +24,7 @@ The measured speedup factors exactly into the model and three measured factors:
 To say what a step costs, each row also times the recurrence call at a context of W positions
 (fixed cost: weights and per-op overhead, no cache to read) at widths 1 and W, the W-lane
 call with the cache read through gathered copies (the CUDA-graph path) instead of views, and
-splits the 1-lane and W-lane calls at this context into parts (proofs.speed.costs.CallParts:
+splits the 1-lane and W-lane calls at this context into parts (speed.costs.CallParts:
 host planning, cache writes, cache reads, attention over the cache, the MLP, the rest).
 """
 
@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastdec import DecodeConfig, Decoder
-from proofs.progress import Progress
-from proofs.speed.costs import CLOCK_INDEX, CallParts, call_parts, step_costs
-from proofs.speed.settings import BASELINE
-from proofs.speed.timing import GREEDY, default_clock, ratio, time_runs
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
+from speed.costs import CLOCK_INDEX, CallParts, call_parts, step_costs
+from speed.settings import BASELINE
+from speed.timing import GREEDY, default_clock, ratio, time_runs
 
 
 @dataclass(frozen=True)

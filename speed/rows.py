@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fastdec import DecodeConfig, Decoder
-from proofs.speed.costs import CLOCK_INDEX, ideal_seconds
-from proofs.speed.settings import BASELINE, NAIVE, rewind_depths
-from proofs.speed.timing import GREEDY, aggregate, ratio
+from speed.costs import CLOCK_INDEX, ideal_seconds
+from speed.settings import BASELINE, NAIVE, rewind_depths
+from speed.timing import GREEDY, aggregate, ratio
 
 
 @dataclass(frozen=True)

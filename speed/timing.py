@@ -20,16 +20,16 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from fastdec import Decoder, Stats
 from fastdec.telemetry import DERIVED
-from proofs.decoders.protocol import tokens_of
-from proofs.progress import Progress
+from refdec.decode import tokens_of
 from refdec.errors import LoopcertError
+from refdec.progress import Progress
 from refdec.sampling import SamplingParams
 from refdec.validate import check_int
 
@@ -135,6 +135,7 @@ def time_runs(
     sampling: SamplingParams = GREEDY,
     seed: int = 0,
     progress: Progress | None = None,
+    devices: Mapping | None = None,
 ) -> dict:
     """Time every decoder on every prompt, `repeats` rounds, interleaved per prompt: within a
     round, each prompt is decoded by every decoder in turn (the order rotates), so a burst of
@@ -142,13 +143,16 @@ def time_runs(
 
     decoders: label -> object with generate(prompt, n, sampling, seed); fastdec decoders report
     decode-only times through their Stats (and time their engine calls: `time_calls` is set),
-    others only whole-call times. Prompt i uses seed + i.
+    others only whole-call times. Prompt i uses seed + i. devices: label -> where that decoder
+    computes, to synchronise the clocks (certify's speed check reads a user decoder's through
+    proofs.decoder_attributes.declared_device); a label not there: its `device`, else the CPU.
     Returns label -> {"wall", "cpu": decode seconds per round (whole calls for decoders without
     Stats); "wall_total", "cpu_total": whole generate() seconds per round; "decode_tokens";
     "tokens" (per prompt); "stats" (aggregate, or None); "call_seconds": (phase, w) -> [wall,
     cpu, calls] summed over rounds; "deterministic": every round gave the same tokens and counts}.
     """
     labels = list(decoders)
+    where = {lb: (devices or {}).get(lb, getattr(decoders[lb], "device", "cpu")) for lb in labels}
     for dec in decoders.values():  # warm-up: allocation, first-call dispatch, CUDA graph capture
         if isinstance(dec, Decoder):
             dec.time_calls = True
@@ -173,10 +177,10 @@ def time_runs(
             k = (r + i) % len(labels)
             for label in labels[k:] + labels[:k]:
                 dec, rec, acc = decoders[label], out[label], cur[label]
-                sync(getattr(dec, "device", "cpu"))
+                sync(where[label])
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = dec.generate(list(p), n_tokens, sampling, seed + i)
-                sync(getattr(dec, "device", "cpu"))
+                sync(where[label])
                 wall_t, cpu_t = time.perf_counter() - t0, time.process_time() - c0
                 acc["tokens"].append(tokens_of(res))
                 s = getattr(res, "stats", None)
