@@ -40,6 +40,7 @@ from refdec.errors import LoopcertError
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # graphs per engine: up to 3 phases x the engine's widths (7 for one sequence, more in a batch)
 RECOMPILE_LIMIT = 64
+INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
 def compile_cache_dir() -> Path:
@@ -108,8 +109,11 @@ class CompiledPhases:
         if engine.reads != "gather":
             raise LoopcertError("compiled steps read the cache by index (reads='gather')")
         self.engine, self.backend = engine, backend
+        for tl in engine.cache.timelines():  # writes inductor can do in place (Timeline.write_at)
+            tl.put = True
         compile_cache_dir()
         self.fns: dict[tuple[str, int], object] = {}
+        self.fused: dict[tuple[int, int, int], object] = {}  # (width, from depth, to depth) -> graph
         self.compile_seconds: dict[tuple[str, int], float] = {}  # (phase, width) -> its first call
         self.calls = 0
 
@@ -126,13 +130,38 @@ class CompiledPhases:
         self.compile_seconds[key] = time.perf_counter() - t0
         return out
 
+    def run_fused(self, d0: int, to: int, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Engine.fused_fn(d0, to, inp), one compiled graph per (width, d0, to)."""
+        key = (inp["pos"].shape[0], d0, to)
+        fn = self.fused.get(key)
+        self.calls += 1
+        if fn is not None:
+            return fn(inp)
+        engine = self.engine
+
+        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            return engine.fused_fn(d0, to, inp)
+
+        fn = self.fused[key] = self._wrap(step)
+        t0 = time.perf_counter()
+        with no_host_values():
+            out = fn(inp)
+        self.compile_seconds[("fused", *key)] = time.perf_counter() - t0
+        return out
+
     def _compile(self, kind: str):
         engine = self.engine
 
         def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
             return engine.phase_fn(kind, inp)
 
-        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **_compile_kwargs())
+        return self._wrap(step)
+
+    def _wrap(self, step):
+        kw = _compile_kwargs()
+        if self.backend == "inductor" and INDUCTOR_OPTIONS:
+            kw["options"] = dict(INDUCTOR_OPTIONS)
+        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **kw)
 
     def warm(self) -> float:
         """Compile every (phase, width) of the engine not compiled yet, by calls on placeholder
