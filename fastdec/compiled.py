@@ -177,6 +177,11 @@ class CompiledPhases:
                     if (kind, width) not in self.fns:
                         lanes = engine.placeholder_lanes(kind, width)
                         self.run(kind, engine.phase_inputs(kind, lanes, width)[0])
+            if engine.fixed_width is None:  # fused graphs (fixed-width mode runs none)
+                for width in engine.widths:
+                    for d0, to in engine.fused_spans:
+                        if (width, d0, to) not in self.fused:
+                            engine.fused_placeholder(width, d0, to)
         return time.perf_counter() - t0
 
     @property

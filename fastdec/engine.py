@@ -316,6 +316,9 @@ class Engine:
             from fastdec.graphs import CudaGraphs
 
             self.graphs = CudaGraphs(self)
+        # the (from depth, to depth) spans of the fused calls a compiled engine compiles ahead
+        # (Decoder sets its strategy's: fastdec.strategies.fused_spans; FUSE_MAX-long pieces)
+        self.fused_spans: set[tuple[int, int]] = set()
         self.compiled = None  # fastdec.compiled.CompiledPhases: phase_fn compiled per (phase, width)
         if compiled:
             from fastdec.compiled import CompiledPhases
@@ -340,6 +343,14 @@ class Engine:
                 lane.h, lane.e = (zeros, i), (zeros, i)
             lanes.append(lane)
         return lanes
+
+    def fused_placeholder(self, width: int, d0: int, to: int) -> None:
+        """One fused call of `width` placeholder lanes (zero states, main line) from depth d0 to
+        `to`, to compile its graph (fastdec.compiled.CompiledPhases.warm)."""
+        lanes = self.placeholder_lanes("prelude" if d0 == 0 else "recur", width)
+        for ln in lanes:
+            ln.depth = d0
+        self._advance_fused(lanes, to, [])
 
     @property
     def cache_bytes(self) -> int:

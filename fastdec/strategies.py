@@ -50,7 +50,7 @@ import torch
 
 from fastdec.accept import Source, gated_residual, greedy_verify, loopspec_verify
 from fastdec.config import DecodeConfig
-from fastdec.engine import Lane, LaneLogits
+from fastdec.engine import FUSE_MAX, Lane, LaneLogits
 from fastdec.telemetry import Stats
 from refdec.sampling import Context, SamplingParams, greedy_token, sample
 
@@ -504,6 +504,24 @@ class Pipelined(Sequence):
             if self.d2 is not None and depth >= self.d2:
                 self.propose_second(new)
         return False
+
+
+def fused_spans(config: DecodeConfig) -> set[tuple[int, int]]:
+    """The (from depth, to depth) of the Steps with `to` a strategy yields (the prefill's 0 -> R,
+    autoregressive's, draft-verify's drafts and deepening), cut in pieces of at most FUSE_MAX
+    recurrences as Engine.advance runs them: the fused graphs a compiled engine compiles ahead."""
+    R, d1 = config.depth, config.draft_depth
+    spans = {(0, R)}
+    if config.strategy in ("draft-verify", "adaptive-verify"):
+        spans |= {(0, d1), (d1, R)}
+    if config.strategy == "adaptive-verify":
+        spans |= {(d1, config.verify_depth), (config.verify_depth, R)}
+    out = set()
+    for a, b in spans:
+        while a < b:
+            out.add((a, min(b, a + FUSE_MAX)))
+            a += FUSE_MAX
+    return out
 
 
 STRATEGY = {
