@@ -73,6 +73,9 @@ COMPILED_WIDTHS = (1, 4, 16, 64, 256, 1024)
 # a fused compiled call (Engine.advance with `to`) runs at most this many recurrences: a graph's
 # compile time grows with its length, and a deep model's step is long enough to pay a few calls
 FUSE_MAX = 8
+# and takes at most this many lanes: every row of a graph-safe call gathers the whole capacity, so a
+# batch's prefill padded to a width of 1,024 cost 2.5x its 384 rows (the tiny Nanbeige, 16 prompts)
+FUSE_WIDTH = 64
 LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
 
 
@@ -379,7 +382,7 @@ class Engine:
             calls: list[CallRecord] = []
             if not timed and self.fusable(lanes, to):
                 order = sorted(lanes, key=lambda ln: (ln.row, ln.pos))
-                cap = self.widths[-1]
+                cap = min(self.widths[-1], FUSE_WIDTH)
                 while order[0].depth < to:
                     stop = min(to, order[0].depth + FUSE_MAX)
                     for i in range(0, len(order), cap):

@@ -269,7 +269,8 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
         R = model.cfg.recurrence
         for engine in engines:
             assert set(engine.compiled.fns) == {(k, w) for k in PHASES for w in engine.widths}
-            assert set(engine.compiled.fused) == {(w, 0, R) for w in engine.widths}  # the prefill's
+            # the prefill's, at the widths fused calls take (FUSE_WIDTH)
+            assert set(engine.compiled.fused) == {(w, 0, R) for w in engine.widths if w <= 64}
         n = sum(len(e.compiled.fns) + len(e.compiled.fused) for e in engines)
         eager = fastdec.Decoder(model, "pipelined", max_batch=4)
         V = model.cfg.vocab_size
