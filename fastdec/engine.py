@@ -417,8 +417,10 @@ class Engine:
             for i, ln in enumerate(order):
                 ln.logits.at[ln.depth] = (out, i)
 
+    @torch.inference_mode()
     def _advance_fused(self, chunk: list[Lane], to: int, calls: list[CallRecord]) -> None:
-        """One fused compiled call (fused_fn) for main-line lanes at one depth, sorted by (row, pos)."""
+        """One fused compiled call (fused_fn) for main-line lanes at one depth, sorted by (row, pos);
+        in inference mode, as run_phase (the mode is part of what a graph was traced for)."""
         n, d0 = len(chunk), chunk[0].depth
         w = self.width(n)
         pad = w - n

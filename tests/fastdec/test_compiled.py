@@ -277,7 +277,8 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
         prompts = [[t % V for t in range(a, b)] for a, b in ((3, 20), (9, 30), (1, 12))]
         sampling = refdec.SamplingParams(temperature=0.8)
         for b in (1, 3):
-            got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
+            with torch.compiler.set_stance("fail_on_recompile"):  # a graph traced for other calls fails
+                got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             want = eager.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             assert [r.tokens for r in got] == [r.tokens for r in want]
         assert len(dec._engines) == 2  # nothing compiled after prepare:
