@@ -1,26 +1,32 @@
 """fastdec eager against compiled (fastdec/compiled.py), one run, one thread: greedy tokens/s of each
 strategy at batch 1 and 16, and certify's sampling rate (samples/s of the quick plan's first case,
-in generate_batch calls of 16 rows), with what compiling cost. Not a test: the measurement behind
-docs/speed.md#compiled-steps and docs/measurements.md#compiled-steps.
+in generate_batch calls of 16 rows), with what compiling cost; beside llama.cpp's plain greedy
+rate at batch 1 on the same checkpoint when xllamacpp is importable and the model is one it loads
+(`tiny-nanbeige`: written to a temporary folder in the published layout, then loaded from it).
+Not a test: the measurement behind docs/speed.md#compiled-steps and docs/measurements.md#compiled-steps.
 
     OMP_NUM_THREADS=1 python benchmarks/compiled.py tiny-loopcoder [--json out.json]
+    OMP_NUM_THREADS=1 python benchmarks/compiled.py tiny-nanbeige   # in an env with xllamacpp
 
 Every rate comes after warm-up calls of its own batch shapes (the compiles happen there, timed
-apart as compile seconds); the eager and compiled decoders of a strategy are timed alternately,
-round by round, so the host's load falls on both (the ratio is the figure).
+apart as compile seconds); the eager and compiled decoders of a strategy (and llama.cpp) are timed
+alternately, round by round, so the host's load falls on all of them (the ratios are the figures).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 import fastdec
 import refdec
 from proofs.run.plan import QUICK_CASES
+from refdec.config import TINY_NANBEIGE
 from refdec.sampling import SamplingParams
 from speed.engines import NEW_TOKENS, prompts
 from speed.settings import fastdec_configs
@@ -35,6 +41,31 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def load(name: str):
+    """refdec's model of `name`; tiny-nanbeige through a published folder (what llama.cpp reads)."""
+    if name != TINY_NANBEIGE:
+        return refdec.load_model(name, dtype=torch.float32)
+    from refdec.checkpoints import write_published
+
+    folder = Path(tempfile.mkdtemp(prefix="loopcert-nanbeige-"))
+    write_published(refdec.LoopedLM(refdec.get_preset(TINY_NANBEIGE)).init_weights(0), folder)
+    return refdec.load_model(str(folder), dtype=torch.float32)
+
+
+def llamacpp(model):
+    """llama.cpp's plain decoder of `model` (proofs.decoders.llamacpp_decoder), or None where
+    xllamacpp is not importable or does not load the model's family."""
+    try:
+        import xllamacpp  # noqa: F401
+
+        from proofs.decoders.llamacpp_decoder import decoder_for
+
+        return decoder_for("llama.cpp", model)
+    except Exception as e:  # noqa: BLE001 (the benchmark goes on without it, saying why)
+        print(f"no llama.cpp row: {type(e).__name__}: {e}", flush=True)
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="tiny-loopcoder")
@@ -42,11 +73,16 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model = refdec.load_model(args.model, dtype=torch.float32)
+    model = load(args.model)
     ps = prompts(model.cfg.vocab_size)
     batches = {1: ps[:1], 16: ps[:16]}
     name, case, n_new = QUICK_CASES[0]
     rows = []
+    llama = llamacpp(model)
+    llama_secs = [0.0, 0]  # seconds, tokens
+    if llama is not None:
+        for p in ps[:2]:
+            llama.generate(p, NEW_TOKENS, GREEDY, 0)
     for config in fastdec_configs(model.cfg.recurrence, full=False):
         decs = {c: fastdec.Decoder(model, config, compile=c, max_batch=16) for c in (False, True)}
         warm = {}
@@ -63,6 +99,9 @@ def main() -> None:
             )
         secs = {(c, k): 0.0 for c in decs for k in (1, 16, "samples")}
         for r in range(args.rounds):
+            if llama is not None:
+                llama_secs[0] += timed(lambda: llama.generate(batches[1][0], NEW_TOKENS, GREEDY, 0))
+                llama_secs[1] += NEW_TOKENS
             for c, dec in decs.items():
                 for b, batch in batches.items():
                     secs[c, b] += timed(
@@ -95,6 +134,10 @@ def main() -> None:
                 f"warm-up {row['warmup_s']:6.1f}s (compile {row['compile_s']:.1f}s)",
                 flush=True,
             )
+    if llama is not None:
+        rate = llama_secs[1] / llama_secs[0]
+        rows.append({"strategy": "llama.cpp plain", "compiled": None, "tok_s_b1": rate})
+        print(f"{'llama.cpp plain (xllamacpp)':<40} b=1 {rate:7.0f} tok/s", flush=True)
     if args.json:
         meta = {
             "model": args.model,

@@ -23,7 +23,7 @@ import time
 from collections import deque
 
 from fastdec.engine import Engine
-from fastdec.strategies import Prefills, Sequence
+from fastdec.strategies import Prefills, Sequence, Step
 
 
 class Driver:
@@ -83,14 +83,16 @@ class Driver:
             lengths = {r: len(key[0]) for r, (key, _) in self.prefills.held.items()}
             lengths.update({r: s.length for r, (s, _, _) in active.items()})
             self.hook(engine, lanes + keep, lengths)
-        calls = engine.advance(lanes, self.timed)
+        to = self._fused_to([step for _, _, step in active.values()], lanes)
+        n = to - lanes[0].depth if to is not None else 1  # recurrences this round
+        calls = engine.advance(lanes, self.timed, to)
         for s, _, step in active.values():
             st = s.stats
             if s.prefilling:
-                st.prefill_steps += 1
+                st.prefill_steps += n
             else:
-                st.steps += 1
-                st.lane_steps += len(step.lanes)
+                st.steps += n
+                st.lane_steps += n * len(step.lanes)
                 st.peak_lanes = max(st.peak_lanes, len(step.lanes))
         for rec in calls:
             for row in {ln.row for ln in rec.lanes}:
@@ -108,7 +110,9 @@ class Driver:
                     acc[1] += rec.cpu
         ended, self.ended = self.ended, []
         for row in list(active):
-            s, gen, _ = active[row]
+            s, gen, step = active[row]
+            if not step.done:  # lanes still on their way to the step's depth
+                continue
             try:
                 active[row] = (s, gen, gen.send(None))
             except StopIteration:
@@ -116,6 +120,16 @@ class Driver:
                 ended.append(s)
                 self._start(row)
         return ended
+
+    def _fused_to(self, steps: list[Step], lanes: list) -> int | None:
+        """The depth every live step's lanes advance to in one fused call this round, or None (one
+        recurrence): fused when every step with lanes asks for the same depth and the engine can
+        fuse them (Engine.fusable); never under a step hook (it sees every recurrence) or timing."""
+        if self.hook is not None or self.timed or not lanes:
+            return None
+        tos = {step.to for step in steps if step.lanes}
+        to = tos.pop() if len(tos) == 1 else None
+        return to if to is not None and self.engine.fusable(lanes, to) else None
 
 
 def run_batch(

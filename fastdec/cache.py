@@ -99,6 +99,12 @@ class Timeline:
         self.side_k = torch.zeros(side, dtype=dtype, device=device)
         self.side_v = torch.zeros(side, dtype=dtype, device=device)
         self.kv_index = torch.arange(kv_heads, device=device)[None, :]  # (1, KV)
+        # compiled engines (fastdec/compiled.py) write and read the buffers through these flat
+        # (N, D) views only (`put`): a graph then mutates its inputs themselves, which inductor does
+        # in place; index_copy_ into a view of them it turns into a copy of the whole buffer
+        self.put = False
+        self.k_flat, self.v_flat = self.k.view(-1, head_dim), self.v.view(-1, head_dim)
+        self.side_k_flat, self.side_v_flat = self.side_k.view(-1, head_dim), self.side_v.view(-1, head_dim)
         self.layer_index = [torch.tensor(i, device=device) for i in range(layers)]
         # flat write places (write_index / write_at): k.view(-1, D) row of (b, level, layer, kv, p)
         # is ((b * levels + level) * layers + layer) * KV + kv) * (S + 1) + p
@@ -169,6 +175,14 @@ class Timeline:
         main, mrows, side, srows = at
         d = k.shape[2]
         idx = (main[:, None] + self._main_off[layer]).view(-1)  # (rows * KV,)
+        if self.put:  # compiled: the flat buffers themselves, index_put_ (inductor writes in place)
+            writes = [(self.k_flat, idx, k[mrows]), (self.v_flat, idx, v[mrows])]
+            if side is not None:
+                sidx = (side[:, None] + self._side_off[layer]).view(-1)
+                writes += [(self.side_k_flat, sidx, k[srows]), (self.side_v_flat, sidx, v[srows])]
+            for buf, at_rows, rows in writes:
+                buf.index_put_((at_rows,), rows.reshape(-1, d))
+            return
         self.k.view(-1, d).index_copy_(0, idx, k[mrows].reshape(-1, d))
         self.v.view(-1, d).index_copy_(0, idx, v[mrows].reshape(-1, d))
         if side is not None:
@@ -224,6 +238,9 @@ class Timeline:
         flat_index = (row * self.levels + level) * self.layers + layer  # flat (row, level, layer), (W,)
         if is_side is not None:
             at = ((key_pos[None, :] == pos[:, None]) & is_side[:, None])[:, None, :, None]  # (W, 1, S, 1)
+        if self.put:
+            overlay = is_side is not None and at
+            return self._gather_flat(layer, flat_index, row, level, side_slot, key_pos, overlay)
         out = []
         for main, side in ((self.k, self.side_k), (self.v, self.side_v)):
             flat = main.view(-1, *main.shape[3:])[:, :, :length]  # (B*levels*layers, KV, length, D)
@@ -232,6 +249,24 @@ class Timeline:
                 out.append(g)
                 continue
             own = side.select(3, layer)[row, side_slot, level]  # (W, KV, D); an int index: no host sync
+            out.append(torch.where(at, own[:, :, None, :], g))
+        return out
+
+    def _gather_flat(self, layer: int, flat_index, row, level, side_slot, key_pos, at):
+        """`gather` through the flat views (compiled engines): one index per (row, KV head, key);
+        at: where side rows overlay their own row ((W, 1, S, 1) bool), False without side rows."""
+        kv = self.kv_index.shape[1]
+        w, length = flat_index.shape[0], key_pos.shape[0]
+        heads = flat_index[:, None] * kv + self.kv_index  # (W, KV) flat (row, level, layer, head)
+        idx = (heads * (self.capacity + 1))[:, :, None] + key_pos  # (W, KV, S)
+        out = []
+        for main, side in ((self.k_flat, self.side_k_flat), (self.v_flat, self.side_v_flat)):
+            g = main[idx.view(-1)].view(w, kv, length, main.shape[1])
+            if at is False:
+                out.append(g)
+                continue
+            cell = ((row * (self.n_side + 1) + side_slot) * self.levels + level) * self.layers + layer
+            own = side[cell[:, None] * kv + self.kv_index]  # (W, KV, D)
             out.append(torch.where(at, own[:, :, None, :], g))
         return out
 

@@ -15,6 +15,18 @@ on a CPU it is the same function compiled by inductor into C++ kernels, one comp
 - nothing random inside: every draw happens on the host after the logits come out, as under
   graphs, so a compiled decoder draws exactly the uniforms an eager one draws.
 
+Fused steps. A strategy's Step with `to` (the prefill, autoregressive's token, draft-verify's
+drafts and deepening: lanes at one depth going to another) runs as ONE graph per (width, from
+depth, to depth), `Engine.fused_fn`: the prelude, every recurrence and every readout on the way,
+the levels constants, no side-slot work; eager engines run the same Steps call by call, as before.
+A token of autoregressive decoding is then one compiled call instead of 2 + R. What else keeps a
+graph short: the cache is written and read through flat (N, D) views of its buffers with
+index_put_ (inductor updates a mutated graph input in place; `index_copy_` into a view of one it
+turned into a copy of the whole buffer and a copy back, per write), calls of engines without side
+slots carry no side work, and inductor's C++ wrapper (`cpp_wrapper`) runs the kernels and the
+matmuls without a Python line per op. Fixed-width mode runs no fused graph: its claim is bitwise
+equality among strategies, and a fused graph's kernels need not round as the per-phase ones do.
+
 Compiled kernels may round differently from eager ones (fused reductions): a compiled decoder's
 logits are not bitwise an eager decoder's, so the claim is the certificate's (greedy classified
 against float64 refdec, sampling laws), plus bitwise equality among compiled strategies in
@@ -35,11 +47,15 @@ from pathlib import Path
 
 import torch
 
+from fastdec.engine import FUSE_WIDTH
 from refdec.errors import LoopcertError
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # graphs per engine: up to 3 phases x the engine's widths (7 for one sequence, more in a batch)
 RECOMPILE_LIMIT = 64
+# inductor's options: its C++ wrapper calls the kernels (a Python wrapper costs ~1 us per op, and
+# a fused step has a few hundred); measured on the tiny Nanbeige: docs/measurements.md#compiled-steps
+INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
 def compile_cache_dir() -> Path:
@@ -108,8 +124,11 @@ class CompiledPhases:
         if engine.reads != "gather":
             raise LoopcertError("compiled steps read the cache by index (reads='gather')")
         self.engine, self.backend = engine, backend
+        for tl in engine.cache.timelines():  # writes inductor can do in place (Timeline.write_at)
+            tl.put = True
         compile_cache_dir()
         self.fns: dict[tuple[str, int], object] = {}
+        self.fused: dict[tuple[int, int, int], object] = {}  # (width, from depth, to depth) -> graph
         self.compile_seconds: dict[tuple[str, int], float] = {}  # (phase, width) -> its first call
         self.calls = 0
 
@@ -126,13 +145,38 @@ class CompiledPhases:
         self.compile_seconds[key] = time.perf_counter() - t0
         return out
 
+    def run_fused(self, d0: int, to: int, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Engine.fused_fn(d0, to, inp), one compiled graph per (width, d0, to)."""
+        key = (inp["pos"].shape[0], d0, to)
+        fn = self.fused.get(key)
+        self.calls += 1
+        if fn is not None:
+            return fn(inp)
+        engine = self.engine
+
+        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            return engine.fused_fn(d0, to, inp)
+
+        fn = self.fused[key] = self._wrap(step)
+        t0 = time.perf_counter()
+        with no_host_values():
+            out = fn(inp)
+        self.compile_seconds[("fused", *key)] = time.perf_counter() - t0
+        return out
+
     def _compile(self, kind: str):
         engine = self.engine
 
         def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
             return engine.phase_fn(kind, inp)
 
-        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **_compile_kwargs())
+        return self._wrap(step)
+
+    def _wrap(self, step):
+        kw = _compile_kwargs()
+        if self.backend == "inductor" and INDUCTOR_OPTIONS:
+            kw["options"] = dict(INDUCTOR_OPTIONS)
+        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **kw)
 
     def warm(self) -> float:
         """Compile every (phase, width) of the engine not compiled yet, by calls on placeholder
@@ -148,6 +192,11 @@ class CompiledPhases:
                     if (kind, width) not in self.fns:
                         lanes = engine.placeholder_lanes(kind, width)
                         self.run(kind, engine.phase_inputs(kind, lanes, width)[0])
+            if engine.fixed_width is None:  # fused graphs (fixed-width mode runs none)
+                for width in (w for w in engine.widths if w <= FUSE_WIDTH):
+                    for d0, to in engine.fused_spans:
+                        if (width, d0, to) not in self.fused:
+                            engine.fused_placeholder(width, d0, to)
         return time.perf_counter() - t0
 
     @property

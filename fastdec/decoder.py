@@ -14,7 +14,7 @@ from fastdec.cache import kv_cache_bytes
 from fastdec.config import LOSSLESS, STRATEGIES, DecodeConfig
 from fastdec.engine import WIDTHS, Engine
 from fastdec.kept import check_cache_bytes, limit_for, to_evict
-from fastdec.strategies import STRATEGY, Prefills, Sequence
+from fastdec.strategies import STRATEGY, Prefills, Sequence, fused_spans
 from fastdec.telemetry import Stats
 from refdec.decode import check_generate_args, check_run_args
 from refdec.errors import LoopcertError
@@ -236,6 +236,7 @@ class Decoder:
                 rows=key[1],
                 compiled=self.compile,
             )
+            engine.fused_spans = fused_spans(c)
             self._prefills[key] = {}
         self._engines[key] = engine  # the most recently used last
         return engine

@@ -70,6 +70,12 @@ PIECE_ELEMS = 32768
 # fewer widths, each 4x the last (on a CPU a small model's padded rows cost less than the seconds
 # each further graph takes to compile; certify builds many engines)
 COMPILED_WIDTHS = (1, 4, 16, 64, 256, 1024)
+# a fused compiled call (Engine.advance with `to`) runs at most this many recurrences: a graph's
+# compile time grows with its length, and a deep model's step is long enough to pay a few calls
+FUSE_MAX = 8
+# and takes at most this many lanes: every row of a graph-safe call gathers the whole capacity, so a
+# batch's prefill padded to a width of 1,024 cost 2.5x its 384 rows (the tiny Nanbeige, 16 prompts)
+FUSE_WIDTH = 64
 LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
 
 
@@ -237,6 +243,7 @@ class _Call:
     side_slot: torch.Tensor | None  # None: no side rows, skip side writes
     plan: Plan | None  # None: gather reads (graph-safe)
     at: tuple  # the call's write places (Timeline.write_index), shared by its layers
+    key_pos: torch.Tensor  # (S,) arange of the keys a graph-safe call reads
 
 
 class Engine:
@@ -312,6 +319,9 @@ class Engine:
             from fastdec.graphs import CudaGraphs
 
             self.graphs = CudaGraphs(self)
+        # the (from depth, to depth) spans of the fused calls a compiled engine compiles ahead
+        # (Decoder sets its strategy's: fastdec.strategies.fused_spans; FUSE_MAX-long pieces)
+        self.fused_spans: set[tuple[int, int]] = set()
         self.compiled = None  # fastdec.compiled.CompiledPhases: phase_fn compiled per (phase, width)
         if compiled:
             from fastdec.compiled import CompiledPhases
@@ -337,6 +347,14 @@ class Engine:
             lanes.append(lane)
         return lanes
 
+    def fused_placeholder(self, width: int, d0: int, to: int) -> None:
+        """One fused call of `width` placeholder lanes (zero states, main line) from depth d0 to
+        `to`, to compile its graph (fastdec.compiled.CompiledPhases.warm)."""
+        lanes = self.placeholder_lanes("prelude" if d0 == 0 else "recur", width)
+        for ln in lanes:
+            ln.depth = d0
+        self._advance_fused(lanes, to, [])
+
     @property
     def cache_bytes(self) -> int:
         """Bytes of its KV cache (fastdec.cache.kv_cache_bytes of its shape): what a Decoder's
@@ -344,9 +362,35 @@ class Engine:
         return self.cache.nbytes
 
     # -- the step -----------------------------------------------------------------------------
-    def advance(self, lanes, timed: bool = False) -> list[CallRecord]:
+    def fusable(self, lanes: list[Lane], to: int) -> bool:
+        """Whether `advance(lanes, to=to)` runs fused graphs (a compiled engine outside
+        fixed-width mode, lanes all on the main line at one depth below `to`)."""
+        if self.compiled is None or self.fixed_width is not None or not lanes:
+            return False
+        d0 = lanes[0].depth
+        return d0 < to and all(ln.depth == d0 and ln.side < 0 for ln in lanes)
+
+    def advance(self, lanes, timed: bool = False, to: int | None = None) -> list[CallRecord]:
         """Every lane in `lanes` advances one recurrence -> the calls it took. timed: time each
-        call (syncs CUDA per call; benchmarks)."""
+        call (syncs CUDA per call; benchmarks).
+
+        to: the lanes (all at one depth) advance to depth `to`: a compiled engine runs one fused
+        graph per (width, from-depth, to-depth) (at most FUSE_MAX recurrences each; fastdec/
+        compiled.py), an eager one the calls of each recurrence in turn, the same calls as
+        `advance` called that many times. The records are the calls the unfused steps make."""
+        if to is not None:
+            calls: list[CallRecord] = []
+            if not timed and self.fusable(lanes, to):
+                order = sorted(lanes, key=lambda ln: (ln.row, ln.pos))
+                cap = min(self.widths[-1], FUSE_WIDTH)
+                while order[0].depth < to:
+                    stop = min(to, order[0].depth + FUSE_MAX)
+                    for i in range(0, len(order), cap):
+                        self._advance_fused(order[i : i + cap], stop, calls)
+                return calls
+            while lanes and lanes[0].depth < to:
+                calls += self.advance(lanes, timed)
+            return calls
         # a sequence's lanes stay together (few runs per call) and, within it, same-level
         # readers come after (or with) their writers
         order = sorted(lanes, key=lambda ln: (ln.row, ln.pos, ln.side))
@@ -372,6 +416,35 @@ class Engine:
             out = Readout(logits[: len(order)])
             for i, ln in enumerate(order):
                 ln.logits.at[ln.depth] = (out, i)
+
+    @torch.inference_mode()
+    def _advance_fused(self, chunk: list[Lane], to: int, calls: list[CallRecord]) -> None:
+        """One fused compiled call (fused_fn) for main-line lanes at one depth, sorted by (row, pos);
+        in inference mode, as run_phase (the mode is part of what a graph was traced for)."""
+        n, d0 = len(chunk), chunk[0].depth
+        w = self.width(n)
+        pad = w - n
+        trash = self.capacity  # every timeline's trash position
+        pos = [ln.pos for ln in chunk]
+        rows = [pos + [0] * pad, pos + [trash] * pad, [ln.row for ln in chunk] + [0] * pad]
+        if d0 == 0:
+            rows.append([ln.token for ln in chunk] + [0] * pad)
+        ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)
+        inp = dict(zip(("pos", "write_pos", "row", "ids"), ints))
+        if d0:
+            inp["h"] = self._stack([ln.h for ln in chunk], pad)
+            inp["e"] = self._stack([ln.e for ln in chunk], pad)
+        e, h, *logits = self.compiled.run_fused(d0, to, inp)
+        depths = [r for r in range(d0 + 1, to + 1) if r in self.readout_slot]
+        outs = [Readout(lg if n == w else lg[:n]) for lg in logits]
+        for i, ln in enumerate(chunk):
+            ln.e, ln.h, ln.depth = (e, i), (h, i), to
+            for r, out in zip(depths, outs):
+                ln.logits.at[r] = (out, i)
+        if d0 == 0:
+            calls.append(CallRecord("prelude", w, chunk))
+        calls += [CallRecord("recur", w, chunk) for _ in range(d0, to)]
+        calls += [CallRecord("readout", w, chunk) for _ in depths]
 
     def _timed(self, kind: str, lanes: list[Lane], calls: list[CallRecord], timed: bool):
         if not timed:
@@ -456,7 +529,7 @@ class Engine:
             rows.append([ln.token for ln in order] + [0] * pad)
         ints = torch.tensor(rows, dtype=torch.long, device=self.device).unbind(0)  # (5 or 6, W)
         inp = dict(zip(("pos", "level", "write_pos", "side_slot", "row", "ids"), ints))
-        if self.reads == "gather":
+        if self.reads == "gather" and self.cache.n_side:  # no side slots: graphs skip the side work
             inp["is_side"] = inp["side_slot"] != trash_slot
         if kind != "prelude":
             inp["h"] = self._stack([ln.h for ln in order], pad)
@@ -505,23 +578,28 @@ class Engine:
         idx += [idx[0]] * pad
         return src.index_select(0, torch.tensor(idx, device=src.device))
 
-    def phase_fn(self, kind: str, inp: dict[str, torch.Tensor], plan: Plan | None = None):
+    def phase_fn(self, kind: str, inp: dict[str, torch.Tensor], plan: Plan | None = None, keys=None):
         """The computation of one call: tensors in, tensors out (W rows). With plan None it is
-        free of host syncs and data-dependent shapes, so fastdec.graphs can capture it."""
+        free of host syncs and data-dependent shapes, so fastdec.graphs can capture it; it reads
+        `keys` positions (a static int; None: the capacity), which must pass every lane's."""
         model = self.net
         pos = inp["pos"]
         cos = self.cos.index_select(0, pos)[:, None, None, :]  # (W, 1, 1, D/2): T=1 row per lane
         sin = self.sin.index_select(0, pos)[:, None, None, :]
+        key_pos = self.key_pos if keys is None else self.key_pos[:keys]
         if plan is None:
-            hidden = self.key_pos[None, :] > pos[:, None]  # (W, S)
+            hidden = key_pos[None, :] > pos[:, None]  # (W, S)
         elif plan.masked:
             hidden = self.key_pos[None, : plan.read_len] > pos[:, None]  # (W, read_len)
         else:
             hidden = None
-        side_slot = inp["side_slot"] if plan is None or plan.side_groups else None
+        if plan is None:  # graph-safe: side rows may exist iff the inputs say which ("is_side")
+            side_slot = inp["side_slot"] if "is_side" in inp else None
+        else:
+            side_slot = inp["side_slot"] if plan.side_groups else None
         rows = None if plan is None else (slice(0, plan.first_side), slice(plan.first_side, plan.n_real))
         at = self.timeline(kind).write_index(inp["row"], inp["level"], inp["write_pos"], side_slot, rows)
-        self._call = _Call(inp, hidden, side_slot, plan, at)
+        self._call = _Call(inp, hidden, side_slot, plan, at, key_pos)
         attend_for = self._attend_for[kind]
         try:
             if kind == "prelude":
@@ -537,6 +615,30 @@ class Engine:
         finally:
             self._call = None
 
+    def fused_fn(self, d0: int, to: int, inp: dict[str, torch.Tensor], keys=None):
+        """Main-line lanes all at depth d0 advanced to depth `to` in one computation: the phases
+        `advance` would call one by one (the prelude when d0 = 0, recurrences d0+1 .. to, the
+        readout at each readout depth passed), with the levels as constants and no side work.
+
+        inp: pos, write_pos, row (W,), and ids (W,) when d0 = 0, else h and e (W, 1, d)
+        -> (e, h, logits at each readout depth in (d0, to], (W, V) each)."""
+        base = {name: inp[name] for name in ("pos", "write_pos", "row")}
+        pos = inp["pos"]
+
+        def phase(kind, level, **extra):
+            return self.phase_fn(kind, dict(base, level=torch.full_like(pos, level), **extra), None, keys)
+
+        if d0 == 0:
+            e, h = phase("prelude", 0, ids=inp["ids"])
+        else:
+            e, h = inp["e"], inp["h"]
+        logits = []
+        for r in range(d0, to):
+            (h,) = phase("recur", r, h=h, e=e)
+            if r + 1 in self.readout_slot:
+                logits += phase("readout", self.readout_slot[r + 1], h=h)
+        return (e, h, *logits)
+
     def _attend(self, tl: Timeline, layer: int, q, k, v):
         """The attend callable of refdec.layers.Attention: write this call's rows, then read.
 
@@ -548,7 +650,7 @@ class Engine:
         tl.write_at(layer, k[:, :, 0], v[:, :, 0], c.at)
         if c.plan is None:
             kk, vv = tl.gather(
-                layer, inp["row"], inp["level"], inp["pos"], inp["side_slot"], inp["is_side"], self.key_pos
+                layer, inp["row"], inp["level"], inp["pos"], c.side_slot, inp.get("is_side"), c.key_pos
             )
             return attention(q, kk, vv, c.hidden)
         plan, hidden = c.plan, c.hidden
@@ -601,8 +703,8 @@ class Engine:
         c = self._call
         inp, plan = c.inp, c.plan
         tl.write_at(layer, k[:, :, 0], v[:, :, 0], c.at)
-        if plan is None:  # graph-safe: every row reads the capacity
-            blocks = [(0, q.shape[0], self.capacity, True)]
+        if plan is None:  # graph-safe: every row reads the call's key length (the capacity, or a bucket)
+            blocks = [(0, q.shape[0], c.key_pos.shape[0], "is_side" in inp)]
             n_real = q.shape[0]
         else:
             if plan.gathers is not None:
@@ -615,7 +717,8 @@ class Engine:
         firsts, owns = [], []
         for a, n, s, side in blocks:
             rows = slice(a, a + n)
-            row, level, pos, slot = (inp[name][rows] for name in ("row", "level", "pos", "side_slot"))
+            row, level, pos = (inp[name][rows] for name in ("row", "level", "pos"))
+            slot = inp["side_slot"][rows] if side else None
             is_side = slot != tl.trash_slot if side else None
             key_pos = self.key_pos[:s]
             k1, v1 = tl.gather(layer, row, torch.zeros_like(level), pos, slot, is_side, key_pos)

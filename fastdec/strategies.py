@@ -23,7 +23,7 @@ Rewind telemetry (any strategy with rewind_depth): at each rejected first propos
 argmax p_rewind with argmax p_R at that lane.
 
 Each strategy is a generator, `Sequence.decode()`: it yields a `Step` (the lanes to advance by
-one recurrence, and the other lanes it keeps alive) and resumes once they have advanced. The
+one recurrence, or to a depth, and the other lanes it keeps alive) and resumes once they have advanced. The
 driver (fastdec.batch) advances the steps of every live sequence of a batch in one engine call;
 a sequence never sees its neighbours. Lanes (fastdec.engine) hold engine state only; what a
 strategy knows about a lane (its proposals, its children) is a `Node` of that strategy.
@@ -50,7 +50,7 @@ import torch
 
 from fastdec.accept import Source, gated_residual, greedy_verify, loopspec_verify
 from fastdec.config import DecodeConfig
-from fastdec.engine import Lane, LaneLogits
+from fastdec.engine import FUSE_MAX, Lane, LaneLogits
 from fastdec.telemetry import Stats
 from refdec.sampling import Context, SamplingParams, greedy_token, sample
 
@@ -83,11 +83,18 @@ class Prefills:
 
 @dataclass
 class Step:
-    """One request to the driver: advance `lanes` by one recurrence; `keep` are this
+    """One request to the driver: advance `lanes` by one recurrence, or, with `to`, lanes all at
+    one depth to depth `to` (the sequence resumes once they are there: a compiled engine runs
+    the recurrences as one fused graph, an eager one step by step as before); `keep` are this
     sequence's other live lanes (they own cache slots: see the cache INVARIANT)."""
 
     lanes: list[Lane]
     keep: list[Lane]
+    to: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.to is None or not self.lanes or self.lanes[0].depth >= self.to
 
 
 @dataclass(eq=False)
@@ -177,6 +184,13 @@ class Sequence:
         if self.plain:
             return greedy_token(logits[depth])
         return int(torch.argmax(self.target_law(logits, depth)))
+
+    def target_draw(self, logits: LaneLogits, depth: int) -> int:
+        """draw(target_law(logits, depth)) with the committed tokens' context: greedy takes the
+        argmax without building the one-hot law (the same token: the first maximal index)."""
+        if self.greedy:
+            return self.target_argmax(logits, depth)
+        return self.draw(self.target_law(logits, depth))
 
     def draw(self, law: torch.Tensor) -> int:
         return int(torch.argmax(law)) if self.greedy else sample(law, self.gen)
@@ -282,15 +296,14 @@ class Sequence:
             pre.running.add(key)
             lanes = [self.lane(p, t) for p, t in enumerate(self.prompt)]
             try:
-                for _ in range(self.R):
-                    yield Step(lanes, [])
+                yield Step(lanes, [], to=self.R)
             finally:  # also when dropped mid-prefill (fastdec.continuous): nobody waits for it then
                 pre.running.discard(key)
             lg = lanes[-1].logits
         pre.held[self.row] = (key, lg)
         self.prefill_logits = lg[self.R]
         self.length = len(self.prompt)
-        return self.commit(self.draw(self.target_law(lg, self.R)), Source.RESTART, lg, self.R)
+        return self.commit(self.target_draw(lg, self.R), Source.RESTART, lg, self.R)
 
     def run(self) -> Iterator[Step]:
         raise NotImplementedError  # each strategy below
@@ -304,11 +317,10 @@ class Autoregressive(Sequence):
         pos = self.last_committed_pos()
         while True:
             lane = self.lane(pos, self.tokens[-1])
-            for _ in range(self.R):
-                yield Step([lane], [])
+            yield Step([lane], [], to=self.R)
             lg = lane.logits
             self.length = pos + 1
-            if self.commit(self.draw(self.target_law(lg, self.R)), Source.RESTART, lg, self.R):
+            if self.commit(self.target_draw(lg, self.R), Source.RESTART, lg, self.R):
                 return
             pos += 1
 
@@ -321,8 +333,7 @@ class DraftVerify(Sequence):
         token = self.tokens[-1]
         for j in range(k):
             node = Node(self.lane(pos + j, token))
-            for _ in range(self.d1):
-                yield Step([node.lane], [n.lane for n in nodes])
+            yield Step([node.lane], [n.lane for n in nodes], to=self.d1)
             nodes.append(node)
             node.q1 = self.draft_law(node.lane.logits, self.d1, self.context([n.x1 for n in nodes[:-1]]))
             node.x1 = token = self.draw(node.q1)
@@ -330,8 +341,8 @@ class DraftVerify(Sequence):
 
     def deepen(self, nodes: list[Node], to: int) -> Iterator[Step]:
         lanes = [n.lane for n in nodes]
-        while lanes and lanes[0].depth < to:
-            yield Step(lanes, [])
+        if lanes and lanes[0].depth < to:
+            yield Step(lanes, [], to=to)
 
     def verify_in_order(self, nodes: list[Node]) -> bool:
         """Verify nodes (all at depth R) first to last, stopping at the first rejection."""
@@ -493,6 +504,24 @@ class Pipelined(Sequence):
             if self.d2 is not None and depth >= self.d2:
                 self.propose_second(new)
         return False
+
+
+def fused_spans(config: DecodeConfig) -> set[tuple[int, int]]:
+    """The (from depth, to depth) of the Steps with `to` a strategy yields (the prefill's 0 -> R,
+    autoregressive's, draft-verify's drafts and deepening), cut in pieces of at most FUSE_MAX
+    recurrences as Engine.advance runs them: the fused graphs a compiled engine compiles ahead."""
+    R, d1 = config.depth, config.draft_depth
+    spans = {(0, R)}
+    if config.strategy in ("draft-verify", "adaptive-verify"):
+        spans |= {(0, d1), (d1, R)}
+    if config.strategy == "adaptive-verify":
+        spans |= {(d1, config.verify_depth), (config.verify_depth, R)}
+    out = set()
+    for a, b in spans:
+        while a < b:
+            out.add((a, min(b, a + FUSE_MAX)))
+            a += FUSE_MAX
+    return out
 
 
 STRATEGY = {

@@ -9,7 +9,9 @@ from tolerances import assert_close
 import fastdec
 import refdec
 from fastdec.compiled import CompiledPhases
+from fastdec.config import DecodeConfig
 from fastdec.engine import PHASES, Engine, Lane
+from fastdec.strategies import fused_spans
 from refdec.config import TINY_LOOPCODER, TINY_PRESETS, get_preset
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
@@ -68,6 +70,106 @@ def check_graphs(name: str, widths=None) -> None:
             for a, b in zip(got, want):
                 assert_close(a, b)
     assert set(phases.fns) == {(k, w) for k in PHASES for w in widths}
+
+
+def check_fused(name: str, widths=(4,)) -> None:
+    """Every fused span a strategy asks for (prefill/autoregressive 0 -> R, drafts 0 -> d1,
+    deepening d1 -> R) compiles as one graph (fullgraph, aot_eager), and advancing lanes through
+    it leaves the lanes, their logits and the cache where the eager phase-by-phase calls leave them."""
+    model = tiny(name)
+    R = model.cfg.recurrence
+    spans = fused_spans(DecodeConfig("draft-verify", draft_depth=1).resolve(R))
+    assert spans == {(0, R), (0, 1), (1, R)}
+    runs = {}
+    for fused in (False, True):
+        engine = Engine(model, R, [1, R], capacity=64, reads="gather", rows=2)
+        if fused:
+            engine.compiled = CompiledPhases(engine, backend="aot_eager")
+        for ln_tl in engine.cache.timelines():
+            ln_tl.put = True  # both write through the flat views
+        out = []
+        for width in widths:
+            lanes = [Lane(pos=3 + i, token=(7 * i) % model.cfg.vocab_size, row=i % 2) for i in range(width)]
+            for to in (1, R):  # 0 -> 1 (a draft), then 1 -> R (the deepening)
+                if fused:
+                    assert engine.fusable(lanes, to)
+                    calls = engine.advance(lanes, to=to)
+                else:
+                    calls = []
+                    while lanes[0].depth < to:
+                        calls += engine.advance(lanes)
+                out.append([(c.kind, c.width) for c in calls])
+            out.append([ln.logits[d] for ln in lanes for d in (1, R)] + [lanes[0].h[0][lanes[0].h[1]]])
+        out.append([t.clone() for tl in engine.cache.timelines() for t in (tl.k, tl.v)])
+        runs[fused] = out
+        if fused:
+            keys = {(w, a, b) for w in widths for a, b in ((0, 1), (1, R))}
+            assert set(engine.compiled.fused) == keys
+    for want, got in zip(runs[False], runs[True]):
+        if want and isinstance(want[0], tuple):
+            assert got == want  # the same calls recorded (Stats)
+        else:
+            for a, b in zip(want, got):
+                assert_close(a, b)
+
+
+def test_loopcoder_compiles_its_fused_steps_as_one_graph():
+    """The default suite's fused check: LoopCoder's reads (two gathers and a gate per core layer)."""
+    check_fused(TINY_LOOPCODER)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TINY_PRESETS)
+def test_each_family_compiles_its_fused_steps_as_one_graph(name):
+    check_fused(name)
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """Compiled decoders trace with aot_eager (the graphs, not inductor's code: seconds, not minutes)."""
+    import fastdec.compiled as compiled_mod
+
+    real = compiled_mod.CompiledPhases.__init__
+
+    def init(self, engine, backend="inductor"):
+        real(self, engine, "aot_eager")
+
+    monkeypatch.setattr(compiled_mod.CompiledPhases, "__init__", init)
+
+
+@pytest.mark.parametrize("strategy", ["autoregressive", "draft-verify"])
+def test_fused_steps_decode_the_eager_tokens_with_the_eager_calls(strategy, aot_eager):
+    """Outside fixed-width mode a compiled decoder runs its Steps with `to` as fused graphs: the
+    float64 greedy tokens are the eager decoder's, and so are the calls its Stats count."""
+    model = tiny(TINY_LOOPCODER, torch.float64)
+    prompt = list(range(5, 25))
+    kw = {"draft_depth": 1} if strategy == "draft-verify" else {}
+    eager = fastdec.Decoder(model, strategy, **kw)
+    compiled = fastdec.Decoder(model, strategy, compile=True, **kw)
+    want = eager.generate(prompt, 12, refdec.SamplingParams(), seed=0)
+    got = compiled.generate(prompt, 12, refdec.SamplingParams(), seed=0)
+    assert got.tokens == want.tokens
+    assert got.stats.calls == want.stats.calls and got.stats.steps == want.stats.steps
+    (engine,) = compiled._engines.values()
+    R = model.cfg.recurrence
+    spans = {(0, R)} if strategy == "autoregressive" else {(0, R), (0, 1), (1, R)}
+    assert {(a, b) for _, a, b in engine.compiled.fused} == spans
+
+
+def test_a_host_sync_in_a_fused_step_fails_the_precondition_check(monkeypatch):
+    """The fused graphs' negative control: the same syncing read as below, in a fused call."""
+    from fastdec.cache import Timeline
+
+    real = Timeline.gather
+
+    def syncing(self, layer, row, level, pos, side_slot, is_side, key_pos):
+        if bool((pos < 0).any()):  # the host reads pos
+            pos = pos.clamp(min=0)
+        return real(self, layer, row, level, pos, side_slot, is_side, key_pos)
+
+    monkeypatch.setattr(Timeline, "gather", syncing)
+    with pytest.raises(Exception, match="(?i)graph break|data-dependent"):
+        check_fused(TINY_PRESETS[0], widths=(1,))
 
 
 @pytest.mark.parametrize("name", ALL_TINY)
@@ -164,19 +266,23 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
         assert dec.prepare(40) > 0
         engines = list(dec._engines.values())
         assert sorted(e.rows for e in engines) == [1, 4]
+        R = model.cfg.recurrence
         for engine in engines:
             assert set(engine.compiled.fns) == {(k, w) for k in PHASES for w in engine.widths}
-        n = sum(len(e.compiled.fns) for e in engines)
+            # the prefill's, at the widths fused calls take (FUSE_WIDTH)
+            assert set(engine.compiled.fused) == {(w, 0, R) for w in engine.widths if w <= 64}
+        n = sum(len(e.compiled.fns) + len(e.compiled.fused) for e in engines)
         eager = fastdec.Decoder(model, "pipelined", max_batch=4)
         V = model.cfg.vocab_size
         prompts = [[t % V for t in range(a, b)] for a, b in ((3, 20), (9, 30), (1, 12))]
         sampling = refdec.SamplingParams(temperature=0.8)
         for b in (1, 3):
-            got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
+            with torch.compiler.set_stance("fail_on_recompile"):  # a graph traced for other calls fails
+                got = dec.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             want = eager.generate_batch(prompts[:b], 12, sampling, list(range(b)))
             assert [r.tokens for r in got] == [r.tokens for r in want]
         assert len(dec._engines) == 2  # nothing compiled after prepare:
-        assert sum(len(e.compiled.fns) for e in dec._engines.values()) == n
+        assert sum(len(e.compiled.fns) + len(e.compiled.fused) for e in dec._engines.values()) == n
     finally:
         compiled_mod.CompiledPhases.__init__ = real
     assert fastdec.Decoder(model, "pipelined").prepare(40) == 0.0
