@@ -47,7 +47,6 @@ from pathlib import Path
 
 import torch
 
-from fastdec.engine import FUSE_WIDTH
 from refdec.errors import LoopcertError
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -193,7 +192,7 @@ class CompiledPhases:
                         lanes = engine.placeholder_lanes(kind, width)
                         self.run(kind, engine.phase_inputs(kind, lanes, width)[0])
             if engine.fixed_width is None:  # fused graphs (fixed-width mode runs none)
-                for width in (w for w in engine.widths if w <= FUSE_WIDTH):
+                for width in (w for w in engine.widths if w <= engine.fuse_width):
                     for d0, to in engine.fused_spans:
                         if (width, d0, to) not in self.fused:
                             engine.fused_placeholder(width, d0, to)

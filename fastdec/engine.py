@@ -329,6 +329,7 @@ class Engine:
             self.compiled = CompiledPhases(self)
 
     phases = PHASES
+    fuse_width = FUSE_WIDTH  # read by fastdec.compiled (which the engine imports: no import back)
 
     def width(self, n: int) -> int:
         return width_for(n, self.fixed_width, self.widths)
