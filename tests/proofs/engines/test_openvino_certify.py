@@ -34,9 +34,11 @@ pytestmark = pytest.mark.openvino
 require_openvino()
 
 CERTIFY_TIMEOUT_S = 900
-PASS_BUDGET_S = 150  # a cap, not a target: the quick plan's samples take about half (docs/measurements.md)
+# caps, not targets (a passing row stops at its N): CI runs this beside tox -e mlx on two cores, where
+# the quick plan's samples take up to twice their time alone (docs/measurements.md)
+PASS_BUDGET_S = 400
 FAIL_BUDGET_S = 45
-DRAFT_BUDGET_S = 20  # its failure shows in the first sampled case's first samples
+DRAFT_BUDGET_S = 40  # its failure shows in the first sampled case's first samples
 RUN = EngineRows(ROOT / "reports" / "out" / "openvino", "OpenVINO", CERTIFY_TIMEOUT_S)
 ROWS, OUT, certify = RUN.rows, RUN.out, RUN.certify
 DRAFT_NOISE = 0.3
