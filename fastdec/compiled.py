@@ -27,6 +27,21 @@ slots carry no side work, and inductor's C++ wrapper (`cpp_wrapper`) runs the ke
 matmuls without a Python line per op. Fixed-width mode runs no fused graph: its claim is bitwise
 equality among strategies, and a fused graph's kernels need not round as the per-phase ones do.
 
+Dynamo once, then the compiled code. A graph is traced by torch.compile (dynamo: fullgraph, static
+shapes) on its first call; later calls go straight into the code inductor made of it (`Graph`):
+dynamo's entry (its cache lookup, a guard on every input, parameter and cache buffer, the frame's
+bookkeeping) cost ~1/5 of a tiny model's token, more than its kernels' arithmetic. The engine calls
+a graph with inputs of one set of names, shapes and dtypes, and every other tensor the graph reads
+(parameters, cache buffers, rope tables) is one the engine made once and never rebinds, so the
+trace's guards hold on every later call; the direct call checks what can differ cheaply (the input
+names, shapes and dtypes) and sends any other call back through dynamo (which retraces or raises).
+
+Small matmuls as generated loops. A token's matmuls have one row per lane: through ATen each is an
+MKL call (~4 us with its argument checks, and a copy of an input whose unit dimension has stride 0)
+for a few thousand multiply-adds. Matmuls of at most SMALL_MM_ROWS rows are decomposed into a
+product and a sum, which inductor compiles into its own vectorized loops, fused with the
+normalization before them and the activation after; larger ones stay ATen's (MKL's blocking wins).
+
 Compiled kernels may round differently from eager ones (fused reductions): a compiled decoder's
 logits are not bitwise an eager decoder's, so the claim is the certificate's (greedy classified
 against float64 refdec, sampling laws), plus bitwise equality among compiled strategies in
@@ -55,6 +70,9 @@ RECOMPILE_LIMIT = 64
 # inductor's options: its C++ wrapper calls the kernels (a Python wrapper costs ~1 us per op, and
 # a fused step has a few hundred); measured on the tiny Nanbeige: docs/measurements.md#compiled-steps
 INDUCTOR_OPTIONS = {"cpp_wrapper": True}
+# matmuls (mm, addmm, bmm) of at most this many rows become inductor's loops, not MKL calls: one row
+# per lane, so a batch-1 token's, a 4-token draft's (docs/measurements.md#compiled-steps)
+SMALL_MM_ROWS = 4
 
 
 def compile_cache_dir() -> Path:
@@ -172,10 +190,9 @@ class CompiledPhases:
         return self._wrap(step)
 
     def _wrap(self, step):
-        kw = _compile_kwargs()
-        if self.backend == "inductor" and INDUCTOR_OPTIONS:
-            kw["options"] = dict(INDUCTOR_OPTIONS)
-        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **kw)
+        if self.backend == "inductor":
+            return Graph(step)
+        return torch.compile(step, fullgraph=True, dynamic=False, backend=self.backend, **_compile_kwargs())
 
     def warm(self) -> float:
         """Compile every (phase, width) of the engine not compiled yet, by calls on placeholder
@@ -201,3 +218,122 @@ class CompiledPhases:
     @property
     def total_compile_seconds(self) -> float:
         return sum(self.compile_seconds.values())
+
+
+def small_matmuls(table: dict) -> dict:
+    """inductor's decomposition table with mm, addmm and bmm of at most SMALL_MM_ROWS rows (float32
+    or float64) written as a broadcast product and a sum over the inner dimension; other matmuls go
+    to the table's own decomposition (which declines most) and then ATen."""
+    aten = torch.ops.aten
+    mm0, addmm0, bmm0 = (table.get(op) for op in (aten.mm.default, aten.addmm.default, aten.bmm.default))
+
+    def small(a, b) -> bool:
+        exact = a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64)
+        return exact and a.shape[-2] <= SMALL_MM_ROWS
+
+    def mm(a, b):  # (M, K) @ (K, N)
+        if small(a, b):
+            return (a.unsqueeze(2) * b.unsqueeze(0)).sum(dim=1)
+        return NotImplemented if mm0 is None else mm0(a, b)
+
+    def addmm(bias, a, b, *, beta=1, alpha=1):
+        if small(a, b) and beta == 1 and alpha == 1:
+            return bias + (a.unsqueeze(2) * b.unsqueeze(0)).sum(dim=1)
+        return NotImplemented if addmm0 is None else addmm0(bias, a, b, beta=beta, alpha=alpha)
+
+    def bmm(a, b):  # (B, M, K) @ (B, K, N)
+        if small(a, b):
+            return (a.unsqueeze(3) * b.unsqueeze(1)).sum(dim=2)
+        return NotImplemented if bmm0 is None else bmm0(a, b)
+
+    return {**table, aten.mm.default: mm, aten.addmm.default: addmm, aten.bmm.default: bmm}
+
+
+class Graph:
+    """One compiled step (a phase at one width, or a fused span): dynamo traces it on the first call,
+    and later calls run inductor's compiled code directly (the module's docstring says why it is
+    safe). Falls back to torch.compile's own call (every call through dynamo) where this torch's
+    inductor has no `compile_fx` of this form."""
+
+    def __init__(self, step):
+        self.code = None  # inductor's compiled callable (called as dynamo calls it: unboxed)
+        self.traced: list[torch.Tensor] | None = None  # the graph's inputs at the trace
+        self.outs: list | None = None  # what the compiled code returned at the trace
+        self.plan: _Plan | None = None
+        backend = self._inductor if _inductor_compile() is not None else "inductor"
+        kw = _compile_kwargs()
+        if backend == "inductor":
+            kw["options"] = dict(INDUCTOR_OPTIONS)
+        self.dynamo = torch.compile(step, fullgraph=True, dynamic=False, backend=backend, **kw)
+
+    def _inductor(self, gm, example_inputs):
+        compile_fx, table = _inductor_compile()
+        code = compile_fx(
+            gm, example_inputs, config_patches=dict(INDUCTOR_OPTIONS), decompositions=small_matmuls(table())
+        )
+        self.code, self.traced = code, list(example_inputs)
+
+        def traced(*args):
+            out = code(*args)
+            self.outs = list(out)
+            return out
+
+        return traced
+
+    def __call__(self, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        plan = self.plan
+        if plan is not None and plan.accepts(inp):
+            args = [t if k is None else inp[k] for k, t in plan.args]
+            out = self.code(*args)
+            return tuple(out[j] if k is None else inp[k] for k, j in plan.outs)
+        out = self.dynamo(inp)
+        if plan is None and self.traced is not None:
+            self.plan = _Plan.of(inp, self.traced, self.outs, out)
+            self.traced = self.outs = None  # the plan holds what it needs
+        return out
+
+
+class _Plan:
+    """How one graph's direct call is made: its arguments (an input's name, or a tensor the engine
+    holds), its outputs (a position in the compiled code's outputs, or an input passed through), and
+    the names, shapes and dtypes of the inputs it was traced for."""
+
+    def __init__(self, args, outs, shapes):
+        self.args, self.outs, self.shapes = args, outs, shapes
+        self.names = [name for name, _, _ in shapes]
+
+    @classmethod
+    def of(cls, inp, traced, graph_outs, outs) -> _Plan | None:
+        """None where the trace does not map onto names and identities (the call stays dynamo's)."""
+        if graph_outs is None:
+            return None
+        names = {id(t): k for k, t in inp.items()}
+        args = [(names.get(id(t)), t if id(t) not in names else None) for t in traced]
+        where = []
+        for o in outs:
+            j = next((j for j, g in enumerate(graph_outs) if g is o), None)
+            if j is not None:
+                where.append((None, j))
+            elif id(o) in names:
+                where.append((names[id(o)], None))
+            else:
+                return None
+        return cls(args, where, [(k, t.shape, t.dtype) for k, t in inp.items()])
+
+    def accepts(self, inp) -> bool:
+        if list(inp) != self.names:
+            return False
+        return all(inp[k].shape == shape and inp[k].dtype == dtype for k, shape, dtype in self.shapes)
+
+
+def _inductor_compile():
+    """(inductor's compile_fx, its decomposition table) or None on a torch without them."""
+    try:
+        from torch._inductor.compile_fx import compile_fx
+        from torch._inductor.decomposition import select_decomp_table
+    except ImportError:
+        return None
+    params = inspect.signature(compile_fx).parameters
+    if "config_patches" not in params or "decompositions" not in params:
+        return None
+    return compile_fx, select_decomp_table

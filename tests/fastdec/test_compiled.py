@@ -286,3 +286,77 @@ def test_prepare_compiles_every_shape_and_changes_no_token():
     finally:
         compiled_mod.CompiledPhases.__init__ = real
     assert fastdec.Decoder(model, "pipelined").prepare(40) == 0.0
+
+
+def test_a_graph_is_called_directly_after_its_trace_and_through_dynamo_when_its_inputs_differ():
+    """fastdec.compiled.Graph: the first call traces (dynamo), later calls with the traced names,
+    shapes and dtypes run inductor's code directly, giving what the step gives, with an input passed
+    through unchanged returned as the very tensor; a call of another shape or set of names goes back
+    through dynamo (which retraces it) and still gives the right outputs."""
+    from fastdec.compiled import Graph
+
+    w = torch.randn(8, 8, dtype=torch.float64)
+
+    def step(inp):
+        return (inp["x"] @ w + inp["b"], inp["b"])
+
+    graph = Graph(step)
+    x, b = torch.randn(3, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    with torch.inference_mode():
+        assert_close(graph({"x": x, "b": b})[0], x @ w + b)
+        assert graph.plan is not None  # later calls skip dynamo
+        calls = []
+        real = graph.dynamo
+        graph.dynamo = lambda inp: calls.append(inp) or real(inp)
+        x2 = torch.randn(3, 8, dtype=torch.float64)
+        out, passed = graph({"x": x2, "b": b})
+        assert_close(out, x2 @ w + b)
+        assert passed is b and not calls
+        w.mul_(2)  # a tensor the graph holds, updated in place (as the engine's cache): read live
+        assert_close(graph({"x": x2, "b": b})[0], x2 @ w + b)
+        assert not calls
+        x3 = torch.randn(5, 8, dtype=torch.float64)  # another shape: through dynamo
+        assert_close(graph({"x": x3, "b": b})[0], x3 @ w + b)
+        assert len(calls) == 1
+        assert_close(graph({"b": b, "x": x2})[0], x2 @ w + b)  # the names in another order
+        assert len(calls) == 2
+        graph.dynamo = real
+
+
+def test_small_matmuls_compile_to_loops_and_larger_ones_to_aten():
+    """SMALL_MM_ROWS: mm, addmm and bmm of at most that many rows are decomposed (inductor makes
+    them loops, no ATen matmul in the generated code), larger ones are not; both agree with eager
+    within float32's tolerance. Negative control: the same graph without the decomposition calls
+    ATen's matmul."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.utils import run_and_get_code
+
+    from fastdec.compiled import INDUCTOR_OPTIONS, SMALL_MM_ROWS, small_matmuls
+
+    g = torch.Generator().manual_seed(0)
+    w, bias = torch.randn(48, 32, generator=g), torch.randn(48, generator=g)
+    kv = torch.randn(2, 16, 32, generator=g)
+
+    def step(x):  # x (M, 32): a linear without and with bias, and a bmm over two heads
+        q = torch.nn.functional.linear(x, w) + torch.nn.functional.linear(x, w, bias)
+        return q, torch.bmm(x.expand(2, -1, -1), kv.transpose(1, 2))
+
+    def compiled(decompose: bool):
+        def backend(gm, ex):
+            table = select_decomp_table()
+            table = small_matmuls(table) if decompose else table
+            return compile_fx(gm, ex, config_patches=dict(INDUCTOR_OPTIONS), decompositions=table)
+
+        return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
+
+    cases = ((SMALL_MM_ROWS, True, False), (SMALL_MM_ROWS + 1, True, True), (1, False, True))
+    for rows, decompose, calls_aten in cases:
+        torch._dynamo.reset()
+        x = torch.randn(rows, 32, generator=g)
+        with torch.inference_mode():
+            out, code = run_and_get_code(compiled(decompose), x)
+        for a, b in zip(out, step(x)):
+            assert_close(a, b)
+        text = "\n".join(code)
+        assert ("mm_out" in text or "extern_kernels." in text) == calls_aten, (rows, decompose)
