@@ -83,9 +83,14 @@ class Driver:
             lengths = {r: len(key[0]) for r, (key, _) in self.prefills.held.items()}
             lengths.update({r: s.length for r, (s, _, _) in active.items()})
             self.hook(engine, lanes + keep, lengths)
-        to = self._fused_to([step for _, _, step in active.values()], lanes)
-        n = to - lanes[0].depth if to is not None else 1  # recurrences this round
-        calls = engine.advance(lanes, self.timed, to)
+        chained = self._chained()
+        if chained is not None:  # one sequence's greedy chain: its tokens' recurrences this round
+            chained.ahead, calls = engine.chain(lanes[0])
+            n = (len(chained.ahead) + 1) * engine.depth
+        else:
+            to = self._fused_to([step for _, _, step in active.values()], lanes)
+            n = to - lanes[0].depth if to is not None else 1  # recurrences this round
+            calls = engine.advance(lanes, self.timed, to)
         for s, _, step in active.values():
             st = s.stats
             if s.prefilling:
@@ -120,6 +125,14 @@ class Driver:
                 ended.append(s)
                 self._start(row)
         return ended
+
+    def _chained(self) -> Step | None:
+        """The step to run as a greedy chain this round (Engine.chain): the only live sequence's, when
+        it asks for one; never under a step hook or timing (they see every call)."""
+        if self.hook is not None or self.timed or len(self.active) != 1:
+            return None
+        ((_, _, step),) = self.active.values()
+        return step if step.chain and step.lanes[0].depth == 0 else None
 
     def _fused_to(self, steps: list[Step], lanes: list) -> int | None:
         """The depth every live step's lanes advance to in one fused call this round, or None (one

@@ -146,6 +146,7 @@ class CompiledPhases:
         compile_cache_dir()
         self.fns: dict[tuple[str, int], object] = {}
         self.fused: dict[tuple[int, int, int], object] = {}  # (width, from depth, to depth) -> graph
+        self.chains: dict[tuple[int, int], object] = {}  # (width, tokens) -> graph (Engine.chain_fn)
         self.compile_seconds: dict[tuple[str, int], float] = {}  # (phase, width) -> its first call
         self.calls = 0
 
@@ -181,6 +182,25 @@ class CompiledPhases:
         self.compile_seconds[("fused", *key)] = time.perf_counter() - t0
         return out
 
+    def run_chain(self, k: int, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Engine.chain_fn(k, inp), one compiled graph per (width, k)."""
+        key = (inp["pos"].shape[0], k)
+        fn = self.chains.get(key)
+        self.calls += 1
+        if fn is not None:
+            return fn(inp)
+        engine = self.engine
+
+        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            return engine.chain_fn(k, inp)
+
+        fn = self.chains[key] = self._wrap(step)
+        t0 = time.perf_counter()
+        with no_host_values():
+            out = fn(inp)
+        self.compile_seconds[("chain", *key)] = time.perf_counter() - t0
+        return out
+
     def _compile(self, kind: str):
         engine = self.engine
 
@@ -213,6 +233,8 @@ class CompiledPhases:
                     for d0, to in engine.fused_spans:
                         if (width, d0, to) not in self.fused:
                             engine.fused_placeholder(width, d0, to)
+                if engine.chain_length and (1, engine.chain_length) not in self.chains:
+                    engine.chain_placeholder()
         return time.perf_counter() - t0
 
     @property

@@ -315,7 +315,7 @@ class Decoder:
         decoding alone, so its law (and in fixed-width mode its bits) are generate()'s whatever
         shares the engine."""
         span = capacity_for(len(ids) + n)
-        return STRATEGY[self.strategy](
+        seq = STRATEGY[self.strategy](
             self.config,
             engine.cache,
             ids,
@@ -328,6 +328,9 @@ class Decoder:
             prefills,
             span,
         )
+        if self.strategy == "autoregressive" and seq.greedy and seq.plain:  # its tokens are argmaxes
+            seq.chain = engine.chain_length
+        return seq
 
     @torch.no_grad()
     def generate(

@@ -76,6 +76,11 @@ FUSE_MAX = 8
 # and takes at most this many lanes: every row of a graph-safe call gathers the whole capacity, so a
 # batch's prefill padded to a width of 1,024 cost 2.5x its 384 rows (the tiny Nanbeige, 16 prompts)
 FUSE_WIDTH = 64
+# a greedy chain (Engine.chain) decodes one sequence's next tokens in one compiled graph, each token
+# the argmax of the last, as many tokens as fit in this many recurrences (2 or more, else none): the
+# host's Python per token (a third of a tiny model's token once the graph was compiled) is paid once
+# per chain, and the host still decides every token (a proposal it does not draw is thrown away)
+CHAIN_RECURRENCES = 16
 LAW_BATCH_ELEMS = 1 << 20  # a readout call's laws computed together up to this many (8 MiB float64)
 
 
@@ -322,6 +327,11 @@ class Engine:
         # the (from depth, to depth) spans of the fused calls a compiled engine compiles ahead
         # (Decoder sets its strategy's: fastdec.strategies.fused_spans; FUSE_MAX-long pieces)
         self.fused_spans: set[tuple[int, int]] = set()
+        # tokens a greedy chain decodes (0: none): a compiled engine outside fixed-width mode whose
+        # only readout is the full depth (what autoregressive decoding reads)
+        k = CHAIN_RECURRENCES // depth
+        chains = compiled and fixed_width is None and self.readout_depths == [depth] and k >= 2
+        self.chain_length = k if chains else 0
         self.compiled = None  # fastdec.compiled.CompiledPhases: phase_fn compiled per (phase, width)
         if compiled:
             from fastdec.compiled import CompiledPhases
@@ -355,6 +365,10 @@ class Engine:
         for ln in lanes:
             ln.depth = d0
         self._advance_fused(lanes, to, [])
+
+    def chain_placeholder(self) -> None:
+        """One greedy chain from position 0 of row 0, to compile its graph (CompiledPhases.warm)."""
+        self.chain(Lane(pos=0, token=0, row=0))
 
     @property
     def cache_bytes(self) -> int:
@@ -446,6 +460,50 @@ class Engine:
             calls.append(CallRecord("prelude", w, chunk))
         calls += [CallRecord("recur", w, chunk) for _ in range(d0, to)]
         calls += [CallRecord("readout", w, chunk) for _ in depths]
+
+    @torch.inference_mode()
+    def chain(self, lane: Lane) -> tuple[list[Lane], list[CallRecord]]:
+        """A greedy chain from `lane` (depth 0, its token known): the lane and chain_length - 1 lanes
+        after it go to the full depth in one compiled graph (chain_fn), each lane's token the argmax
+        of the one before's logits. -> (the lanes after `lane`, their tokens those proposals, their
+        logits set; the calls, as chain_length fused calls). The host decides whether they stand:
+        a lane is worth its logits only if its token is the one committed before it."""
+        k, R = self.chain_length, self.depth
+        inp = {
+            name: torch.tensor([v], dtype=torch.long, device=self.device)
+            for name, v in (("pos", lane.pos), ("row", lane.row), ("ids", lane.token))
+        }
+        tokens, logits = self.compiled.run_chain(k, inp)  # (1, k), (1, k, V)
+        out = Readout(logits[0])
+        proposals = tokens[0, : k - 1].tolist()
+        lanes = [lane] + [Lane(lane.pos + j, t, row=lane.row) for j, t in enumerate(proposals, 1)]
+        for j, ln in enumerate(lanes):
+            ln.depth = R
+            ln.logits.at[R] = (out, j)
+        calls = []
+        for _ in range(k):
+            calls += [CallRecord("prelude", 1, [lane])] + [CallRecord("recur", 1, [lane])] * R
+            calls.append(CallRecord("readout", 1, [lane]))
+        return lanes[1:], calls
+
+    def chain_fn(self, k: int, inp: dict[str, torch.Tensor]):
+        """k tokens of greedy decoding as one computation: fused_fn from depth 0 to R at positions
+        pos .. pos+k-1, the token read at each the argmax of the logits before it (the first
+        maximal index, as refdec.sampling.greedy_token).
+
+        inp: pos, row, ids (W,) -> (argmax tokens (W, k), logits (W, k, V))."""
+        pos, ids = inp["pos"], inp["ids"]
+        tokens, logits = [], []
+        for j in range(k):
+            # past the capacity (a chain's last lanes at the end of a sequence, never committed):
+            # the trash position, which every timeline has and no lane reads
+            at = (pos + j).clamp(max=self.capacity)
+            step = {"pos": at, "write_pos": at, "row": inp["row"], "ids": ids}
+            _, _, lg = self.fused_fn(0, self.depth, step)
+            ids = lg.argmax(-1)
+            tokens.append(ids)
+            logits.append(lg)
+        return torch.stack(tokens, 1), torch.stack(logits, 1)
 
     def _timed(self, kind: str, lanes: list[Lane], calls: list[CallRecord], timed: bool):
         if not timed:

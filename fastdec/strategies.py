@@ -91,6 +91,10 @@ class Step:
     lanes: list[Lane]
     keep: list[Lane]
     to: int | None = None
+    # a greedy chain may follow the one lane (Engine.chain): the driver runs it when it can and
+    # puts the lanes after it here, each with its proposal as token and its logits at `to`
+    chain: bool = False
+    ahead: list[Lane] | None = None
 
     @property
     def done(self) -> bool:
@@ -313,16 +317,24 @@ class Sequence:
 
 
 class Autoregressive(Sequence):
+    # tokens a greedy chain decodes at once where the engine has them (Engine.chain_length, set by
+    # the Decoder for plain greedy sequences): asked for while two or more tokens are to come
+    chain = 0
+
     def run(self) -> Iterator[Step]:
         pos = self.last_committed_pos()
         while True:
-            lane = self.lane(pos, self.tokens[-1])
-            yield Step([lane], [], to=self.R)
-            lg = lane.logits
-            self.length = pos + 1
-            if self.commit(self.target_draw(lg, self.R), Source.RESTART, lg, self.R):
-                return
-            pos += 1
+            chain = bool(self.chain) and self.max_new - len(self.tokens) >= 2  # the rest are never read
+            step = Step([self.lane(pos, self.tokens[-1])], [], to=self.R, chain=chain)
+            yield step
+            for lane in step.lanes + (step.ahead or []):
+                if lane.token != self.tokens[-1]:  # a chain's proposal the host did not draw
+                    break
+                lg = lane.logits
+                self.length = lane.pos + 1
+                if self.commit(self.target_draw(lg, self.R), Source.RESTART, lg, self.R):
+                    return
+            pos = self.last_committed_pos()
 
 
 class DraftVerify(Sequence):

@@ -360,3 +360,88 @@ def test_small_matmuls_compile_to_loops_and_larger_ones_to_aten():
             assert_close(a, b)
         text = "\n".join(code)
         assert ("mm_out" in text or "extern_kernels." in text) == calls_aten, (rows, decompose)
+
+
+@pytest.fixture
+def short_chains(monkeypatch):
+    """Chains of 3 tokens on the tiny models (R = 2): what a chain does at a third of the tracing."""
+    import fastdec.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "CHAIN_RECURRENCES", 6)
+
+
+def test_greedy_chains_decode_the_eager_tokens(aot_eager, short_chains):
+    """A compiled autoregressive decoder decodes a lone plain-greedy sequence in chains of
+    Engine.chain_length tokens (one graph, each token the argmax of the last), compiled by prepare:
+    the float64 tokens and the logits they were decided on are the eager decoder's, with a tail
+    shorter than a chain, a chain past the cache's capacity (64 positions: its last lanes write
+    the trash position) and a run of 3 tokens; nothing compiles after prepare."""
+    model = tiny(TINY_LOOPCODER, torch.float64)
+    eager = fastdec.Decoder(model, "autoregressive")
+    compiled = fastdec.Decoder(model, "autoregressive", compile=True, max_batch=1)
+    assert compiled.prepare(64) > 0
+    (engine,) = compiled._engines.values()
+    assert engine.chain_length == 3 and set(engine.compiled.chains) == {(1, 3)}
+    fused = set(engine.compiled.fused)
+    for prompt_len, n in ((20, 24), (20, 44), (5, 3)):
+        prompt = list(range(5, 5 + prompt_len))
+        want = eager.generate(prompt, n, refdec.SamplingParams(), seed=0, keep_logits=True)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            got = compiled.generate(prompt, n, refdec.SamplingParams(), seed=0, keep_logits=True)
+        assert got.tokens == want.tokens
+        for a, b in zip(got.target_logits, want.target_logits):
+            assert_close(a, b)
+        # the n - 1 tokens after the prefill's: chains of 3 while 2 or more are to come, then one lane
+        chains, rest = divmod(n - 1, 3)
+        chains, singles = (chains + 1, 0) if rest == 2 else (chains, rest)
+        assert got.stats.calls["prelude"][1] == 3 * chains + singles
+    assert set(engine.compiled.fused) == fused and list(compiled._engines.values()) == [engine]
+
+
+def test_a_chain_proposal_the_host_does_not_draw_is_thrown_away(aot_eager, short_chains, monkeypatch):
+    """The chain's negative control: proposals made wrong on purpose (argmax + 1) are never
+    committed; the host's draw decides every token, so the tokens are still the eager decoder's
+    (each chain then commits one token), and an EOS the eager run emits ends the run there."""
+    model = tiny(TINY_LOOPCODER, torch.float64)
+    prompt = list(range(5, 25))
+    V = model.cfg.vocab_size
+    eager = fastdec.Decoder(model, "autoregressive")
+    want = eager.generate(prompt, 20, refdec.SamplingParams(), seed=0).tokens
+    real = Engine.chain_fn
+
+    def wrong(self, k, inp):
+        tokens, logits = real(self, k, inp)
+        return (tokens + 1) % V, logits
+
+    monkeypatch.setattr(Engine, "chain_fn", wrong)
+    compiled = fastdec.Decoder(model, "autoregressive", compile=True)
+    got = compiled.generate(prompt, 20, refdec.SamplingParams(), seed=0)
+    assert got.tokens == want
+    # a chain (3 lanes) per token after the first while two or more are to come, then one lane
+    assert got.stats.calls["prelude"][1] == 3 * 18 + 1
+    eos = want[10]
+    cut = eager.generate(prompt, 20, refdec.SamplingParams(), seed=0, eos_token_id=eos).tokens
+    assert compiled.generate(prompt, 20, refdec.SamplingParams(), seed=0, eos_token_id=eos).tokens == cut
+
+
+def test_chains_are_only_for_a_lone_plain_greedy_sequence(aot_eager):
+    """Sampling, a greedy law with a processor (a repetition penalty) and a batch of two decode
+    without chains (the host's draw is then not the logits' argmax, or other sequences share the
+    call), with the eager decoder's tokens; a fixed-width engine has none."""
+    model = tiny(TINY_LOOPCODER, torch.float64)
+    prompt = list(range(5, 25))
+    eager = fastdec.Decoder(model, "autoregressive", max_batch=2)
+    compiled = fastdec.Decoder(model, "autoregressive", compile=True, max_batch=2)
+    for sampling, b in (
+        (refdec.SamplingParams(temperature=0.8), 1),
+        (refdec.SamplingParams(repetition_penalty=1.3), 1),
+        (refdec.SamplingParams(), 2),
+    ):
+        prompts = [prompt, prompt[3:]][:b]
+        want = eager.generate_batch(prompts, 12, sampling, list(range(b)))
+        got = compiled.generate_batch(prompts, 12, sampling, list(range(b)))
+        assert [r.tokens for r in got] == [r.tokens for r in want]
+    assert not any(e.compiled.chains for e in compiled._engines.values())
+    assert Engine(model, 2, [2], capacity=64, compiled=True).chain_length == 8
+    assert Engine(model, 2, [2], capacity=64, compiled=True, fixed_width=8).chain_length == 0
+    assert Engine(model, 2, [1, 2], capacity=64, compiled=True).chain_length == 0  # another readout
