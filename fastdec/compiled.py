@@ -27,6 +27,10 @@ slots carry no side work, and inductor's C++ wrapper (`cpp_wrapper`) runs the ke
 matmuls without a Python line per op. Fixed-width mode runs no fused graph: its claim is bitwise
 equality among strategies, and a fused graph's kernels need not round as the per-phase ones do.
 
+Greedy chains (Engine.chain, one graph per (width, tokens)): a lone plain-greedy autoregressive
+sequence's next tokens, each the argmax of the one before's logits inside the graph; the host
+decides every token from the logits and keeps a lane only if it read the token committed before it.
+
 Dynamo once, then the compiled code. A graph is traced by torch.compile (dynamo: fullgraph, static
 shapes) on its first call; later calls go straight into the code inductor made of it (`Graph`):
 dynamo's entry (its cache lookup, a guard on every input, parameter and cache buffer, the frame's
