@@ -282,9 +282,9 @@ class Graph:
     inductor has no `compile_fx` of this form."""
 
     def __init__(self, step):
-        self.code = None  # inductor's compiled callable (called as dynamo calls it: unboxed)
-        self.traced: list[torch.Tensor] | None = None  # the graph's inputs at the trace
-        self.outs: list | None = None  # what the compiled code returned at the trace
+        # the compiled code of dynamo's latest trace, its inputs and what it returned (the backend
+        # records them; the first call's become the plan, later retraces' are never called directly)
+        self.traced: tuple | None = None
         self.plan: _Plan | None = None
         backend = self._inductor if _inductor_compile() is not None else "inductor"
         kw = _compile_kwargs()
@@ -297,25 +297,25 @@ class Graph:
         code = compile_fx(
             gm, example_inputs, config_patches=dict(INDUCTOR_OPTIONS), decompositions=small_matmuls(table())
         )
-        self.code, self.traced = code, list(example_inputs)
+        record = [code, list(example_inputs), None]  # the outputs once it has run
 
         def traced(*args):
             out = code(*args)
-            self.outs = list(out)
+            record[2] = list(out)
             return out
 
+        self.traced = record
         return traced
 
     def __call__(self, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         plan = self.plan
         if plan is not None and plan.accepts(inp):
-            args = [t if k is None else inp[k] for k, t in plan.args]
-            out = self.code(*args)
+            out = plan.code(*[t if k is None else inp[k] for k, t in plan.args])
             return tuple(out[j] if k is None else inp[k] for k, j in plan.outs)
-        out = self.dynamo(inp)
+        out = self.dynamo(inp)  # the first call (dynamo traces), or one the plan does not accept
         if plan is None and self.traced is not None:
-            self.plan = _Plan.of(inp, self.traced, self.outs, out)
-            self.traced = self.outs = None  # the plan holds what it needs
+            self.plan = _Plan.of(inp, *self.traced, out)
+        self.traced = None
         return out
 
 
@@ -324,12 +324,12 @@ class _Plan:
     holds), its outputs (a position in the compiled code's outputs, or an input passed through), and
     the names, shapes and dtypes of the inputs it was traced for."""
 
-    def __init__(self, args, outs, shapes):
-        self.args, self.outs, self.shapes = args, outs, shapes
+    def __init__(self, code, args, outs, shapes):
+        self.code, self.args, self.outs, self.shapes = code, args, outs, shapes
         self.names = [name for name, _, _ in shapes]
 
     @classmethod
-    def of(cls, inp, traced, graph_outs, outs) -> _Plan | None:
+    def of(cls, inp, code, traced, graph_outs, outs) -> _Plan | None:
         """None where the trace does not map onto names and identities (the call stays dynamo's)."""
         if graph_outs is None:
             return None
@@ -344,7 +344,7 @@ class _Plan:
                 where.append((names[id(o)], None))
             else:
                 return None
-        return cls(args, where, [(k, t.shape, t.dtype) for k, t in inp.items()])
+        return cls(code, args, where, [(k, t.shape, t.dtype) for k, t in inp.items()])
 
     def accepts(self, inp) -> bool:
         if list(inp) != self.names:

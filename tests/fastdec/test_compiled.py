@@ -318,6 +318,8 @@ def test_a_graph_is_called_directly_after_its_trace_and_through_dynamo_when_its_
         x3 = torch.randn(5, 8, dtype=torch.float64)  # another shape: through dynamo
         assert_close(graph({"x": x3, "b": b})[0], x3 @ w + b)
         assert len(calls) == 1
+        assert_close(graph({"x": x, "b": b})[0], x @ w + b)  # the traced shape again: direct, its own code
+        assert len(calls) == 1
         assert_close(graph({"b": b, "x": x2})[0], x2 @ w + b)  # the names in another order
         assert len(calls) == 2
         graph.dynamo = real
