@@ -138,9 +138,13 @@ def aot_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("strategy", ["autoregressive", "draft-verify"])
-def test_fused_steps_decode_the_eager_tokens_with_the_eager_calls(strategy, aot_eager):
+def test_fused_steps_decode_the_eager_tokens_with_the_eager_calls(strategy, aot_eager, monkeypatch):
     """Outside fixed-width mode a compiled decoder runs its Steps with `to` as fused graphs: the
-    float64 greedy tokens are the eager decoder's, and so are the calls its Stats count."""
+    float64 greedy tokens are the eager decoder's, and so are the calls its Stats count (greedy
+    chains off: a chain's lanes past the last token count as calls; tested below)."""
+    import fastdec.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "CHAIN_RECURRENCES", 0)
     model = tiny(TINY_LOOPCODER, torch.float64)
     prompt = list(range(5, 25))
     kw = {"draft_depth": 1} if strategy == "draft-verify" else {}
