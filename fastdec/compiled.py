@@ -169,40 +169,27 @@ class CompiledPhases:
 
     def run_fused(self, d0: int, to: int, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Engine.fused_fn(d0, to, inp), one compiled graph per (width, d0, to)."""
-        key = (inp["pos"].shape[0], d0, to)
-        fn = self.fused.get(key)
-        self.calls += 1
-        if fn is not None:
-            return fn(inp)
         engine = self.engine
-
-        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-            return engine.fused_fn(d0, to, inp)
-
-        fn = self.fused[key] = self._wrap(step)
-        t0 = time.perf_counter()
-        with no_host_values():
-            out = fn(inp)
-        self.compile_seconds[("fused", *key)] = time.perf_counter() - t0
-        return out
+        key = (inp["pos"].shape[0], d0, to)
+        return self._run(self.fused, "fused", key, lambda inp: engine.fused_fn(d0, to, inp), inp)
 
     def run_chain(self, k: int, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Engine.chain_fn(k, inp), one compiled graph per (width, k)."""
+        engine = self.engine
         key = (inp["pos"].shape[0], k)
-        fn = self.chains.get(key)
+        return self._run(self.chains, "chain", key, lambda inp: engine.chain_fn(k, inp), inp)
+
+    def _run(self, graphs: dict, label: str, key: tuple, step, inp: dict[str, torch.Tensor]):
+        """graphs[key](inp), compiling `step` into graphs[key] on its first call (timed)."""
+        fn = graphs.get(key)
         self.calls += 1
         if fn is not None:
             return fn(inp)
-        engine = self.engine
-
-        def step(inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-            return engine.chain_fn(k, inp)
-
-        fn = self.chains[key] = self._wrap(step)
+        fn = graphs[key] = self._wrap(step)
         t0 = time.perf_counter()
         with no_host_values():
             out = fn(inp)
-        self.compile_seconds[("chain", *key)] = time.perf_counter() - t0
+        self.compile_seconds[(label, *key)] = time.perf_counter() - t0
         return out
 
     def _compile(self, kind: str):
