@@ -59,6 +59,7 @@ the user has not set it, so they survive a reboot's /tmp cleanup.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
@@ -281,9 +282,9 @@ class Graph:
 
     def _inductor(self, gm, example_inputs):
         compile_fx, table = _inductor_compile()
-        code = compile_fx(
-            gm, example_inputs, config_patches=dict(INDUCTOR_OPTIONS), decompositions=small_matmuls(table())
-        )
+        options, decompositions = dict(INDUCTOR_OPTIONS), small_matmuls(table())
+        with _no_autograd_cache():
+            code = compile_fx(gm, example_inputs, config_patches=options, decompositions=decompositions)
         record = [code, list(example_inputs), None]  # the outputs once it has run
 
         def traced(*args):
@@ -337,6 +338,18 @@ class _Plan:
         if list(inp) != self.names:
             return False
         return all(inp[k].shape == shape and inp[k].dtype == dtype for k, shape, dtype in self.shapes)
+
+
+def _no_autograd_cache():
+    """AOT autograd's cache off while compile_fx runs: its key leaves the decomposition table out
+    (torch 2.13), so a graph compiled before without small_matmuls (an earlier loopcert, a plain
+    torch.compile of the same step) would be served for this one. Inductor's own cache, keyed on the
+    decomposed graph, still spares a second process the C++ build."""
+    import torch._functorch.config as functorch_config
+
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        return functorch_config.patch(enable_autograd_cache=False)
+    return contextlib.nullcontext()
 
 
 def _inductor_compile():

@@ -451,3 +451,28 @@ def test_chains_are_only_for_a_lone_plain_greedy_sequence(aot_eager):
     assert Engine(model, 2, [2], capacity=64, compiled=True).chain_length == 8
     assert Engine(model, 2, [2], capacity=64, compiled=True, fixed_width=8).chain_length == 0
     assert Engine(model, 2, [1, 2], capacity=64, compiled=True).chain_length == 0  # another readout
+
+
+def test_a_graph_compiled_before_without_the_decomposition_is_not_served():
+    """AOT autograd's cache keys a graph without the decomposition table (torch 2.13): the same step
+    compiled first by a plain torch.compile (ATen matmuls) must not be served to a Graph, whose code
+    has no ATen matmul at one row. Negative control: the plain compile's code has one."""
+    from torch._inductor.utils import run_and_get_code
+
+    from fastdec.compiled import INDUCTOR_OPTIONS, Graph
+
+    w = torch.randn(48, 32, generator=torch.Generator().manual_seed(1))
+
+    def step(inp):
+        return (torch.nn.functional.linear(inp["x"], w).relu(),)
+
+    x = torch.randn(1, 32)
+    plain = torch.compile(step, fullgraph=True, dynamic=False, options=dict(INDUCTOR_OPTIONS))
+    with torch.inference_mode():
+        _, code = run_and_get_code(plain, {"x": x})
+        assert "mm_out" in "\n".join(code) or "extern_kernels." in "\n".join(code)
+        torch._dynamo.reset()
+        out, code = run_and_get_code(Graph(step), {"x": x})
+    text = "\n".join(code)
+    assert "mm_out" not in text and "extern_kernels." not in text
+    assert_close(out[0], step({"x": x})[0])
