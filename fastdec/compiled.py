@@ -75,9 +75,12 @@ RECOMPILE_LIMIT = 64
 # inductor's options: its C++ wrapper calls the kernels (a Python wrapper costs ~1 us per op, and
 # a fused step has a few hundred); measured on the tiny Nanbeige: docs/measurements.md#compiled-steps
 INDUCTOR_OPTIONS = {"cpp_wrapper": True}
-# matmuls (mm, addmm, bmm) of at most this many rows become inductor's loops, not MKL calls: one row
-# per lane, so a batch-1 token's, a 4-token draft's (docs/measurements.md#compiled-steps)
+# matmuls (mm, addmm) of at most this many rows become inductor's loops, not MKL calls: one row
+# per lane, so a batch-1 token's, a 4-token draft's (docs/measurements.md#compiled-steps); and the
+# attention's bmm of at most SMALL_BMM_ROWS rows in all (heads x rows): a batch-1 token's heads.
+# Wider ones stay ATen's: decomposed, a batch of 16's attention made compiled decoding slower than eager
 SMALL_MM_ROWS = 4
+SMALL_BMM_ROWS = 16
 
 
 def compile_cache_dir() -> Path:
@@ -235,15 +238,16 @@ class CompiledPhases:
 
 
 def small_matmuls(table: dict) -> dict:
-    """inductor's decomposition table with mm, addmm and bmm of at most SMALL_MM_ROWS rows (float32
-    or float64) written as a broadcast product and a sum over the inner dimension; other matmuls go
-    to the table's own decomposition (which declines most) and then ATen."""
+    """inductor's decomposition table with mm and addmm of at most SMALL_MM_ROWS rows, and bmm of at
+    most SMALL_BMM_ROWS rows in all (float32 or float64), written as a broadcast product and a sum
+    over the inner dimension; other matmuls go to the table's own decomposition (which declines
+    most) and then ATen."""
     aten = torch.ops.aten
     mm0, addmm0, bmm0 = (table.get(op) for op in (aten.mm.default, aten.addmm.default, aten.bmm.default))
 
-    def small(a, b) -> bool:
+    def small(a, b, rows: int = SMALL_MM_ROWS) -> bool:
         exact = a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64)
-        return exact and a.shape[-2] <= SMALL_MM_ROWS
+        return exact and a.shape[:-1].numel() <= rows
 
     def mm(a, b):  # (M, K) @ (K, N)
         if small(a, b):
@@ -256,7 +260,7 @@ def small_matmuls(table: dict) -> dict:
         return NotImplemented if addmm0 is None else addmm0(bias, a, b, beta=beta, alpha=alpha)
 
     def bmm(a, b):  # (B, M, K) @ (B, K, N)
-        if small(a, b):
+        if small(a, b, SMALL_BMM_ROWS):
             return (a.unsqueeze(3) * b.unsqueeze(1)).sum(dim=2)
         return NotImplemented if bmm0 is None else bmm0(a, b)
 
