@@ -59,7 +59,6 @@ the user has not set it, so they survive a reboot's /tmp cleanup.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import time
@@ -237,34 +236,65 @@ class CompiledPhases:
         return sum(self.compile_seconds.values())
 
 
-def small_matmuls(table: dict) -> dict:
-    """inductor's decomposition table with mm and addmm of at most SMALL_MM_ROWS rows, and bmm of at
-    most SMALL_BMM_ROWS rows in all (float32 or float64), written as a broadcast product and a sum
-    over the inner dimension; other matmuls go to the table's own decomposition (which declines
-    most) and then ATen."""
-    aten = torch.ops.aten
-    mm0, addmm0, bmm0 = (table.get(op) for op in (aten.mm.default, aten.addmm.default, aten.bmm.default))
+def small_matmuls(gm: torch.fx.GraphModule) -> int:
+    """Rewrite dynamo's graph in place: F.linear and `@` of at most SMALL_MM_ROWS rows, and bmm of at
+    most SMALL_BMM_ROWS rows in all (float32 or float64), become a broadcast product and a sum over
+    the inner dimension, which inductor compiles into its own loops. A rewrite of the graph, not a
+    decomposition table handed to inductor: the compile caches key the graph, and a custom table
+    made inductor skip its cache (the table cannot be pickled into a key). -> matmuls rewritten."""
+    import operator
 
-    def small(a, b, rows: int = SMALL_MM_ROWS) -> bool:
-        exact = a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64)
-        return exact and a.shape[:-1].numel() <= rows
+    linears = {torch.nn.functional.linear, torch._C._nn.linear}
+    matmuls = {operator.matmul, torch.matmul}
+    graph, done = gm.graph, 0
 
-    def mm(a, b):  # (M, K) @ (K, N)
-        if small(a, b):
-            return (a.unsqueeze(2) * b.unsqueeze(0)).sum(dim=1)
-        return NotImplemented if mm0 is None else mm0(a, b)
+    def value(arg):
+        v = arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
+        ok = isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64)
+        return v if ok else None
 
-    def addmm(bias, a, b, *, beta=1, alpha=1):
-        if small(a, b) and beta == 1 and alpha == 1:
-            return bias + (a.unsqueeze(2) * b.unsqueeze(0)).sum(dim=1)
-        return NotImplemented if addmm0 is None else addmm0(bias, a, b, beta=beta, alpha=alpha)
-
-    def bmm(a, b):  # (B, M, K) @ (B, K, N)
-        if small(a, b, SMALL_BMM_ROWS):
-            return (a.unsqueeze(3) * b.unsqueeze(1)).sum(dim=2)
-        return NotImplemented if bmm0 is None else bmm0(a, b)
-
-    return {**table, aten.mm.default: mm, aten.addmm.default: addmm, aten.bmm.default: bmm}
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.kwargs and node.target not in linears:
+            continue
+        args = list(node.args)
+        if node.target in linears and len(args) >= 2:
+            x, w = value(args[0]), value(args[1])
+            bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            if x is None or w is None or w.dim() != 2 or x.shape[:-1].numel() > SMALL_MM_ROWS:
+                continue
+            with graph.inserting_before(node):  # (..., 1, K) * (N, K) -> sum over K
+                prod = graph.call_function(
+                    torch.mul, (graph.call_method("unsqueeze", (args[0], -2)), args[1])
+                )
+                out = graph.call_function(torch.sum, (prod, -1))
+                if bias is not None:
+                    out = graph.call_function(torch.add, (out, bias))
+        elif node.target in matmuls and len(args) == 2:
+            a, b = value(args[0]), value(args[1])
+            if a is None or b is None or b.dim() != 2 or a.dim() < 2 or a.shape[:-1].numel() > SMALL_MM_ROWS:
+                continue
+            with graph.inserting_before(node):  # (..., K, 1) * (K, N) -> sum over K
+                prod = graph.call_function(
+                    torch.mul, (graph.call_method("unsqueeze", (args[0], -1)), args[1])
+                )
+                out = graph.call_function(torch.sum, (prod, -2))
+        elif node.target is torch.bmm and len(args) == 2:
+            a, b = value(args[0]), value(args[1])
+            if a is None or b is None or a.shape[:-1].numel() > SMALL_BMM_ROWS:
+                continue
+            with graph.inserting_before(node):  # (B, M, K, 1) * (B, 1, K, N) -> sum over K
+                left = graph.call_method("unsqueeze", (args[0], -1))
+                right = graph.call_method("unsqueeze", (args[1], -3))
+                out = graph.call_function(torch.sum, (graph.call_function(torch.mul, (left, right)), -2))
+        else:
+            continue
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.lint()
+        gm.recompile()
+    return done
 
 
 class Graph:
@@ -285,10 +315,8 @@ class Graph:
         self.dynamo = torch.compile(step, fullgraph=True, dynamic=False, backend=backend, **kw)
 
     def _inductor(self, gm, example_inputs):
-        compile_fx, table = _inductor_compile()
-        options, decompositions = dict(INDUCTOR_OPTIONS), small_matmuls(table())
-        with _no_autograd_cache():
-            code = compile_fx(gm, example_inputs, config_patches=options, decompositions=decompositions)
+        small_matmuls(gm)
+        code = _inductor_compile()(gm, example_inputs, config_patches=dict(INDUCTOR_OPTIONS))
         record = [code, list(example_inputs), None]  # the outputs once it has run
 
         def traced(*args):
@@ -344,26 +372,10 @@ class _Plan:
         return all(inp[k].shape == shape and inp[k].dtype == dtype for k, shape, dtype in self.shapes)
 
 
-def _no_autograd_cache():
-    """AOT autograd's cache off while compile_fx runs: its key leaves the decomposition table out
-    (torch 2.13), so a graph compiled before without small_matmuls (an earlier loopcert, a plain
-    torch.compile of the same step) would be served for this one. Inductor's own cache, keyed on the
-    decomposed graph, still spares a second process the C++ build."""
-    import torch._functorch.config as functorch_config
-
-    if hasattr(functorch_config, "enable_autograd_cache"):
-        return functorch_config.patch(enable_autograd_cache=False)
-    return contextlib.nullcontext()
-
-
 def _inductor_compile():
-    """(inductor's compile_fx, its decomposition table) or None on a torch without them."""
+    """inductor's compile_fx, or None on a torch without it in this form."""
     try:
         from torch._inductor.compile_fx import compile_fx
-        from torch._inductor.decomposition import select_decomp_table
     except ImportError:
         return None
-    params = inspect.signature(compile_fx).parameters
-    if "config_patches" not in params or "decompositions" not in params:
-        return None
-    return compile_fx, select_decomp_table
+    return compile_fx if "config_patches" in inspect.signature(compile_fx).parameters else None

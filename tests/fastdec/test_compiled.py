@@ -330,42 +330,49 @@ def test_a_graph_is_called_directly_after_its_trace_and_through_dynamo_when_its_
 
 
 def test_small_matmuls_compile_to_loops_and_larger_ones_to_aten():
-    """SMALL_MM_ROWS: mm, addmm and bmm of at most that many rows are decomposed (inductor makes
-    them loops, no ATen matmul in the generated code), larger ones are not; both agree with eager
-    within float32's tolerance. Negative control: the same graph without the decomposition calls
-    ATen's matmul."""
+    """small_matmuls rewrites dynamo's graph: F.linear (with and without bias), `@` and bmm of at
+    most SMALL_MM_ROWS rows (bmm: SMALL_BMM_ROWS in all) become loops (no ATen matmul in the
+    generated code), larger ones do not; both agree with eager within float32's tolerance. Negative
+    control: the same graph without the rewrite calls ATen's matmul. And the rewritten graph is one
+    inductor's cache keys: compiled again after dynamo forgets it, it is a cache hit."""
+    from torch._dynamo.utils import counters
     from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.utils import run_and_get_code
 
-    from fastdec.compiled import INDUCTOR_OPTIONS, SMALL_MM_ROWS, small_matmuls
+    from fastdec.compiled import INDUCTOR_OPTIONS, SMALL_BMM_ROWS, SMALL_MM_ROWS, small_matmuls
 
     g = torch.Generator().manual_seed(0)
     w, bias = torch.randn(48, 32, generator=g), torch.randn(48, generator=g)
-    kv = torch.randn(2, 16, 32, generator=g)
+    head, kv = torch.randn(32, 40, generator=g), torch.randn(2, 16, 32, generator=g)
 
-    def step(x):  # x (M, 32): a linear without and with bias, and a bmm over two heads
+    def step(x):  # x (M, 32): linears without and with bias, a matmul, a bmm over two heads
         q = torch.nn.functional.linear(x, w) + torch.nn.functional.linear(x, w, bias)
-        return q, torch.bmm(x.expand(2, -1, -1), kv.transpose(1, 2))
+        return q, x @ head, torch.bmm(x.expand(2, -1, -1), kv.transpose(1, 2))
 
-    def compiled(decompose: bool):
+    def compiled(rewrite: bool):
         def backend(gm, ex):
-            table = select_decomp_table()
-            table = small_matmuls(table) if decompose else table
-            return compile_fx(gm, ex, config_patches=dict(INDUCTOR_OPTIONS), decompositions=table)
+            if rewrite:
+                m = ex[0].shape[0]  # 3 matmuls of m rows, a bmm of 2m
+                assert small_matmuls(gm) == 3 * (m <= SMALL_MM_ROWS) + (2 * m <= SMALL_BMM_ROWS)
+            return compile_fx(gm, ex, config_patches=dict(INDUCTOR_OPTIONS))
 
         return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
 
     cases = ((SMALL_MM_ROWS, True, False), (SMALL_MM_ROWS + 1, True, True), (1, False, True))
-    for rows, decompose, calls_aten in cases:
+    for rows, rewrite, calls_aten in cases:
         torch._dynamo.reset()
         x = torch.randn(rows, 32, generator=g)
         with torch.inference_mode():
-            out, code = run_and_get_code(compiled(decompose), x)
+            out, code = run_and_get_code(compiled(rewrite), x)
         for a, b in zip(out, step(x)):
             assert_close(a, b)
         text = "\n".join(code)
-        assert ("mm_out" in text or "extern_kernels." in text) == calls_aten, (rows, decompose)
+        assert ("mm_out" in text or "extern_kernels." in text) == calls_aten, (rows, rewrite)
+    torch._dynamo.reset()
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    with torch.inference_mode():
+        compiled(True)(torch.randn(SMALL_MM_ROWS, 32, generator=g))
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits + 1
 
 
 @pytest.fixture
