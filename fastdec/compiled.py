@@ -42,8 +42,9 @@ names, shapes and dtypes) and sends any other call back through dynamo (which re
 
 Small matmuls as generated loops. A token's matmuls have one row per lane: through ATen each is an
 MKL call (~4 us with its argument checks, and a copy of an input whose unit dimension has stride 0)
-for a few thousand multiply-adds. Matmuls of at most SMALL_MM_ROWS rows are decomposed into a
-product and a sum, which inductor compiles into its own vectorized loops, fused with the
+for a few thousand multiply-adds. Matmuls of at most SMALL_MM_ROWS rows (the attention's bmm: at
+most SMALL_BMM_ROWS in all) are rewritten in dynamo's graph into a product and a sum
+(`small_matmuls`), which inductor compiles into its own vectorized loops, fused with the
 normalization before them and the activation after; larger ones stay ATen's (MKL's blocking wins).
 
 Compiled kernels may round differently from eager ones (fused reductions): a compiled decoder's
@@ -77,7 +78,7 @@ INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 # matmuls (mm, addmm) of at most this many rows become inductor's loops, not MKL calls: one row
 # per lane, so a batch-1 token's, a 4-token draft's (docs/measurements.md#compiled-steps); and the
 # attention's bmm of at most SMALL_BMM_ROWS rows in all (heads x rows): a batch-1 token's heads.
-# Wider ones stay ATen's: decomposed, a batch of 16's attention made compiled decoding slower than eager
+# Wider ones stay ATen's: rewritten, a batch of 16's attention made compiled decoding slower than eager
 SMALL_MM_ROWS = 4
 SMALL_BMM_ROWS = 16
 
