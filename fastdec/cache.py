@@ -257,11 +257,13 @@ class Timeline:
         at: where side rows overlay their own row ((W, 1, S, 1) bool), False without side rows."""
         kv = self.kv_index.shape[1]
         w, length = flat_index.shape[0], key_pos.shape[0]
-        heads = flat_index[:, None] * kv + self.kv_index  # (W, KV) flat (row, level, layer, head)
-        idx = (heads * (self.capacity + 1))[:, :, None] + key_pos  # (W, KV, S)
+        heads = (flat_index[:, None] * kv + self.kv_index).view(-1)  # (W*KV,) flat (row, level, layer, head)
         out = []
         for main, side in ((self.k_flat, self.side_k_flat), (self.v_flat, self.side_v_flat)):
-            g = main[idx.view(-1)].view(w, kv, length, main.shape[1])
+            # one index per (row, head): its keys are one contiguous block, which the generated
+            # loops then copy as such (an index per key made them load every float alone)
+            blocks = main.view(-1, self.capacity + 1, main.shape[1])  # (N / (S + 1), S + 1, D)
+            g = blocks[heads, :length].view(w, kv, length, main.shape[1])
             if at is False:
                 out.append(g)
                 continue
