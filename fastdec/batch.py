@@ -106,9 +106,9 @@ class Driver:
                     continue
                 st = s.stats
                 per = st.calls.setdefault(rec.kind, {})
-                per[rec.width] = per.get(rec.width, 0) + 1
+                per[rec.width] = per.get(rec.width, 0) + rec.count
                 if rec.kind == "recur":
-                    st.steps_per_width[rec.width] = st.steps_per_width.get(rec.width, 0) + 1
+                    st.steps_per_width[rec.width] = st.steps_per_width.get(rec.width, 0) + rec.count
                 if self.timed:
                     acc = st.call_seconds.setdefault(rec.kind, {}).setdefault(rec.width, [0.0, 0.0])
                     acc[0] += rec.wall

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -73,6 +73,9 @@ COMPILED_WIDTHS = (1, 4, 16, 64, 256, 1024)
 # a fused compiled call (Engine.advance with `to`) runs at most this many recurrences: a graph's
 # compile time grows with its length, and a deep model's step is long enough to pay a few calls
 FUSE_MAX = 8
+# a fused call's fixed cost in lanes (fused_chunks): the tiny Nanbeige's call at width w costs
+# about 80 us + w x 21 us on one core, graph entry, host inputs and per-call loops included
+CALL_LANES = 4
 # and takes at most this many lanes: every row of a graph-safe call gathers the whole capacity, so a
 # batch's prefill padded to a width of 1,024 cost 2.5x its 384 rows (the tiny Nanbeige, 16 prompts)
 FUSE_WIDTH = 64
@@ -97,11 +100,20 @@ class Readout:
     filters-first law with top-k or top-p (its filters judge the temperature-1 law, which the
     tempered rows do not give back bit for bit: refdec.sampling.filter_probs)."""
 
-    __slots__ = ("logits", "_laws")
+    __slots__ = ("logits", "_laws", "_argmax")
 
     def __init__(self, logits: torch.Tensor):
         self.logits = logits  # (n, V)
         self._laws: dict[float, torch.Tensor] = {}  # temperature -> (n, V) float64 on the host
+        self._argmax: list[int] | None = None
+
+    def argmax(self, i: int) -> int:
+        """refdec.sampling.greedy_token(logits[i]): every row's first maximal index, found for
+        all rows at the first ask (one call instead of one per lane: a greedy chain's rows are
+        committed one after another)."""
+        if self._argmax is None:
+            self._argmax = torch.argmax(self.logits, -1).tolist()
+        return self._argmax[i]
 
     def law(self, i: int, params: SamplingParams, context: Context | None = None) -> torch.Tensor:
         """(V,) float64: refdec.sampling.transform(logits[i], params, context), bit for bit."""
@@ -132,6 +144,11 @@ class LaneLogits:
 
     def __contains__(self, depth: int) -> bool:
         return depth in self.at
+
+    def argmax(self, depth: int) -> int:
+        """greedy_token(self[depth]) (Readout.argmax)."""
+        out, i = self.at[depth]
+        return out.argmax(i)
 
     def law(self, depth: int, params: SamplingParams, context: Context | None = None) -> torch.Tensor:
         out, i = self.at[depth]
@@ -174,13 +191,32 @@ class Plan:
 @dataclass
 class CallRecord:
     """What one engine call was: its phase, padded width, lanes (row order) and, when the
-    caller asked for timing, its wall and CPU seconds."""
+    caller asked for timing, its wall and CPU seconds. count: how many such calls the record
+    stands for (a fused graph's recurrences, a chain's tokens: one record each, not one per call,
+    the driver's accounting being per record)."""
 
     kind: str
     width: int
     lanes: list[Lane]
     wall: float = 0.0
     cpu: float = 0.0
+    count: int = 1
+
+
+@cache  # a pure function of few arguments, asked for every fused step
+def fused_chunks(n: int, widths: tuple[int, ...]) -> tuple[int, ...]:
+    """How many lanes each fused call of `n` takes (in order), each call padded to the next of
+    `widths`: the split that costs least when a call costs its width plus CALL_LANES. A compiled
+    engine's widths are 4x apart, so one call can pay mostly padding: a 24-token prefill padded
+    to 64 lanes costs twice the calls of 16 + 4 + 4 (every row of such a call copies its keys)."""
+    best = [(0, 0)] * (n + 1)  # best[m]: (cost of m lanes, lanes of its first call)
+    for m in range(1, n + 1):
+        best[m] = min((w + CALL_LANES + best[max(0, m - w)][0], min(w, m)) for w in widths)
+    sizes = []
+    while n:
+        sizes.append(best[n][1])
+        n -= best[n][1]
+    return tuple(sorted(sizes, reverse=True))
 
 
 def width_for(n: int, fixed: int | None = None, widths: tuple[int, ...] = WIDTHS) -> int:
@@ -397,11 +433,13 @@ class Engine:
             calls: list[CallRecord] = []
             if not timed and self.fusable(lanes, to):
                 order = sorted(lanes, key=lambda ln: (ln.row, ln.pos))
-                cap = min(self.widths[-1], FUSE_WIDTH)
+                sizes = fused_chunks(len(order), tuple(w for w in self.widths if w <= FUSE_WIDTH))
                 while order[0].depth < to:
                     stop = min(to, order[0].depth + FUSE_MAX)
-                    for i in range(0, len(order), cap):
-                        self._advance_fused(order[i : i + cap], stop, calls)
+                    i = 0
+                    for n in sizes:  # in (row, pos) order: a chunk's keys are written by then
+                        self._advance_fused(order[i : i + n], stop, calls)
+                        i += n
                 return calls
             while lanes and lanes[0].depth < to:
                 calls += self.advance(lanes, timed)
@@ -458,8 +496,9 @@ class Engine:
                 ln.logits.at[r] = (out, i)
         if d0 == 0:
             calls.append(CallRecord("prelude", w, chunk))
-        calls += [CallRecord("recur", w, chunk) for _ in range(d0, to)]
-        calls += [CallRecord("readout", w, chunk) for _ in depths]
+        calls.append(CallRecord("recur", w, chunk, count=to - d0))
+        if depths:
+            calls.append(CallRecord("readout", w, chunk, count=len(depths)))
 
     @torch.inference_mode()
     def chain(self, lane: Lane) -> tuple[list[Lane], list[CallRecord]]:
@@ -480,11 +519,8 @@ class Engine:
         for j, ln in enumerate(lanes):
             ln.depth = R
             ln.logits.at[R] = (out, j)
-        calls = []
-        for _ in range(k):
-            calls += [CallRecord("prelude", 1, [lane])] + [CallRecord("recur", 1, [lane])] * R
-            calls.append(CallRecord("readout", 1, [lane]))
-        return lanes[1:], calls
+        per_token = (("prelude", 1), ("recur", R), ("readout", 1))
+        return lanes[1:], [CallRecord(kind, 1, [lane], count=k * n) for kind, n in per_token]
 
     def chain_fn(self, k: int, inp: dict[str, torch.Tensor]):
         """k tokens of greedy decoding as one computation: fused_fn from depth 0 to R at positions

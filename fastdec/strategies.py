@@ -186,7 +186,7 @@ class Sequence:
     def target_argmax(self, logits: LaneLogits, depth: int) -> int:
         """Greedy's target token: argmax of the processed logits (refdec.generate's)."""
         if self.plain:
-            return greedy_token(logits[depth])
+            return logits.argmax(depth)  # greedy_token(logits[depth]), found for its call's rows at once
         return int(torch.argmax(self.target_law(logits, depth)))
 
     def target_draw(self, logits: LaneLogits, depth: int) -> int:

@@ -98,7 +98,7 @@ def check_fused(name: str, widths=(4,)) -> None:
                     calls = []
                     while lanes[0].depth < to:
                         calls += engine.advance(lanes)
-                out.append([(c.kind, c.width) for c in calls])
+                out.append([(c.kind, c.width) for c in calls for _ in range(c.count)])
             out.append([ln.logits[d] for ln in lanes for d in (1, R)] + [lanes[0].h[0][lanes[0].h[1]]])
         out.append([t.clone() for tl in engine.cache.timelines() for t in (tl.k, tl.v)])
         runs[fused] = out

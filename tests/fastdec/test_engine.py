@@ -6,10 +6,22 @@ import torch
 
 from fastdec.cache import Timeline
 from fastdec.decoder import capacity_for
-from fastdec.engine import LAW_BATCH_ELEMS, WIDTHS, Engine, Lane, Readout, attention, split_runs, width_for
+from fastdec.engine import (
+    CALL_LANES,
+    LAW_BATCH_ELEMS,
+    WIDTHS,
+    Engine,
+    Lane,
+    LaneLogits,
+    Readout,
+    attention,
+    fused_chunks,
+    split_runs,
+    width_for,
+)
 from fastdec.telemetry import Stats
 from refdec import LoopedLM, get_preset
-from refdec.sampling import SamplingParams, transform
+from refdec.sampling import SamplingParams, greedy_token, transform
 
 
 def test_width_for_pads_to_the_next_width():
@@ -263,3 +275,42 @@ def test_readout_laws_are_each_rows_transform_bitwise(n, V):
         for i in (n - 1, 0, n // 2):
             assert torch.equal(out.law(i, params), transform(logits[i], params)), (params, i)
     assert not torch.equal(out.law(0, SamplingParams(0.8)), transform(logits[1], SamplingParams(0.8)))
+
+
+def test_readout_argmax_is_each_rows_greedy_token():
+    """Readout.argmax (every row's argmax found at once, what greedy commits) is greedy_token of
+    each row alone, ties (the first maximal index) and NaN rows included."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g)
+    logits[1, [7, 30]] = 9.0  # a tie: the first
+    logits[2] = 0.0  # all tied
+    logits[3, 11] = float("nan")
+    logits[4, 40] = float("inf")
+    out = Readout(logits)
+    assert [out.argmax(i) for i in range(6)] == [greedy_token(row) for row in logits]
+    assert (out.argmax(1), out.argmax(2), out.argmax(3), out.argmax(4)) == (7, 0, 11, 40)
+    lane = LaneLogits()
+    lane.at[2] = (out, 4)
+    assert lane.argmax(2) == 40
+
+
+def test_fused_chunks_split_lanes_into_the_calls_that_cost_least():
+    """A compiled prefill of 24 lanes runs calls of 16 + 4 + 4 lanes, not one padded to 64 (whose
+    rows each copy their keys); every n up to 70 is split into calls of at most 64 lanes, n lanes
+    in all, at the least cost (a call: its padded width + CALL_LANES) of any calls that hold n."""
+    widths = (1, 4, 16, 64)  # a compiled engine's
+    assert fused_chunks(24, widths) == (16, 4, 4)
+    assert fused_chunks(60, widths) == (60,)  # 4 lanes of padding cost less than five more calls
+    assert fused_chunks(384, widths) == (64,) * 6
+    for n in range(1, 71):
+        least = min(  # brute force: calls of each width, the rest in calls of 1
+            a * (64 + CALL_LANES) + b * (16 + CALL_LANES) + c * (4 + CALL_LANES) + rest * (1 + CALL_LANES)
+            for a in range(3)
+            for b in range(6)
+            for c in range(19)
+            for rest in [max(0, n - 64 * a - 16 * b - 4 * c)]
+        )
+        sizes = fused_chunks(n, widths)
+        assert sum(sizes) == n and max(sizes) <= 64 and min(sizes) > 0
+        paid = sum(min(w for w in widths if w >= k) + CALL_LANES for k in sizes)
+        assert paid == least, (n, sizes)
