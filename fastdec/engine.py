@@ -73,8 +73,9 @@ COMPILED_WIDTHS = (1, 4, 16, 64, 256, 1024)
 # a fused compiled call (Engine.advance with `to`) runs at most this many recurrences: a graph's
 # compile time grows with its length, and a deep model's step is long enough to pay a few calls
 FUSE_MAX = 8
-# a fused call's fixed cost in lanes (fused_chunks): the tiny Nanbeige's call at width w costs
-# about 80 us + w x 21 us on one core, graph entry, host inputs and per-call loops included
+# a fused call's fixed cost in lanes (fused_chunks): the tiny Nanbeige's prefill graph took 134,
+# 378 and 1,461 us at widths 4, 16 and 64 on one core (~50 us + 22 us a lane), and the host's
+# inputs and outputs of a call ~30 us more: ~80 us a call, about 4 lanes
 CALL_LANES = 4
 # and takes at most this many lanes: every row of a graph-safe call gathers the whole capacity, so a
 # batch's prefill padded to a width of 1,024 cost 2.5x its 384 rows (the tiny Nanbeige, 16 prompts)
