@@ -152,6 +152,29 @@ def test_side_rows_overlay_their_position_only():
     assert torch.equal(gk[0], expect)
 
 
+@pytest.mark.parametrize("length", [1, 9, 16])
+def test_the_compiled_gather_reads_the_keys_the_eager_one_does(length):
+    """A compiled engine's read (`put`: one index per (lane, KV head) into the flat buffers, its keys
+    one block) copies bitwise what the eager gather's index_select does, for lanes of several rows
+    and levels, side lanes overlaid at their position, and any key length up to the capacity."""
+    tl = _timeline()
+    args = (
+        torch.tensor([2, 0, 1, 2, 0]),  # rows
+        torch.tensor([3, 1, 4, 0, 1]),  # levels
+        torch.tensor([7, 0, 15, 3, 5]),  # positions
+        torch.tensor([1, 2, 0, 2, 0]),  # side slots
+        torch.tensor([True, False, True, False, True]),
+        torch.arange(length),
+    )
+    for layer in (0, 1):
+        want = tl.gather(layer, *args)
+        tl.put = True
+        got = tl.gather(layer, *args)
+        tl.put = False
+        for a, b in zip(got, want):
+            assert a.shape == (5, 2, length, 4) and torch.equal(a, b)
+
+
 def test_write_and_promote():
     tl = _timeline()
     k = torch.ones(2, 2, 4)
