@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     if a.cmd == "predict":
         t0 = time.perf_counter()
         say = lambda m: print(m, flush=True)  # noqa: E731
-        got = predict(a.model, None, "cpu", a.dtype, "quick", 0, say, a.slice, 1, measured=True).to_dict()
+        got = predict(a.model, dtype=a.dtype, progress=say, slice_seconds=a.slice, measured=True).to_dict()
         got.update(
             predict_wall=time.perf_counter() - t0,
             peak_rss=peak_rss(),

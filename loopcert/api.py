@@ -1,7 +1,7 @@
 """loopcert's public Python surface: what a user's decoder, script or test imports (docs/decoders.md,
 "The public surface").
 
-    from loopcert.api import NotApplicable, SamplingParams, certify, load_model
+    from loopcert.api import NotApplicable, SamplingParams, certify, load_model, predict
 
 A decoder author's own tests import loopcert.testing (assert_lossless, SMOKE_PLAN).
 
@@ -15,6 +15,8 @@ in any version. `refdec` and `fastdec` export the model and the fast decoder at 
 from __future__ import annotations
 
 from proofs.certificate import Certificate, Seeds, Stamp, read_certificate
+from proofs.cost.predict import predict
+from proofs.cost.prediction import Prediction
 from proofs.decoder_attributes import (
     SamplingSupport,
     batch_call_limit,
@@ -70,4 +72,7 @@ __all__ = [
     "certify",
     "read_certificate",
     "render_certificate",
+    # what a run would cost, certifying nothing (loopcert certify --predict)
+    "Prediction",
+    "predict",
 ]

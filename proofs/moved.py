@@ -61,6 +61,7 @@ PUBLIC_HOME = "loopcert.api"
 PUBLIC: dict[str, tuple[str, ...]] = {
     "proofs.protocol": ("Decoder", "BatchDecoder", "Factory", "NotApplicable"),
     "proofs.certify": ("certify", "CertifyPlan"),
+    "proofs.run.predict": ("predict",),
 }
 
 

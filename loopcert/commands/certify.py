@@ -280,7 +280,7 @@ def run(args) -> int:
         jobs = default_jobs(args.device)  # Ray's default: one per CPU (GPU) of the cluster
     check_outputs(args)
     http, relative_http = http_options(args)
-    # the run both certify() and predict() take: what, with what, where, which plan and seed
+    # the run: what, with what, where, which plan and seed (--predict takes them by name)
     what = (args.model, args.decoder, args.device, args.dtype, args.mode, args.seed, progress)
     if args.predict_measured and args.predict is None:
         raise LoopcertError("--predict-measured goes with --predict SECONDS: give both, or neither")
@@ -292,7 +292,13 @@ def run(args) -> int:
                 "check's draws)"
             )
         got = predict(
-            *what,
+            args.model,
+            args.decoder,
+            plan=args.mode,
+            device=args.device,
+            dtype=args.dtype,
+            seed=args.seed,
+            progress=progress,
             slice_seconds=args.predict,
             jobs=jobs or default_jobs(),
             executor=args.executor,

@@ -32,17 +32,17 @@ from proofs.cost.parts import PROBE_FIELDS, part_of, row_of
 from proofs.cost.prediction import CheckCost, Estimate, Prediction, SampledUnit
 from proofs.decoders.candidates import fastdec_grid, user_candidate
 from proofs.decoders.draw import FIRST_CHUNK, draw
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.http_decoder import HTTPOptions
+from proofs.decoders.protocol import Decoder, Factory, NotApplicable
 from proofs.prompts import PROMPT_LEN
 from proofs.run.budget import SamplingPool
-from proofs.run.certify import default_model_name
+from proofs.run.certify import decoder_argument, default_model_name, plan_of
 from proofs.run.jobs import check_jobs, makespan
-from proofs.run.plan import PLANS, CertifyPlan
+from proofs.run.plan import CertifyPlan
 from proofs.run.remote import RunSpec
 from proofs.run.run import CertifyRun
 from proofs.run.sampling_units import decoder_of, sampling_checks
 from proofs.run.units import dispatch_order, plan_units
-from refdec.errors import LoopcertError
 from refdec.files import parse_dtype
 from refdec.memory import check_fits
 from refdec.progress import Progress
@@ -91,24 +91,29 @@ def probe_plan(
 
 
 def predict(
-    model_name: str | None = None,
-    decoder: str | None = None,
+    model: str | None = None,
+    decoder: str | Decoder | Factory | None = None,
+    *,
+    plan: str | CertifyPlan = "quick",
     device: str = "cpu",
     dtype="float32",
-    mode: str = "quick",
     seed: int = 0,
+    label: str | None = None,
+    http: HTTPOptions | None = None,
     progress: Progress | None = None,
     slice_seconds: float = PREDICT_SECONDS,
     jobs: int = 1,
     executor: str = "local",
     time_budget: float | None = None,
     measured: bool = False,
-    http=None,
 ) -> Prediction:
-    """The prediction of the module docstring, typed (proofs/cost/prediction.py), after the
-    layer-cut estimate (its `estimate`): where that says the measured prediction would take past
+    """What `certify` with the same arguments would cost, certifying nothing (`loopcert certify
+    --predict SLICE_SECONDS`; docs/decoders.md "Certify from Python and from your tests"): the
+    prediction of the module docstring, typed (proofs/cost/prediction.py), after the layer-cut
+    estimate (its `estimate`): where that says the measured prediction would take past
     PREDICT_LIMIT or the run past an hour, it stops there (`stopped`, its `warnings` naming the
-    largest part and the flags that help) unless `measured` asks for the rest.
+    largest part and the flags that help) unless `measured` asks for the rest. `model`,
+    `decoder` (a spec, a decoder object or a factory), `plan`, `label` and `http` are certify()'s.
 
     The run's time counts what each sampling unit will sample within the budget (`time_budget`,
     default the plan's: budgeted); the sampling time to reach the plan's TV is reported beside it.
@@ -118,15 +123,15 @@ def predict(
     (proofs/run/remote.py RunSpec), timed here as one pickle round trip of it; Ray's own start (a
     local cluster's) is not counted."""
     say = progress or (lambda _msg: None)
-    if mode not in PLANS:
-        raise LoopcertError(f"mode must be one of {sorted(PLANS)}, got {mode!r}")
+    plan, dtype = plan_of(plan), parse_dtype(dtype)
     check_number("--predict (seconds)", slice_seconds, 0, 1e6, low_open=True)
     check_jobs(jobs, device, executor)
-    plan, dtype = PLANS[mode], parse_dtype(dtype)
-    model_name = model_name or default_model_name()
+    user, http = decoder_argument(decoder, label, executor, model, http, progress)
+    model_name = model or default_model_name()
     budget_s = plan.sampling_budget_s if time_budget is None else float(time_budget)
     check_fits(run_need(model_name, dtype, device), f"certifying {model_name}", FIT_HINT)  # before the cuts
-    user = user_candidate(decoder, http=http) if decoder else None  # http: an http:// decoder's HTTPOptions
+    if isinstance(user, str):  # a spec; a Python decoder is its Candidate already
+        user = user_candidate(user, http=http)
     est = cut_first(model_name, plan, dtype, device, user, budget_s, jobs, slice_seconds, say)
     if est.warnings and not measured:
         return Prediction(plan.mode, model_name, dtype_name(dtype), plan.tv, est, True, est.warnings)

@@ -90,6 +90,39 @@ def certify(
                 plan = renamed.pop(old)
     if renamed:
         raise TypeError(f"certify() got unexpected keyword argument(s): {', '.join(sorted(renamed))}")
+    user, http = decoder_argument(decoder, label, executor, model, http, progress)
+    cert = run_certify(
+        model,
+        user,
+        device,
+        dtype,
+        plan,
+        seed,
+        progress,
+        time_budget=time_budget,
+        jobs=jobs,
+        executor=executor,
+        ray_address=ray_address,
+        relative_to=relative_to,
+        compile=compile,
+        http=http,
+    )
+    if isinstance(decoder, str):  # what the command stamps too: the server it found, the versions
+        cert = cert.with_stamp(decoder=described(decoder, cert.stamp.decoder))
+    return cert
+
+
+def decoder_argument(
+    decoder: str | Decoder | Factory | None,
+    label: str | None,
+    executor: str,
+    model: str | None,
+    http: HTTPOptions | None,
+    progress: Progress | None,
+) -> tuple[str | Candidate | None, HTTPOptions | None]:
+    """certify()'s and predict()'s `decoder`, `label` and `http` checked: (the spec string, None
+    for fastdec, or a Python decoder's Candidate; the http:// spec's options, naming `model` unless
+    they name one). A LoopcertError names a bad one, before any work."""
     if decoder is None or isinstance(decoder, str):
         if label is not None:
             raise LoopcertError(
@@ -116,25 +149,7 @@ def certify(
             f"{user.label} has no `model` attribute saying which model it decodes: it is taken as built "
             f"for {model or 'the default model'}, and its tokens are judged as such"
         )
-    cert = run_certify(
-        model,
-        user,
-        device,
-        dtype,
-        plan,
-        seed,
-        progress,
-        time_budget=time_budget,
-        jobs=jobs,
-        executor=executor,
-        ray_address=ray_address,
-        relative_to=relative_to,
-        compile=compile,
-        http=http,
-    )
-    if isinstance(decoder, str):  # what the command stamps too: the server it found, the versions
-        cert = cert.with_stamp(decoder=described(decoder, cert.stamp.decoder))
-    return cert
+    return user, http
 
 
 def run_certify(

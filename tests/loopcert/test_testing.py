@@ -16,7 +16,7 @@ from plans import untimed
 
 import fastdec
 from fastdec import DecodeConfig
-from loopcert.api import CertifyPlan, LoopcertError, certify, load_model
+from loopcert.api import CertifyPlan, LoopcertError, Prediction, certify, load_model, predict
 from loopcert.testing import SMOKE_PLAN, assert_lossless
 from refdec.sampling import SamplingParams
 
@@ -112,6 +112,24 @@ def test_an_object_built_for_another_model_is_a_usage_error():
     applies = r"does not apply to the certified model tiny-ouro: .*built for another model \(tiny-raven\)"
     with pytest.raises(LoopcertError, match=applies):
         certify("tiny-ouro", raven, plan=SMOKE_PLAN)
+
+
+def test_predict_costs_what_certify_would_run_with_the_same_arguments(ouro):
+    """loopcert.api.predict(model, decoder, plan=...): certify()'s arguments, a decoder object and a
+    CertifyPlan among them; certifies nothing; predicts every check the certificate then has, and
+    samples the object's own decoder (no fastdec setting) at a positive rate."""
+    plan = dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
+    got = predict("tiny-ouro", FastWrapper(ouro), plan=plan, slice_seconds=0.2, measured=True)
+    assert isinstance(got, Prediction) and not got.stopped
+    assert (got.mode, got.model, got.target_tv) == ("smoke", "tiny-ouro", plan.tv)
+    assert {u.setting for u in got.units} == {f"{__name__}.FastWrapper"} and len(got.units) == 2
+    assert all(u.slice > 0 and u.samples_per_s > 0 for u in got.units)
+    cert = certify("tiny-ouro", FastWrapper(ouro), plan=plan)
+    assert {c.check for c in got.checks} == {c.name for c in cert.checks}
+    with pytest.raises(LoopcertError, match="not with executor 'ray'"):
+        predict("tiny-ouro", FastWrapper(ouro), plan=plan, executor="ray")
+    with pytest.raises(LoopcertError, match="plan must be one of .* got 'smoke'"):
+        predict("tiny-ouro", plan="smoke")
 
 
 def test_usage_errors_name_the_bad_value(ouro):
