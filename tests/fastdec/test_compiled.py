@@ -241,6 +241,35 @@ def test_a_compiled_engine_pads_to_fewer_widths():
     assert Engine(model, 2, [2], capacity=64, rows=16, compiled=True).widths == (1, 4, 16, 64, 256, 1024)
 
 
+def test_a_compiled_step_of_many_lanes_runs_as_the_calls_that_cost_least(aot_eager):
+    """A step's lanes (a batch's pipelined round: new lanes beside deeper ones, side lanes) run in
+    fused_chunks' calls at STEP_LANES a call, not in one call padded to the next width 4x up (26
+    lanes: 16 + 16 or 16 + 4 + 4 + 4, not 64); the states, logits and cache are an eager engine's."""
+    import fastdec.engine as engine_mod
+
+    model = tiny(TINY_LOOPCODER)
+    R = model.cfg.recurrence
+    runs = {}
+    for compiled in (False, True):
+        engine = Engine(model, R, [1, R], capacity=64, n_side=2, reads="gather", rows=2, compiled=compiled)
+        for tl in engine.cache.timelines():
+            tl.put = True  # both write through the flat views
+        lanes = lanes_for(engine, "recur", 26)
+        calls = engine.advance(lanes)
+        runs[compiled] = (
+            [ln.h[0][ln.h[1]] for ln in lanes]
+            + [ln.logits[ln.depth] for ln in lanes if ln.depth in engine.readout_slot]
+            # the cells, not the trash position padded rows write to
+            + [t[..., : engine.capacity, :].clone() for tl in engine.cache.timelines() for t in (tl.k, tl.v)]
+        )
+        widths = [c.width for c in calls if c.kind == "recur"]
+    sizes = engine_mod.fused_chunks(26, engine.widths, engine_mod.STEP_LANES)
+    assert widths == [engine.width(n) for n in sizes] and 64 not in widths and len(sizes) > 1
+    assert len(runs[True]) == len(runs[False])
+    for want, got in zip(runs[False], runs[True]):
+        assert_close(got, want)
+
+
 def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
     from proofs.decoders.candidates import fastdec_grid
     from proofs.run.certify import certify
