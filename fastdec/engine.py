@@ -83,8 +83,8 @@ FUSE_WIDTH = 64
 # an unfused step of a compiled engine (a batch's pipelined round: new lanes beside deeper ones) is
 # split the same way, a chunk paying up to three calls (prelude, recur, readout): 26 lanes run as
 # 16 + 16, not as one call padded to 64. tiny-loopcoder's compiled pipelined decoding at batch 16
-# gained 1.35x (median of 20 rounds in turns; 4 to 24 lanes a chunk measured alike), tiny
-# Nanbeige's (half the width) nothing
+# gained 1.07x (median of 30 rounds in turns, quartiles 1.06-1.09; 4 and 24 lanes a chunk no worse),
+# tiny Nanbeige's (half the width) nothing
 STEP_LANES = 3 * CALL_LANES
 # a greedy chain (Engine.chain) decodes one sequence's next tokens in one compiled graph, each token
 # the argmax of the last, as many tokens as fit in this many recurrences (2 or more, else none): the
