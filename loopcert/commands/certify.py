@@ -228,6 +228,8 @@ def command_line(args, model: str) -> str:
             parts.append(f"--relative-to {args.relative_to}")
         parts += http_command_parts(args)
     parts += [f"--device {args.device}", f"--dtype {args.dtype}", f"--{args.mode}", f"--seed {args.seed}"]
+    if args.compile:  # another decoder: fastdec's compiled grid
+        parts.append("--compile")
     if args.time_budget is not None:
         parts.append(f"--time-budget {args.time_budget:g}")
     return " ".join(parts)

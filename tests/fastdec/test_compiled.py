@@ -281,6 +281,19 @@ def test_certify_compile_names_the_compiled_grid_and_refuses_a_user_decoder():
         certify("tiny-raven", "some.module:make", compile=True)
 
 
+def test_the_stamped_command_of_a_compiled_run_reruns_it_compiled():
+    """The stamp's command reruns the run: --compile certifies another decoder (fastdec compiled)."""
+    import argparse
+
+    from loopcert.commands.certify import add_arguments, command_line
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    for argv, compiled in ((["tiny-raven", "--compile"], True), (["tiny-raven"], False)):
+        line = command_line(p.parse_args(argv), "tiny-raven")
+        assert line.startswith("loopcert certify tiny-raven ") and ("--compile" in line.split()) == compiled
+
+
 def test_prepare_compiles_every_shape_and_changes_no_token():
     """Decoder.prepare compiles the engine's every (phase, width) before decoding (aot_eager here:
     the graphs, not inductor's code); the tokens after it are the eager decoder's, in batches of any
