@@ -53,8 +53,10 @@ def batch_settings(R: int) -> list[DecodeConfig]:
     deeper draft, rejected less often, spends fewer lane-steps per token."""
     out = gate_settings(R)
     for deep in sorted({R // 8, R // 4}):
+        if not 2 < deep < R:  # checked first: below R = 8 a depth of R // 8 = 0 is no setting
+            continue
         cfg = DecodeConfig("pipelined", draft_depth=deep)
-        if 2 < deep < R and cfg not in out:
+        if cfg not in out:
             out.append(cfg)
     return out
 

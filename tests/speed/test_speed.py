@@ -61,6 +61,8 @@ def test_settings_labels_and_grid():
     assert [s.label for s in settings.batch_settings(32)][-2:] == ["pipelined d1=4", "pipelined d1=8"]
     assert [s.label for s in settings.batch_settings(16)][-1] == "pipelined d1=4"  # R/8 = 2: not deeper
     assert settings.batch_settings(8) == settings.gate_settings(8)
+    for R in (2, 3, 4, 7):  # the tiny presets' depths: R // 8 = 0 is no depth (it raised)
+        assert settings.batch_settings(R) == settings.gate_settings(R)
 
 
 def test_ratio_is_paired_by_round():
