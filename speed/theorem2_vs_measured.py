@@ -94,6 +94,12 @@ def theorem2_compare(spectrum: DepthSpectrum, rows: Sequence[GridRow]) -> Theore
     except LoopcertError as e:
         return Theorem2Comparison(R, **measured, fitted=False, reason=str(e))
     alpha, beta = env.alpha, env.beta
+    if not alpha > 0:  # as the certificate's theorem2_traces check: not applicable, not an error
+        why = (
+            f"the mean TV to the full depth does not decay with depth (fitted alpha {alpha:.3g} <= 0 "
+            f"over depths {list(env.depths)}): Theorem 2's envelope beta r^-alpha assumes it does"
+        )
+        return Theorem2Comparison(R, **measured, fitted=False, reason=why)
     d1, d2 = optimal_depths(alpha, beta, R)
     pairs = [(r.draft_depth, r.second_depth) for r in pipes if r.second_depth is not None]
     bound = {d: expected_cost(d[0], d[1], alpha, beta, R) for d in pairs}

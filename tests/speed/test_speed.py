@@ -182,6 +182,10 @@ def test_theorem2_compare_recovers_a_power_law():
     assert t.best_on_grid in ((2, 8), (4, 8)) and set(t.bound_cost) == {"2,8", "4,8"}
     flat = theorem2_vs_measured.theorem2_compare(_spectrum([0.0] * R), grid)
     assert not flat.fitted and "two distinct depths" in flat.reason
+    # a curve that grows with depth (tiny-raven's random weights): no optimum, said, not raised
+    rising = theorem2_vs_measured.theorem2_compare(_spectrum([0.1 * r for r in range(1, R)] + [0.0]), grid)
+    assert not rising.fitted and "does not decay with depth (fitted alpha" in rising.reason
+    assert rising.measured_best.d1 == 2 and rising.d1_star is None
 
 
 def test_perf_model_matches_design_formula(model):
@@ -369,3 +373,21 @@ def test_call_parts_times_every_part_and_removes_its_instruments(model):
     assert (fastdec.engine.attention, refdec.layers.mlp) == funcs
     assert not {"write", "run_view", "side_view", "gather"} & set(vars(tl))
     assert torch.equal(eng.run_phase("recur", lanes)[1][0], before)
+
+
+def test_the_speedup_report_runs_to_its_end_on_a_tiny_preset(tmp_path):
+    """`loopcert bench` on the tiny presets (R < 8, random weights) failed after all its timing:
+    tiny-raven's depth curve, which grows with depth, made Theorem 2's optimum raise, and the batch
+    table built a pipeline of draft depth R // 8 = 0 (every tiny preset). The report is written now,
+    saying why no envelope was fitted."""
+    from loopcert.cli import main
+
+    argv = ["bench", "tiny-raven", "--quick", "--tokens", "4", "--repeats", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    md = (tmp_path / "speedup.md").read_text()
+    assert (
+        json.loads((tmp_path / "speedup.json").read_text())["theorem2"]["R"]
+        == get_preset("tiny-raven").recurrence
+        < 8
+    )
+    assert "Envelope not fitted: the mean TV to the full depth does not decay with depth" in md
