@@ -72,6 +72,8 @@ from refdec.errors import LoopcertError
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # graphs per engine: up to 3 phases x the engine's widths (7 for one sequence, more in a batch)
 RECOMPILE_LIMIT = 64
+# graphs of one code object in a process, all engines together (dynamo's accumulated limit)
+ACCUMULATED_LIMIT = 64 * RECOMPILE_LIMIT
 # inductor's options: its C++ wrapper calls the kernels (a Python wrapper costs ~1 us per op, and
 # a fused step has a few hundred); measured on the tiny Nanbeige: docs/measurements.md#compiled-steps
 INDUCTOR_OPTIONS = {"cpp_wrapper": True}
@@ -108,19 +110,22 @@ def _compile_kwargs() -> dict:
     """torch.compile's options: one cache of graphs per compiled callable where this torch has
     `isolate_recompiles` (2.10+: an engine's graphs never evict another engine's); on older
     torch (>= 2.4) dynamo's global limit on graphs per code object is raised instead, since every
-    (phase, width) of every engine compiles the same `phase_fn`."""
+    (phase, width) of every engine compiles the same `phase_fn`. On every torch, dynamo's limit on
+    the graphs of one code object summed over all its caches (accumulated_recompile_limit, 256 in
+    2.13) is raised to ACCUMULATED_LIMIT: every compiled decoder of a process traces the same `step`,
+    and `loopcert bench --compile` builds dozens of them (past 256 graphs the next one failed with
+    FailOnRecompileLimitHit)."""
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), ACCUMULATED_LIMIT))
     params = inspect.signature(torch.compile).parameters
     if "isolate_recompiles" in params and "recompile_limit" in params:
         return {"isolate_recompiles": True, "recompile_limit": RECOMPILE_LIMIT}
-    import torch._dynamo.config as dynamo_config
-
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 8 * RECOMPILE_LIMIT))
-    if hasattr(dynamo_config, "accumulated_cache_size_limit"):
-        dynamo_config.accumulated_cache_size_limit = max(
-            dynamo_config.accumulated_cache_size_limit, 64 * RECOMPILE_LIMIT
-        )
     return {}
 
 

@@ -525,3 +525,32 @@ def test_a_graph_compiled_before_without_the_decomposition_is_not_served():
     text = "\n".join(code)
     assert "mm_out" not in text and "extern_kernels." not in text
     assert_close(out[0], step({"x": x})[0])
+
+
+def test_a_process_compiles_past_dynamos_limit_on_one_code_objects_graphs(monkeypatch):
+    """Every compiled engine traces the same `step`: dynamo caps the graphs of one code object over all
+    its caches (accumulated_recompile_limit, 256 in torch 2.13), and `loopcert bench --compile`'s
+    dozens of decoders passed it (FailOnRecompileLimitHit at the next graph). Compiling raises the
+    cap (fastdec.compiled.ACCUMULATED_LIMIT): set to 2 here, six graphs compile."""
+    import torch._dynamo.config as dynamo_config
+
+    import fastdec.compiled as compiled_mod
+
+    names = [
+        n
+        for n in ("accumulated_recompile_limit", "accumulated_cache_size_limit")
+        if hasattr(dynamo_config, n)
+    ]
+    for name in names:
+        monkeypatch.setattr(dynamo_config, name, 2)
+    model = tiny(TINY_PRESETS[0])
+    R = model.cfg.recurrence
+    engine = Engine(model, R, [R], capacity=64, reads="gather", rows=1)
+    phases = CompiledPhases(engine, backend="aot_eager")
+    for width in (1, 2):
+        for kind in PHASES:
+            inp, _, _ = engine.phase_inputs(kind, lanes_for(engine, kind, width), width)
+            with torch.inference_mode():
+                phases.run(kind, inp)
+    assert len(phases.fns) == 6
+    assert names and all(getattr(dynamo_config, n) == compiled_mod.ACCUMULATED_LIMIT for n in names)
