@@ -34,6 +34,7 @@ def stamp_section(res: SpeedReport) -> str:
         ["versions", f"torch {s['torch']}, python {s['python']}, numpy {s['numpy']}"],
         ["platform", s["platform"]],
         ["mode", s["mode"]],
+        ["engine steps", _steps(s)],
         [
             "workload",
             f"{len(res.prompts)} prompts of {fmt(res.prompts)} tokens, {res.plan.grid.tokens} new "
@@ -43,6 +44,18 @@ def stamp_section(res: SpeedReport) -> str:
         ["load average (1, 5, 15 min)", f"start {fmt(load.get('start'))}, end {fmt(load.get('end'))}"],
     ]
     return "## Stamp\n\n" + table(rows, ["", ""])
+
+
+def _steps(s: dict) -> str:
+    if not s.get("compile"):
+        return "eager"
+    return (
+        "compiled (--compile: torch.compile, fastdec/compiled.py): every timed fastdec decoder, each "
+        "warmed up, untimed, by the very calls it then times, so every graph was compiled before "
+        f"({fmt(s.get('compile_seconds'), 3)} s compiling in all, outside every figure); eager: the "
+        "untimed rewind telemetry and the step-cost probes (context sweep, step cost against width). "
+        "naive-kv is not fastdec: it runs as it is"
+    )
 
 
 CLOCKS = {
@@ -253,6 +266,15 @@ def spectrum_section(res: SpeedReport) -> str:
     )
 
 
+def _eager_probes(compiled: bool) -> str:
+    return (
+        ", timed on an eager engine's calls: the decode figures are compiled, and a compiled call is one "
+        "fused graph that the probes cannot take apart"
+        if compiled
+        else ""
+    )
+
+
 def context_section(res: SpeedReport) -> str:
     c = res.context
     wb = c.rows[0].weight_bytes if c.rows else 0
@@ -284,7 +306,8 @@ def context_section(res: SpeedReport) -> str:
         "## Speedup against context length\n\n"
         f"`{c.setting}` over the baseline with a real context of L cached positions (the prompts laid end "
         f"to end), {c.tokens} new tokens, {c.repeats} interleaved rounds. `W-step / 1-step`: measured "
-        f"cost of one recurrence call at the pipeline's width over width 1 at that context. `model`: "
+        f"cost of one recurrence call at the pipeline's width over width 1 at that context"
+        f"{_eager_probes(c.compiled)}. `model`: "
         f"docs/design.md section 5, R(Wb + A) / (d1 Wb + R A) with Wb = {wb} weight bytes per step "
         f"(adapter + "
         "core) and A = KV bytes one lane reads per step (core layers, L positions); it assumes every draft "
@@ -468,7 +491,8 @@ def batch_section(res: SpeedReport) -> str:
         if not costs
         else (
             f"\n\nWhy B={b} speedups are small on this device: step cost against width at B={b} (each of "
-            "the B sequences holding 1, 2, 4, ... lanes, all at one depth). Every token of every strategy is "
+            f"the B sequences holding 1, 2, 4, ... lanes, all at one depth{_eager_probes(t.compiled)}). "
+            "Every token of every strategy is "
             "one lane deepened to the full depth, so a setting's decode time is about its lane-steps per "
             "token times the per-lane-step cost at its width; ceiling: the baseline's per-lane-step cost at "
             f"width B={b} over the cheapest of any width, times the baseline's lane-steps per token over the "

@@ -103,6 +103,8 @@ class BatchTable:
     rows: list[BatchRow]
     samples: list[SampleRate]
     width_costs: list[WidthCost] = field(default_factory=list)
+    compiled: bool = False  # rows and samples/s of compiled decoders (width_costs: eager engine calls)
+    compile_seconds: float = 0.0  # what compiling them took, in untimed warm-ups
 
     def ceiling(self, label: str, batch: int) -> float | None:
         """Upper estimate of a setting's speedup over the baseline at B from step costs: the
@@ -144,17 +146,25 @@ def batch_rows(
     clock: str,
     device,
     say: Progress,
-) -> list[BatchRow]:
-    """settings[0] is the baseline. Sequence i of a batch decodes prompt i (mod len(prompts))."""
-    decs = {st.label: Decoder(model, st, device=device, max_batch=max(plan.batches)) for st in settings}
+    compile: bool = False,
+) -> tuple[list[BatchRow], float]:
+    """settings[0] is the baseline. Sequence i of a batch decodes prompt i (mod len(prompts)).
+    -> (rows, seconds the decoders spent compiling: `compile`, all in their warm-ups)."""
+    decs = {
+        st.label: Decoder(model, st, device=device, max_batch=max(plan.batches), compile=compile)
+        for st in settings
+    }
     labels = list(decs)
     base = labels[0]
     runs = {}
+    # a compiled decoder's warm-up is the timed call itself (the same batch, tokens and seeds: the
+    # same engine calls), so every graph a round calls is compiled before it
+    warm_tokens = plan.tokens if compile else 2
     for b in plan.batches:
         batch = [list(prompts[i % len(prompts)])[-plan.prompt_len :] for i in range(b)]
         seeds = list(range(b))
         for dec in decs.values():  # warm-up: allocation of this B's engine, first-call dispatch
-            dec.generate_batch(batch, 2, GREEDY, seeds)
+            dec.generate_batch(batch, warm_tokens, GREEDY, seeds)
         secs = {lb: [] for lb in labels}
         tokens = dict.fromkeys(labels, 0)
         accepted = dict.fromkeys(labels, 0)
@@ -199,7 +209,7 @@ def batch_rows(
                     per_token,
                 )
             )
-    return rows
+    return rows, sum(d.compile_seconds for d in decs.values())
 
 
 def sample_rates(
@@ -209,16 +219,22 @@ def sample_rates(
     clock: str,
     device,
     say: Progress,
-) -> list[SampleRate]:
-    """Certification throughput: SAMPLE_TOKENS-token samples at temperature 1 of one prompt."""
+    compile: bool = False,
+) -> tuple[list[SampleRate], float]:
+    """Certification throughput: SAMPLE_TOKENS-token samples at temperature 1 of one prompt.
+    -> (rates, seconds compiling: a compiled decoder's warm-up makes every call it will time, with
+    the same seeds, so each graph they call is compiled before it is timed)."""
     prompt = list(SAMPLE_PROMPT)
-    out = []
+    out, compiled = [], 0.0
     for st in settings:
-        dec = Decoder(model, st, device=device, max_batch=plan.sample_batch)
+        dec = Decoder(model, st, device=device, max_batch=plan.sample_batch, compile=compile)
         n = plan.sample_batch
-        dec.generate_batch([prompt] * n, SAMPLE_TOKENS, SAMPLING, list(range(n)))  # warm-up
-        dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, 0)
         total = plan.sample_calls * n
+        warm = (total, plan.sample_alone) if compile else (n, 1)
+        dec.generate_batch([prompt] * warm[0], SAMPLE_TOKENS, SAMPLING, list(range(warm[0])))  # warm-up
+        for s in range(warm[1]):
+            dec.generate(prompt, SAMPLE_TOKENS, SAMPLING, s)
+        compiled += dec.compile_seconds
         sync(device)
         t = _clock(clock)
         res = dec.generate_batch([prompt] * total, SAMPLE_TOKENS, SAMPLING, list(range(total)))
@@ -232,7 +248,7 @@ def sample_rates(
         alone = plan.sample_alone / (_clock(clock) - t)
         out.append(SampleRate(st.label, n, batched, alone, batched / alone, lane_steps))
         say(f"  samples/s {st.label}: {batched:.4g} batched (B={n}) vs {alone:.4g} alone")
-    return out
+    return out, compiled
 
 
 def width_costs(
@@ -283,17 +299,22 @@ def batch_table(
     clock: str,
     device="cpu",
     progress: Progress | None = None,
+    compile: bool = False,
 ) -> BatchTable:
+    """`compile`: the rows and samples/s of decoders with compiled steps (each warmed up by the calls
+    it will time, so no compile is timed); the step costs against width stay an eager engine's calls
+    (a compiled engine splits a wide unfused step into the calls that cost least, so it has no one
+    cost per width to read)."""
     say = progress or quiet
-    rows = batch_rows(model, settings, prompts, plan, clock, device, say)
-    samples = sample_rates(sample_model, sample_settings, plan, clock, device, say)
+    rows, rows_prep = batch_rows(model, settings, prompts, plan, clock, device, say, compile)
+    samples, samples_prep = sample_rates(sample_model, sample_settings, plan, clock, device, say, compile)
     b = max(plan.batches)
     costs = width_costs(model, settings[0], b, plan.prompt_len, clock, device)
     say(
         f"  step cost at B={b}: "
         + ", ".join(f"W={c.width} {c.us_per_lane_step:.3g} us/lane-step" for c in costs)
     )
-    return BatchTable(plan, clock, sample_name, rows, samples, costs)
+    return BatchTable(plan, clock, sample_name, rows, samples, costs, compile, rows_prep + samples_prep)
 
 
 BATCH_TARGETS = {"pipelined_b16": 1.5, "samples": 20.0}  # CPU, default model

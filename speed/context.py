@@ -132,6 +132,8 @@ class ContextSweep:
     stops_paying_at: int | None  # the first context with speedup < 1
     main_loss: str | None  # at the longest context, the lowest factor: step cost, fill, rejections, rest
     step_cause: StepCause | None = None  # at the longest context, what a W-lane step's time is spent on
+    compiled: bool = False  # the timed decoders ran compiled steps (the probes: eager engine calls)
+    compile_seconds: float = 0.0  # what compiling them took, in time_runs' untimed warm-ups
 
 
 @dataclass(frozen=True)
@@ -190,26 +192,31 @@ def context_sweep(
     device="cpu",
     seed: int = 0,
     progress: Progress | None = None,
+    compile: bool = False,
 ) -> ContextSweep:
     """Speedup of `setting` over the baseline against the number of cached positions, beside the
     performance model, and the measured cost of a recurrence call at the pipeline's width W =
-    ceil(R/d1) over width 1 at that context (the KV-traffic term of the model)."""
+    ceil(R/d1) over width 1 at that context (the KV-traffic term of the model). `compile`: the two
+    timed decoders run compiled steps (time_runs compiles them in its warm-up); the probes time
+    an eager engine's calls (a compiled call is one fused graph: call_parts cannot take it apart)."""
     R = model.cfg.recurrence
     clock = default_clock(device)
     c = CLOCK_INDEX[clock]
     d1 = setting.draft_depth or R
     w = next(x for x in (1, 2, 4, 8, 16, 32, 64) if x >= -(-R // d1))
-    base = Decoder(model, DecodeConfig("autoregressive"), device=device)
-    fast = Decoder(model, setting, device=device)
+    base = Decoder(model, DecodeConfig("autoregressive"), device=device, compile=compile)
+    fast = Decoder(model, setting, device=device, compile=compile)
+    probe = Decoder(model, setting, device=device) if compile else fast
     for dec in (base, fast):  # one prefill per context length and decoder, not one per round
         dec.reuse_prefill = True
     seq = long_sequence(prompts, max(lengths))
-    rows = []
+    rows, compiled = [], 0.0
     for L in lengths:
         if L + n_tokens > model.cfg.max_seq_len:
             continue
         t = time_runs({BASELINE: base, setting.label: fast}, [seq[:L]], n_tokens, repeats, GREEDY, seed)
-        eng = fast.engine(L + n_tokens)
+        compiled += t[BASELINE]["compile_seconds"] + t[setting.label]["compile_seconds"]
+        eng = probe.engine(L + n_tokens)
         parts_1, parts_w = (call_parts(eng, L, x, clock, calls=16) for x in (1, w))
         fixed = step_costs(eng, w, [("recur", 1), ("recur", w)], calls=16)
         eng.reads = "gather"
@@ -217,7 +224,7 @@ def context_sweep(
             gather = step_costs(eng, L, [("recur", w)], calls=16)
         finally:
             eng.reads = "view"
-        fast.forget_prefills()  # the probes wrote rows a saved prefill may own
+        probe.forget_prefills()  # the probes wrote rows a saved prefill may own
         b, f = t[BASELINE], t[setting.label]
         pm = perf_model(model, d1, R, L)
         k = R / d1
@@ -276,4 +283,6 @@ def context_sweep(
         stop,
         main_loss(rows[-1]) if rows else None,
         step_cause(rows[-1]) if rows else None,
+        compiled=compile,
+        compile_seconds=compiled,
     )

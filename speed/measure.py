@@ -43,9 +43,13 @@ def bench(
     device="cpu",
     naive=None,
     progress: Progress | None = None,
+    compile: bool = False,
 ) -> SpeedReport:
     """Everything the speedup report shows. `naive`: proofs.decoders.naive_kv's decoder, timed beside
-    the baseline (None: no honest-baseline section)."""
+    the baseline (None: no honest-baseline section). `compile` (bench --compile): every timed fastdec
+    decoder runs compiled engine steps (fastdec/compiled.py), warmed up by the calls it will time so
+    that no compile is timed; the
+    untimed telemetry and the step-cost probes stay eager (the report says so)."""
     say = progress or quiet
     load = {"start": loadavg()}
     R = model.cfg.recurrence
@@ -53,7 +57,7 @@ def bench(
     every_prompt = [tuple(p) for p in prompts]  # the context sweep lays them all end to end
     prompts = work.select(prompts)
     settings = grid(R, plan.mode == "quick")
-    decoders = {st.label: Decoder(model, st, device=device) for st in settings}
+    decoders = {st.label: Decoder(model, st, device=device, compile=compile) for st in settings}
     if naive is not None:
         decoders[NAIVE] = naive
     say(
@@ -71,7 +75,10 @@ def bench(
     say("sampling (T=1)")
     samp_settings = gate_settings(R)
     samp = time_runs(
-        {st.label: decoders.get(st.label) or Decoder(model, st, device=device) for st in samp_settings},
+        {
+            st.label: decoders.get(st.label) or Decoder(model, st, device=device, compile=compile)
+            for st in samp_settings
+        },
         prompts,
         work.tokens,
         plan.sampling_repeats,
@@ -99,6 +106,7 @@ def bench(
         device,
         work.seed,
         say,
+        compile=compile,
     )
     say("batch table")
     sample_model = load_model(SAMPLE_MODEL).to(device=device, dtype=next(model.parameters()).dtype)
@@ -114,10 +122,17 @@ def bench(
         clock,
         device,
         say,
+        compile=compile,
     )
     load["end"] = loadavg()
+    compiled = {
+        "compile": compile,
+        "compile_seconds": sum(t["compile_seconds"] for t in (*times.values(), *samp.values()))
+        + sweep.compile_seconds
+        + batch.compile_seconds,
+    }
     return SpeedReport(
-        stamp=bench_stamp(model_name, model, device, plan, load),
+        stamp={**bench_stamp(model_name, model, device, plan, load), **compiled},
         plan=plan,
         clock=clock,
         R=R,

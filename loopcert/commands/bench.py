@@ -1,6 +1,8 @@
 """`loopcert bench`: the speedup report, and the regression gates.
 
     loopcert bench [MODEL] [--quick] [--device D] [--out DIR]   writes DIR/speedup.md + speedup.json
+    loopcert bench [MODEL] --compile ...                          the same report of compiled fastdec
+                                                                  (warmed up by the calls it times)
     loopcert bench [MODEL] --quick --write-baseline [--baseline F]  writes the gate baseline F (the gate
                                                                   plan, commit, machine, protocol)
     loopcert bench [MODEL] --quick --gate [--baseline F]          exit 1 if a gated figure moved
@@ -58,6 +60,12 @@ def add_arguments(p) -> None:
         action="store_true",
         help="load-test `loopcert serve MODEL` on 127.0.0.1 (needs the serve extra)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="time fastdec with compiled engine steps (torch.compile; each decoder warmed up, untimed, "
+        "by the calls it then times: docs/speed.md#compiled-steps); not with --gate or --write-baseline",
+    )
     p.add_argument("--clients", type=int, default=32, help="--serve-load: concurrent clients")
     p.add_argument("--seconds", type=float, default=30.0, help="--serve-load: duration")
     p.add_argument("--requests", type=int, default=5000, help="--serve-load: at most this many requests")
@@ -93,6 +101,8 @@ def command_line(args) -> str:
     ]
     if args.quick:
         parts.append("--quick")
+    if args.compile:
+        parts.append("--compile")
     parts += [f"--{k} {getattr(args, k)}" for k in ("tokens", "repeats") if getattr(args, k) is not None]
     if args.gate:
         parts.append(f"--gate --baseline {args.baseline} --reference {args.reference}")
@@ -117,6 +127,12 @@ def run(args) -> int:
         if getattr(args, name) is not None:
             check_int(f"--{name}", getattr(args, name), 1)
     overrides = {k: getattr(args, k) for k in ("tokens", "repeats") if getattr(args, k) is not None}
+    if args.compile and (args.gate or args.write_baseline):
+        flag = "--gate" if args.gate else "--write-baseline"
+        raise LoopcertError(
+            f"--compile with {flag}: the gate's baseline and figures are eager fastdec's (its exact "
+            "figures are bitwise, and compiled kernels round otherwise): drop --compile"
+        )
     if args.serve_load:
         return run_serve_load(args)
     base = gates.read_baseline(args.baseline) if args.gate else None  # a missing baseline fails first
@@ -127,7 +143,9 @@ def run(args) -> int:
     if args.gate or args.write_baseline:
         return run_gate(args, model, prompts, naive, base, overrides, t0)
     plan = with_overrides(PLANS["quick" if args.quick else "full"], **overrides)
-    res = bench(model, args.model, plan, prompts, args.device, naive=naive, progress=say)
+    res = bench(
+        model, args.model, plan, prompts, args.device, naive=naive, progress=say, compile=args.compile
+    )
     res.stamp["command"] = command_line(args)
     res.stamp["seconds"] = time.perf_counter() - t0
     md = render(res)  # render before writing: a render error leaves both old files
@@ -249,6 +267,7 @@ def run_serve_load(args) -> int:
         args.dtype,
         "--threads",
         str(args.threads),
+        *(["--compile"] if args.compile else []),
     ]
     t0 = time.perf_counter()
     res = serve_load(argv, plan, say)

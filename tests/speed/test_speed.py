@@ -5,6 +5,7 @@ against `loopcert bench` (one protocol, one figure), and the rendering."""
 
 import json
 import math
+import re
 import time
 from types import SimpleNamespace
 
@@ -313,6 +314,30 @@ def test_speed_check_reports_ratios_and_fails_only_on_errors():
     assert not r.passed and "cannot build" in r.details.errors[0].error
 
 
+def test_the_speed_check_prepares_a_user_decoder_before_timing_it():
+    """The protocol's `prepare(n_positions)` (docs/decoders.md): certify calls it before it times a
+    decoder, the speed check included, with the longest sequence it will time (prompt + tokens)."""
+    model = refdec.load_model("tiny-ouro")
+    events = []
+
+    class Prepared:
+        def __init__(self, m):
+            self.inner = Decoder(m, "autoregressive")
+
+        def prepare(self, n_positions):
+            events.append(("prepare", n_positions))
+
+        def generate(self, prompt, n, sampling, seed):
+            events.append(("generate", len(prompt)))
+            return self.inner.generate(prompt, n, sampling, seed)
+
+    work = Workload(prompts=2, prompt_len=8, tokens=6, repeats=1)
+    base = fastdec_candidate(DecodeConfig("autoregressive"))
+    r = check_speed("speed", [Candidate("mine", Prepared)], base, model, [(1, 2, 3), tuple(range(10))], work)
+    assert r.passed and [row.setting for row in r.details.rows] == ["autoregressive (baseline)", "mine"]
+    assert events[0] == ("prepare", 8 + 6) and events.count(("prepare", 14)) == 1
+
+
 @pytest.fixture
 def tick_clock(monkeypatch):
     """Every read of either clock advances it by 2^-10 s (~1 ms; a power of two, so differences of
@@ -391,3 +416,111 @@ def test_the_speedup_report_runs_to_its_end_on_a_tiny_preset(tmp_path):
         < 8
     )
     assert "Envelope not fitted: the mean TV to the full depth does not decay with depth" in md
+
+
+@pytest.fixture
+def compile_watch(monkeypatch):
+    """Compiled decoders "compile" each graph into the eager step itself (what is compiled when, not
+    how: tests/fastdec/test_compiled.py traces the graphs), and every generate / generate_batch call
+    records (decoder, name, whether a graph compiled during it, its arguments)."""
+    import fastdec.compiled as compiled_mod
+
+    made, calls = [], []
+    real_init = compiled_mod.CompiledPhases.__init__
+
+    def init(self, engine, backend="inductor"):
+        real_init(self, engine, backend)
+        made.append(self)
+
+    monkeypatch.setattr(compiled_mod.CompiledPhases, "_wrap", lambda self, step: step)
+
+    def compiled_so_far():
+        return sum(len(p.compile_seconds) for p in made)
+
+    def watch(name):
+        real = getattr(Decoder, name)
+
+        def call(self, *a, **k):
+            before = compiled_so_far()
+            out = real(self, *a, **k)
+            calls.append((self, name, compiled_so_far() > before, repr((name, a, k))))
+            return out
+
+        monkeypatch.setattr(Decoder, name, call)
+
+    monkeypatch.setattr(compiled_mod.CompiledPhases, "__init__", init)
+    watch("generate")
+    watch("generate_batch")
+    return calls
+
+
+def test_time_runs_compiles_a_compiled_decoder_before_timing_it(model, compile_watch):
+    """Two prompts whose sequences need two cache sizes (64 and 128 positions: two engines, each
+    compiling its own graphs) and widths a short warm-up never reaches: a compiled decoder's warm-up
+    decodes the whole workload, so no call of a round compiles (the figures would time compiles as
+    decoding); compile_seconds says what it took. An eager decoder warms up on 4 tokens."""
+    V = model.cfg.vocab_size
+    prompts = [tuple(range(1, 9)), tuple(t % V for t in range(80))]
+    dec = Decoder(model, DecodeConfig("pipelined", draft_depth=2), compile=True)
+    eager = Decoder(model, "autoregressive")
+    t = timing.time_runs({"p": dec, "eager": eager}, prompts, 12, 2)
+    assert t["p"]["compile_seconds"] > 0 and t["eager"]["compile_seconds"] == 0.0
+    assert sorted(k[0] for k in dec._engines) == [64, 128]
+    calls = [name for d, name, _, _ in compile_watch if d is dec]
+    assert calls.count("generate") == 2 + 2 * 2  # the warm-up and 2 rounds, 2 prompts each
+    assert [name for d, name, _, _ in compile_watch if d is eager].count("generate") == 1 + 2 * 2
+    timed = [compiled for d, _, compiled, _ in compile_watch if d is dec][
+        -2 * 2 * 2 :
+    ]  # with generate_batch's
+    assert len(timed) == 8 and not any(timed)
+
+
+def test_a_compiled_bench_times_compiled_decoders_warmed_up_by_the_calls_they_time(model, compile_watch):
+    """`loopcert bench --compile`: every decoder the report times (the grid, the sampling table, the
+    context sweep, the batch rows and samples/s) runs compiled steps, and no call it times compiles
+    (its warm-ups make the same calls first); only the untimed telemetry decodes eager. The stamp
+    says so."""
+    res = bench_mod.bench(model, "tiny-raven R=8", TINY_PLAN, PROMPTS, compile=True)
+    assert {name for d, name, _, _ in compile_watch if d.compile} == {"generate", "generate_batch"}
+    eager = [d for d, _, _, _ in compile_watch if not d.compile]
+    # a compiled decoder's timed call repeats its warm-up's (the same arguments): every call is made
+    # at least twice, and only a first one may compile (a short warm-up, then a longer timed call
+    # that compiles, fails both)
+    seen = {}
+    for d, _, during, args in (c for c in compile_watch if c[0].compile):
+        key = (id(d), args)
+        assert not (during and key in seen), f"a repeated call of {d.config.label} compiled"
+        seen[key] = seen.get(key, 0) + 1
+    assert min(seen.values()) >= 2
+    assert eager and all(d.config.telemetry_depths for d in eager)  # speed.rows.telemetry's
+    assert res.stamp["compile"] is True and res.stamp["compile_seconds"] > 0
+    assert res.context.compiled and res.context.compile_seconds > 0
+    assert res.batch.compiled and res.batch.compile_seconds > 0
+    md = render(res)
+    assert "compiled (--compile" in md and "timed on an eager engine's calls" in md
+    plain = bench_mod.bench(model, "tiny-raven R=8", TINY_PLAN, PROMPTS)
+    assert plain.stamp["compile"] is False and plain.stamp["compile_seconds"] == 0.0
+    assert re.search(r"\| engine steps +\| eager +\|", render(plain))
+
+
+def test_bench_compile_is_refused_with_the_gate_and_stamped(tmp_path, capsys):
+    """The gate's baseline is eager fastdec's (bitwise exact figures): --compile with --gate or
+    --write-baseline is a usage error naming both, before any work; the report's command says
+    --compile, so a rerun of it is compiled too."""
+    import argparse
+
+    from loopcert.cli import main
+    from loopcert.commands.bench import add_arguments, command_line
+
+    for flag in ("--gate", "--write-baseline"):
+        argv = ["bench", "tiny-raven", "--quick", "--compile", flag, "--baseline", str(tmp_path / "b.json")]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--compile with {flag}" in err and "drop --compile" in err
+    assert not (tmp_path / "b.json").exists()
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    for argv, compiled in ((["tiny-raven", "--compile"], True), (["tiny-raven"], False)):
+        args = p.parse_args(argv)
+        args.threads = 1
+        assert ("--compile" in command_line(args).split()) == compiled
