@@ -232,6 +232,8 @@ def command_line(args, model: str) -> str:
         parts.append("--compile")
     if args.time_budget is not None:
         parts.append(f"--time-budget {args.time_budget:g}")
+    if args.plan is not None:  # the cases and N come from the file: a rerun without it plans anew
+        parts.append(f"--plan {args.plan}")
     return " ".join(parts)
 
 

@@ -180,3 +180,17 @@ def test_when_no_temporary_folder_can_be_made_the_result_goes_to_stdout(monkeypa
     cap = capsys.readouterr()
     assert cap.out == '{"v": 1}\n' and "follows on stdout" in cap.err
     assert str(err).endswith("No space left on device; the certificate was printed on stdout")
+
+
+def test_the_stamped_command_of_a_planned_run_names_its_plan_file():
+    """--plan FILE fixes the cases and N of every check: the stamp's command, which says how to rerun
+    the certificate, names it (a rerun without it plans anew, maybe other cases)."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    certify_cmd.add_arguments(p)
+    for argv, plan in ((["tiny-raven", "--plan", "p.json"], "p.json"), (["tiny-raven"], None)):
+        words = certify_cmd.command_line(p.parse_args(argv), "tiny-raven").split()
+        assert ("--plan" in words) == (plan is not None)
+        if plan:
+            assert words[words.index("--plan") + 1] == plan
