@@ -18,7 +18,7 @@ def _pct(x) -> str:
 
 
 def _x(x) -> str:
-    return DASH if x is None else f"{fmt(x, 3)}x"
+    return DASH if x is None or fmt(x) == DASH else f"{fmt(x, 3)}x"
 
 
 def stamp_section(res: SpeedReport) -> str:
@@ -52,7 +52,7 @@ def _steps(s: dict) -> str:
     return (
         "compiled (--compile: torch.compile, fastdec/compiled.py): every timed fastdec decoder, each "
         "warmed up, untimed, by the very calls it then times, so every graph was compiled before "
-        f"({fmt(s.get('compile_seconds'), 3)} s compiling in all, outside every figure); eager: the "
+        f"({s.get('compile_seconds', 0.0):.0f} s compiling in all, outside every figure); eager: the "
         "untimed rewind telemetry and the step-cost probes (context sweep, step cost against width). "
         "naive-kv is not fastdec: it runs as it is"
     )
@@ -189,6 +189,12 @@ def naive_section(res: SpeedReport) -> str:
 
 
 def costs_section(res: SpeedReport) -> str:
+    if not res.step_costs and res.stamp.get("compile"):
+        return (
+            "## Cost of one engine call by width\n\nNot timed: compiled decoders are timed whole (timing "
+            "each engine call would run a compiled decoder's unfused per-phase graphs instead of its fused "
+            "steps and greedy chains), so the grid has no ideal speedup or efficiency either."
+        )
     by = {}
     for c in res.step_costs:
         by.setdefault(c.phase, {})[c.width] = c

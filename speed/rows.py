@@ -113,7 +113,9 @@ def rows_from(
         t = times[st.label]
         s = t["stats"]
         n = t["decode_tokens"]
-        ideal = ideal_seconds(s["calls"], costs, c)
+        # a compiled decoder's calls are not timed one by one (speed.timing.time_runs): no ideal
+        timed_calls = bool(t["call_seconds"])
+        ideal = ideal_seconds(s["calls"], costs, c) if timed_calls else float("nan")
         sp = measured_speed(times, st.label, base_label, clock)
         speed = sp.speedup
         ideal_speedup = base_per_tok / (ideal / n) if ideal > 0 else float("nan")
@@ -134,7 +136,9 @@ def rows_from(
                 speedup_cpu=sp.speedup_cpu,
                 ideal_speedup=ideal_speedup,
                 efficiency=speed / ideal_speedup,
-                in_engine_share=sum(v[c] for v in t["call_seconds"].values()) / sum(t[clock]),
+                in_engine_share=sum(v[c] for v in t["call_seconds"].values()) / sum(t[clock])
+                if timed_calls
+                else float("nan"),
                 wall=t["wall"],
                 cpu=t["cpu"],
                 ideal_seconds=ideal,

@@ -6,6 +6,7 @@ other models and devices they are reference lines.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,8 +50,9 @@ def judge(rows: Sequence[GridRow], naive: NaiveComparison | None) -> list[Target
     dv = by.get("draft-verify d1=4 k=4")
     if dv is not None:
         out.append(_target("draft-verify (draft 4, ahead 4) >= 1.8x", dv.speedup, "draft-verify"))
-    if rows:
-        worst = min(rows, key=lambda r: r.efficiency)
+    timed = [r for r in rows if not math.isnan(r.efficiency)]  # compiled rows have none
+    if timed:
+        worst = min(timed, key=lambda r: r.efficiency)
         out.append(
             _target(
                 f"efficiency >= 0.8 for every setting (lowest: {worst.label})",

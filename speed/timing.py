@@ -142,8 +142,8 @@ def time_runs(
     load on the host lands on all of them alike.
 
     decoders: label -> object with generate(prompt, n, sampling, seed); fastdec decoders report
-    decode-only times through their Stats (and time their engine calls: `time_calls` is set),
-    others only whole-call times. Prompt i uses seed + i. devices: label -> where that decoder
+    decode-only times through their Stats (and eager ones time their engine calls: `time_calls`
+    is set), others only whole-call times. Prompt i uses seed + i. devices: label -> where that decoder
     computes, to synchronise the clocks (certify's speed check reads a user decoder's through
     proofs.decoder_attributes.declared_device); a label not there: its `device`, else the CPU.
     Warm-up: each decoder decodes the first prompt's first tokens, untimed; a compiled fastdec
@@ -161,7 +161,9 @@ def time_runs(
     compiled = {lb: 0.0 for lb in labels}
     for lb, dec in decoders.items():  # warm-up: allocation, first-call dispatch, CUDA graph capture
         if isinstance(dec, Decoder):
-            dec.time_calls = True
+            # a compiled decoder is timed whole: timed calls would run its unfused per-phase graphs
+            # (a fused step or a greedy chain is one call, which per-call timing takes apart)
+            dec.time_calls = not dec.compile
         if isinstance(dec, Decoder) and dec.compile:  # every call of a round, compiled first
             before = dec.compile_seconds
             for i, p in enumerate(prompts):

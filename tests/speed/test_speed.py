@@ -465,6 +465,8 @@ def test_time_runs_compiles_a_compiled_decoder_before_timing_it(model, compile_w
     eager = Decoder(model, "autoregressive")
     t = timing.time_runs({"p": dec, "eager": eager}, prompts, 12, 2)
     assert t["p"]["compile_seconds"] > 0 and t["eager"]["compile_seconds"] == 0.0
+    # timed whole: per-call timing would run its unfused per-phase graphs, not its fused steps
+    assert not dec.time_calls and not t["p"]["call_seconds"] and eager.time_calls
     assert sorted(k[0] for k in dec._engines) == [64, 128]
     calls = [name for d, name, _, _ in compile_watch if d is dec]
     assert calls.count("generate") == 2 + 2 * 2  # the warm-up and 2 rounds, 2 prompts each
@@ -496,8 +498,10 @@ def test_a_compiled_bench_times_compiled_decoders_warmed_up_by_the_calls_they_ti
     assert res.stamp["compile"] is True and res.stamp["compile_seconds"] > 0
     assert res.context.compiled and res.context.compile_seconds > 0
     assert res.batch.compiled and res.batch.compile_seconds > 0
+    assert all(math.isnan(r.ideal_speedup) for r in res.rows) and not res.step_costs  # timed whole
     md = render(res)
     assert "compiled (--compile" in md and "timed on an eager engine's calls" in md
+    assert "Not timed: compiled decoders are timed whole" in md and "efficiency >= 0.8" not in md
     plain = bench_mod.bench(model, "tiny-raven R=8", TINY_PLAN, PROMPTS)
     assert plain.stamp["compile"] is False and plain.stamp["compile_seconds"] == 0.0
     assert re.search(r"\| engine steps +\| eager +\|", render(plain))
