@@ -51,6 +51,12 @@ def render(res: dict) -> str:
         "run's wall time. The in-process figures decode the same requests (same prompts, seeds and "
         "decoder settings) in the bench process after the load, on the same machine.",
     ]
+    if "--compile" in res["command_args"]:
+        out.append(
+            "Compiled engine steps (`--compile`): the server compiles each graph when a request first "
+            "needs it (nothing is compiled before it listens), so these latencies and tokens/s include "
+            "those compiles, as the in-process figures include the bench process's own."
+        )
     if res["mismatches"]:
         out.append(
             table(

@@ -53,6 +53,11 @@ def test_short_load(tmp_path):
     check(res, 8)
     md = (tmp_path / "serve-load.md").read_text()
     assert md.startswith("# loopcert serve under load: pass") and "latency p50 / p99" in md
+    # a compiled server compiles on its first requests: the report says its figures include that
+    from reports.serve_load import render
+
+    assert "include those compiles" not in md
+    assert "include those compiles" in render({**res, "command_args": [*res["command_args"], "--compile"]})
 
 
 @pytest.mark.slow
