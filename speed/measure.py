@@ -48,8 +48,8 @@ def bench(
     """Everything the speedup report shows. `naive`: proofs.decoders.naive_kv's decoder, timed beside
     the baseline (None: no honest-baseline section). `compile` (bench --compile): every timed fastdec
     decoder runs compiled engine steps (fastdec/compiled.py), warmed up by the calls it will time so
-    that no compile is timed; the
-    untimed telemetry and the step-cost probes stay eager (the report says so)."""
+    that no compile is timed; the untimed telemetry and the step-cost probes stay eager (the report
+    says so)."""
     say = progress or quiet
     load = {"start": loadavg()}
     R = model.cfg.recurrence
