@@ -268,6 +268,10 @@ class SamplingDetails(Details):
     budget_s: float | None = None
     units: tuple[str, ...] = ()  # its work units' ids
     prompt_text: str | None = None  # the prompt as text, byte-level models only
+    # cases the time budget cut short of N with nothing rejected: the check is incomplete, not failed
+    incomplete: tuple[str, ...] = ()
+    # cases whose engine refused their core parameters, "<parameters> (<case>)": the check failed
+    refused_core: tuple[str, ...] = ()
 
     @classmethod
     def unsampled(cls, model: str, why_this_model: str, budget_s: float) -> SamplingDetails:
@@ -334,6 +338,7 @@ class RelativeDetails(Details):
     why_this_model: str | None = None
     budget_s: float | None = None
     units: tuple[str, ...] = ()
+    incomplete: tuple[str, ...] = ()  # as SamplingDetails.incomplete
 
 
 # -- the sampler conventions' difference (proofs/checks/convention.py) -----------------------------
