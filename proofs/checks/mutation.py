@@ -34,8 +34,11 @@ from proofs.boundaries import collect as collect_boundaries
 from proofs.checks.depth import check_depth, horizon_for, placements
 from proofs.checks.distribution import Target, case_spec, check_distribution
 from proofs.checks.greedy import check_greedy
+from proofs.checks.seed_invariance import check_seed_invariance
+from proofs.decoders.batch_stream import BatchStreams
 from proofs.decoders.edges import EdgeBugs, EdgeSpec
 from proofs.decoders.exact_law import LawSampler
+from proofs.decoders.penalty_rollback import PenaltyRollback
 from proofs.decoders.specref import Bugs, SpecRef
 from proofs.details import MutantRow, MutationDetails
 from proofs.prompts import long_prompt
@@ -69,9 +72,19 @@ CASES = (
     ),
     Case("stop 3 min-tokens=1", SamplingParams(temperature=1.0, stop_token_ids=[3], min_tokens=1), PROMPT),
     Case("T=1.5 top-k=4 top-p=0.6", SamplingParams(temperature=1.5, top_k=4, top_p=0.6), PROMPT),
+    # issue 49: penalties strong enough that a rejected draft counted by them shows (at the
+    # "penalties" case's T=1 the shift sits at the quick plan's detectable TV, here 8x past it)
+    Case(
+        "T=0.5 penalties",
+        SamplingParams(temperature=0.5, repetition_penalty=2.5, frequency_penalty=2.0, presence_penalty=1.0),
+        PROMPT,
+    ),
 )
 GREEDY_PROMPTS = ((1, 2, 3), (4, 7, 11, 2), (0, 5), (12, 3, 8, 6, 9), (2,), (9, 9, 1))
 GREEDY_TOKENS = 12
+# seed invariance of the batch entries: PROMPT beside four of the greedy prompts, 6 tokens at T=1,
+# three seeds (proofs/checks/seed_invariance.py; the quick plan's own check uses REPRO_TOKENS = 6)
+BATCH_SAMPLING, BATCH_TOKENS, BATCH_SEEDS = SamplingParams(temperature=1.0), 6, (0, 1, 2)
 CONTROL_TV_TOL = 1e-9  # a control's exact TV shift is float64 rounding only
 
 
@@ -89,6 +102,8 @@ class Mutant:
     control: bool = False  # lossless: must NOT be rejected
     model: str = MODEL  # MODEL, WIDE or LOOPCODER64
     edge: dict | None = None  # proofs.decoders.edges.EdgeSpec kwargs: a boundary mutant (greedy at depth)
+    cls: type | None = None  # a SpecRef subclass the specref kwargs build (None: SpecRef)
+    batch: bool = False  # a generate_batch decoder: also decoded beside others (seed invariance)
 
     def __post_init__(self):
         if not MUTANT_ID.fullmatch(self.id):
@@ -105,7 +120,7 @@ class Mutant:
             from fastdec import Decoder
 
             return Decoder(oracle.model, **self.fastdec)
-        return SpecRef(oracle, **self.specref)
+        return (self.cls or SpecRef)(oracle, **self.specref)
 
 
 LIBRARY = (
@@ -299,6 +314,42 @@ LIBRARY = (
         {"d1": 1, "bugs": Bugs(argmax_recovery=True)},
         case="T=0.5",
     ),
+    # -- issue 49: the field's newer classes, each on the model where it lives ----------------------
+    Mutant(
+        "ratio-on-input-token",
+        "the acceptance ratio read at the wrong token",
+        "x1 accepted iff u < p_R(c)/q1(c) with c the context's last token: the verify row's input "
+        "id gathered instead of its output id (the acceptance ratio on the wrong token)",
+        {"d1": 1, "bugs": Bugs(ratio_previous_token=True)},
+        case="T=0.5",
+    ),
+    Mutant(
+        "rejection-handled-one-step-late",
+        "a rejected draft dropped one step late",
+        "after x1 is rejected the token committed in its place is the target's draw after x1, "
+        "p_R(. | ctx + x1), not the residual's (openvino.genai #4190)",
+        {"d1": 1, "bugs": Bugs(late_rejection=True)},
+        case="top-k=2",
+    ),
+    Mutant(
+        "penalty-counts-rejected-drafts",
+        "the penalty state keeps rejected drafts",
+        "after x1 is rejected, the repetition / frequency / presence penalties of every later "
+        "position count x1 as well as the token emitted (sampler state not rolled back with the "
+        "draft: llama.cpp's per-sequence penalty ring under speculative checkpoints)",
+        {"d1": 1, "rolled_back": False},
+        case="T=0.5 penalties",
+        cls=PenaltyRollback,
+    ),
+    Mutant(
+        "one-stream-for-the-batch",
+        "one random stream shared by the rows of a batch",
+        "generate_batch draws every row from torch.Generator(seeds[0]), row after row at each "
+        "step: each row's law is right, its tokens depend on its neighbours (TensorRT-LLM #19487)",
+        {"d1": 1, "shared": True},
+        cls=BatchStreams,
+        batch=True,
+    ),
     Mutant(
         "fastdec-adaptive-verify",
         "fastdec adaptive-verify",
@@ -342,6 +393,14 @@ LIBRARY = (
         edge={"bugs": EdgeBugs(lossy_after=200)},
         model=LOOPCODER64,
     ),
+    Mutant(
+        "window-trimmed-per-token",
+        "a window cache trimmed as if one token came per call",
+        "the loop window's cache keeps W - 1 = 63 keys before each call, so row j of a 4-row verify "
+        "sees 64 + j keys of its pass (mlx-lm #1914, transformers PR #48280)",
+        edge={"bugs": EdgeBugs(window_per_call=True)},
+        model=LOOPCODER64,
+    ),
     # -- controls: lossless, must pass ------------------------------------------------------------
     Mutant(
         "control-gate-inverted",
@@ -376,6 +435,32 @@ LIBRARY = (
         "control: the boundary mutants' decoder without a bug",
         "greedy speculation of 3 drafts at depth 1 over refdec, context and positions rolled back exactly",
         edge={},
+        model=LOOPCODER64,
+        control=True,
+    ),
+    Mutant(
+        "control-penalty-state-rolled-back",
+        "control: penalty-counts-rejected-drafts' decoder with its state rolled back",
+        "penalties count the emitted tokens only, the draft and the target both under them",
+        {"d1": 1, "rolled_back": True},
+        case="T=0.5 penalties",
+        cls=PenaltyRollback,
+        control=True,
+    ),
+    Mutant(
+        "control-one-stream-per-row",
+        "control: one-stream-for-the-batch's decoder with a stream per row",
+        "generate_batch draws row i from torch.Generator(seeds[i]), rows stepped together",
+        {"d1": 1},
+        cls=BatchStreams,
+        batch=True,
+        control=True,
+    ),
+    Mutant(
+        "control-window-masked-per-row",
+        "control: window-trimmed-per-token's decoder with each row masked to its window",
+        "the same 4-row verify calls, each row's own pass seen through a window of 64 keys",
+        edge={"row_windows": True},
         model=LOOPCODER64,
         control=True,
     ),
@@ -475,6 +560,18 @@ class MutantRun:
             GREEDY_TOKENS,
             references=self.references,
         )
+        seeds = None
+        if m.batch:
+            seeds = check_seed_invariance(
+                f"seed_invariance[{m.id}]",
+                dec,
+                m.id,
+                PROMPT,
+                GREEDY_PROMPTS[1:5],
+                BATCH_TOKENS,
+                BATCH_SAMPLING,
+                BATCH_SEEDS,
+            )
         names = (
             ["T=0.5", "top-k=2", "top-p=0.5"]
             if m.case is None and m.control
@@ -488,7 +585,11 @@ class MutantRun:
                 f"sampling[{m.id}]", sampler_for(dec), case_laws, self.target, self.base_seed, samples=fixed
             )
             shifts = [exact_shift(dec, cl) for cl in case_laws]
-        rejected_by = (["greedy"] if not greedy.passed else []) + (["sampling"] if _rejects(dist) else [])
+        rejected_by = (
+            (["greedy"] if not greedy.passed else [])
+            + (["seed_invariance"] if seeds is not None and not seeds.passed else [])
+            + (["sampling"] if _rejects(dist) else [])
+        )
         killed = bool(rejected_by)
         tvs = [s["tv"] for s in shifts if s["tv"] is not None]
         cases = () if dist is None else dist.details.cases
@@ -568,7 +669,7 @@ class MutantRun:
             bug=m.bug + (f"; first found at position {first.position} ({first.near})" if first else ""),
             control=m.control,
             model=cfg.name,
-            settings="edges " + ", ".join(f"{k}={v}" for k, v in vars(dec.bugs).items() if v),
+            settings="edges " + ", ".join(f"{k}={v}" for k, v in _edge_settings(dec).items() if v),
             cases=(),
             rejected_by=("greedy_depth",) if killed else (),
             rejected=killed,
@@ -639,6 +740,10 @@ def check_mutants(
     return run.result([run.row(m) for m in library])
 
 
+def _edge_settings(dec: EdgeSpec) -> dict:
+    return {**vars(dec.bugs), "row_windows": dec.row_windows}
+
+
 def _settings(m: Mutant) -> str:
     if m.fastdec is not None:
         return "fastdec " + ", ".join(f"{k}={v}" for k, v in m.fastdec.items())
@@ -646,4 +751,4 @@ def _settings(m: Mutant) -> str:
     bugs = m.specref.get("bugs")
     if bugs is not None and not bugs.lossless:
         parts += [f"{k}={v}" for k, v in vars(bugs).items() if v not in (None, False, 0.0)]
-    return "specref " + ", ".join(parts)
+    return ("specref " if m.cls is None else f"{m.cls.__name__} ") + ", ".join(parts)

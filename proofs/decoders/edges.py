@@ -21,6 +21,11 @@ page                a cache page of `page` slots: the last slot of each page is 
                     late, so the model reads the token after it there (an off-by-one at the edge)
 lossy_after         past this position the drafts are committed unverified (a position nobody
                     declares: the decoder's `boundaries` leave it out)
+window_per_call     the loop window's cache is trimmed as if one token came per call: before a
+                    call it keeps the last W - 1 keys, so row j of a multi-token verify sees W + j
+                    keys of its own pass instead of W (the drafts, one token a call, see W), and
+                    the accepted drafts' keys keep that wider view (mlx-lm #1914, transformers
+                    PR #48280)
 
 The decoder declares its speculation width, its page and block sizes and the model's window in
 `boundaries` (proofs/boundaries.py), never `lossy_after`. Greedy only.
@@ -28,6 +33,7 @@ The decoder declares its speculation width, its page and block sizes and the mod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +41,7 @@ import torch
 
 from proofs.decoders.protocol import SeededDecoder
 from refdec.errors import LoopcertError
+from refdec.layers import causal_attention, loop_gate, mix
 from refdec.model import LoopedLM, LoopPasses, rope_tables
 from refdec.sampling import SamplingParams
 from refdec.validate import is_int
@@ -47,6 +54,7 @@ class EdgeBugs:
     k1_prompt_verify: bool = False
     page: int = 0
     lossy_after: int = 0
+    window_per_call: bool = False
 
     def __post_init__(self):
         for name in ("block", "page", "lossy_after"):
@@ -56,17 +64,24 @@ class EdgeBugs:
 
 @torch.no_grad()
 def forward_at(
-    model: LoopedLM, ids: Sequence[int], positions: Sequence[int], depths: Sequence[int]
+    model: LoopedLM,
+    ids: Sequence[int],
+    positions: Sequence[int],
+    depths: Sequence[int],
+    windows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """refdec's uncached forward (LoopedLM.depth_logits) with each token at the position given
-    instead of its index: (len(depths), T, V)."""
+    instead of its index: (len(depths), T, V). `windows` (LoopCoder): each row's own loop window
+    (WidenedPasses) instead of the model's."""
     ids_t = model.check_ids(ids)
     pos = torch.tensor(list(positions), dtype=torch.long)
     cos, sin = rope_tables(model.cfg, pos)
     net = model.net()
     e = net.embed(ids_t[None], cos, sin)  # (1, T, d)
     h = net.initial_state(e, pos)
-    passes = LoopPasses(net) if model.cfg.family == "loopcoder" else None
+    passes = None
+    if model.cfg.family == "loopcoder":
+        passes = LoopPasses(net) if windows is None else WidenedPasses(net, windows)
     out = {}
     for r in range(1, max(depths) + 1):
         h = net.recur(h, e, cos, sin) if passes is None else net.recur(h, e, cos, sin, passes.for_pass(r))
@@ -75,11 +90,35 @@ def forward_at(
     return torch.stack([out[r] for r in depths])
 
 
+class WidenedPasses(LoopPasses):
+    """LoopCoder's passes with a window of its own per row: row i of pass r >= 2 sees its own
+    pass's keys i - windows[i] + 1 .. i (refdec.layers.window_attention at one window for all)."""
+
+    def __init__(self, net, windows: Sequence[int]):
+        super().__init__(net)
+        self.windows = torch.tensor(list(windows), dtype=torch.long)
+
+    def _mixed(self, layer: int, q, k, v):
+        k1, v1 = self.first[layer]
+        group = q.shape[1] // k.shape[1]
+        kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        i = torch.arange(q.shape[2])
+        hidden = (i[None, :] > i[:, None]) | (i[None, :] <= i[:, None] - self.windows[:, None])
+        own = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ vv
+        return mix(loop_gate(q, self.net.gates[layer]), causal_attention(q, k1, v1), own)
+
+
 class EdgeSpec(SeededDecoder):
     """Greedy speculative decoding of k drafts at depth d1, verified at depth R (module docstring)."""
 
-    def __init__(self, model: LoopedLM, k: int = 3, d1: int = 1, bugs: EdgeBugs = EdgeBugs()):
-        self.model, self.k, self.d1, self.bugs = model.eval(), k, d1, bugs
+    def __init__(
+        self, model: LoopedLM, k: int = 3, d1: int = 1, bugs: EdgeBugs = EdgeBugs(), row_windows: bool = False
+    ):
+        """`row_windows` (lossless, window_per_call's twin): every forward masks each row to its
+        own window of W keys (WidenedPasses), as a multi-token call over a cache that keeps W - 1
+        keys must."""
+        self.model, self.k, self.d1, self.bugs, self.row_windows = model.eval(), k, d1, bugs, row_windows
         self.R = model.cfg.recurrence
         self.speculation_widths = (k,)
 
@@ -95,24 +134,28 @@ class EdgeSpec(SeededDecoder):
             out.append((self.bugs.block, f"KV block of {self.bugs.block}"))
         return tuple(out)
 
-    def _row(self, ctx: list[tuple[int, int]], depth: int) -> torch.Tensor:
-        """Logits (T, V) at `depth` of the context as the (buggy) caches hold it."""
-        ids = [t for t, _ in ctx]
+    def _row(self, ctx: list[tuple[int, int, int]], depth: int) -> torch.Tensor:
+        """Logits (T, V) at `depth` of the context as the (buggy) caches hold it: (token,
+        position, how many keys past the window its row saw) each."""
+        ids = [t for t, _, _ in ctx]
         if self.bugs.page:  # the page's last slot holds the token written one slot late
             P = self.bugs.page
             ids = [ids[i + 1] if i % P == P - 1 and i + 1 < len(ids) else ids[i] for i in range(len(ids))]
-        return forward_at(self.model, ids, [p for _, p in ctx], [depth])[0]
+        W = self.model.cfg.loop_window_size
+        per_row = self.bugs.window_per_call or self.row_windows
+        windows = [W + wide for _, _, wide in ctx] if per_row and W else None
+        return forward_at(self.model, ids, [p for _, p, _ in ctx], [depth], windows)[0]
 
     def decode(self, ids, depth, max_new_tokens, sampling: SamplingParams, gen, eos_token_id) -> list[int]:
         if not sampling.greedy:
             raise LoopcertError("EdgeSpec decodes greedily only")
         b = self.bugs
-        ctx = [(t, i) for i, t in enumerate(ids)]
+        ctx = [(t, i, 0) for i, t in enumerate(ids)]
         out: list[int] = []
         if b.k1_prompt_verify and len(ids) == self.k + 1 and max_new_tokens:
             tok = int(self._row(ctx[:-1], self.R)[-1].argmax())  # the verify row of the wrong position
             out.append(tok)
-            ctx.append((tok, len(ids)))
+            ctx.append((tok, len(ids), 0))
         while len(out) < max_new_tokens:
             start = len(ctx)
             nxt = ctx[-1][1] + 1
@@ -121,7 +164,9 @@ class EdgeSpec(SeededDecoder):
             for i in range(min(self.k, max_new_tokens - len(out))):
                 t = int(self._row(c, self.d1)[-1].argmax())
                 drafts.append(t)
-                c.append((t, nxt + i))
+                c.append((t, nxt + i, 0))  # drafted one token a call: the window is right
+            if b.window_per_call:  # verified in one call of k + 1 rows (c[start - 1] the first)
+                c[start:] = [(t, p, i + 1) for i, (t, p, _) in enumerate(c[start:])]
             rows = self._row(c, self.R)[start - 1 :]  # row i decides the token after c[start - 1 + i]
             emitted, rejected = [], 0
             for i, t in enumerate(drafts):
@@ -146,6 +191,6 @@ class EdgeSpec(SeededDecoder):
                 if rejected and edge:
                     pos = c[-1][1] + 1  # positions not rewound past the block edge
             if len(emitted) > accepted:
-                ctx.append((emitted[-1], pos))
+                ctx.append((emitted[-1], pos, 0))
             out += emitted
         return out

@@ -80,6 +80,11 @@ class Bugs:
     verify_joint_filters: bool = False  # p_R's top-k and top-p both judged on the tempered law
     commit_past_stop: bool = False  # a stop token does not end the sequence: the rest is committed
     argmax_recovery: bool = False  # after a rejection the argmax of the residual, at T > 0
+    # -- the field's newer classes (issue 49, item 4) -------------------------------------------
+    ratio_previous_token: bool = False  # x1's ratio gathered at the context's last token (the
+    #                                     verify row's input id), not at x1 (its output id)
+    late_rejection: bool = False  # a rejected x1 dropped one step late: the token committed in its
+    #                               place is the target's draw after x1 (ctx + x1), not the residual
 
     def __post_init__(self):
         if self.target_missing not in (None, *TARGET_FILTERS):
@@ -266,14 +271,18 @@ class SpecRef(SeededDecoder):
                 accepted = sample(L["target"], gen) == x
             else:
                 u = 0.0 if (b.always_accept and j == 0) else draw_uniform(gen)
+                at = context[-1] if (b.ratio_previous_token and j == 0) else x
                 if b.coarse_uniform:
                     g = b.coarse_uniform
-                    accepted = math.floor(u * g) / g <= _ratio(rho, q, x)
+                    accepted = math.floor(u * g) / g <= _ratio(rho, q, at)
                 else:
-                    accepted = u < _ratio(rho, q, x)
+                    accepted = u < _ratio(rho, q, at)
             if accepted:
                 return x, x
             rho = _shrink(rho, q, normalise=not b.unnormalised_residual)
+        if b.late_rejection:  # the draw after x1 is kept, x1 itself dropped
+            z = sample_from(self.laws([*context, x1], s, position + 1)["target"], draw_uniform(gen))
+            return z, z
         if b.argmax_recovery:
             y = int(torch.argmax(rho))
         elif b.residual_same_uniform or b.recovery_draft_noise:
@@ -301,6 +310,9 @@ class SpecRef(SeededDecoder):
         if near > 0 and float(target[x1]) >= float(target.max()) - near:
             return x1, x1
         y, _ = greedy_verify(int(torch.argmax(target)), proposals)
+        if self.bugs.late_rejection and y != x1:  # the verify row after x1 decides instead
+            y = int(torch.argmax(self.oracle.logits([*context, x1])[-1]))
+            return y, y
         return y, (x1 if self.bugs.stale_kv and y != x1 else y)
 
     model = property(lambda self: self.oracle.model)
@@ -324,6 +336,8 @@ class SpecRef(SeededDecoder):
         (1 where that ratio is > 0 under always_accept, p_R(x1) under accept_if_equal); after a
         rejection the token has law F1 (gate closed) or, gate open, x2 ~ q2 is accepted with
         a2 = min(1, rho1/q2s), else F2 (F: the residual, or p_R under resample_target).
+        Under ratio_previous_token every x1's ratio is the context's last token's; under
+        late_rejection a rejected x1 leaves the law p_R(. | context + x1).
         """
         if s.greedy:
             raise LoopcertError("step_law is for sampling; greedy steps are deterministic")
@@ -335,7 +349,8 @@ class SpecRef(SeededDecoder):
         if self.unverified(position):
             joint[idx, idx] = q1
             return joint
-        ratio1 = torch.tensor([_ratio(target, q1s, x) for x in range(V)], dtype=torch.float64)
+        at = [int(context[-1])] * V if b.ratio_previous_token else range(V)  # where x1's ratio is read
+        ratio1 = torch.tensor([_ratio(target, q1s, a) for a in at], dtype=torch.float64)
         if b.accept_if_equal:
             a1 = target.clone()
         elif b.always_accept:
@@ -358,6 +373,15 @@ class SpecRef(SeededDecoder):
                 raise LoopcertError("the recovery-draw bugs are enumerated for one proposal (no d2)")
             joint[idx, idx] = q1 * a1
             joint[idx, idx] += _recovery_law(b, q1, a1, rho1)
+            return joint
+
+        if b.late_rejection:  # a rejected x1 leaves the target's token after it: law p_R(. | ctx + x1)
+            if self.d2 is not None:
+                raise LoopcertError("late_rejection is enumerated for one proposal (no d2)")
+            joint[idx, idx] = q1 * a1
+            for x, r in enumerate((q1 * (1.0 - a1)).tolist()):
+                if r > 0:
+                    joint[idx, idx] += r * self.laws([*context, x], s, position + 1)["target"]
             return joint
 
         def final(rho: torch.Tensor) -> torch.Tensor:
