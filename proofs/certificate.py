@@ -76,12 +76,45 @@ class Stamp(Record):
 
 
 @dataclass(frozen=True)
+class Refusal(Record):
+    """A sampling case the decoder's engine refused (proofs.decoders.protocol.Refused): not sampled.
+    A refusal of the core parameters (temperature, top_k, top_p) fails its check; one of a case
+    that sets the engines' other parameters (refdec.sampling.ENGINE_FIELDS) is named, not failed."""
+
+    check: str
+    case: str
+    parameters: tuple[str, ...]  # what the refusal is taken to be of (proofs.checks.distribution)
+    core: bool  # of a case setting core parameters only: the check failed on it
+    message: str  # the engine's
+
+
+@dataclass(frozen=True)
+class Scope(Record):
+    """What the verdict covers: the engines' other sampling parameters the decoder declares and does
+    not (proofs.decoder_attributes.declared_sampling), the plan's cases it was therefore not
+    sampled under, and the cases its engine refused. A PASS says nothing of what is named here."""
+
+    declared: tuple[str, ...]  # ENGINE_FIELDS the decoder declares it honours
+    not_declared: tuple[str, ...]  # ENGINE_FIELDS it does not: never sampled
+    not_sampled: tuple[str, ...]  # the plan's cases left out, "<case> (<fields>)" (Stamp.not_declared)
+    refused: tuple[Refusal, ...] = ()
+
+    @property
+    def refused_core(self) -> tuple[Refusal, ...]:
+        return tuple(r for r in self.refused if r.core)
+
+
+@dataclass(frozen=True)
 class Certificate:
-    verdict: str  # PASS, FAIL or NON-REPRODUCIBLE (proofs.run.certify.verdict_of)
+    verdict: str  # PASS, FAIL, NON-REPRODUCIBLE or INCOMPLETE (proofs.run.certify.verdict_of)
     failed: tuple[str, ...]  # names of the failed checks, in certificate order
     skipped: dict[str, str]  # check name -> why it did not run (CheckResult.skipped)
     stamp: Stamp
     checks: tuple[CheckResult, ...] = field(default=())
+    # names of the checks a time budget stopped short of their planned power with no evidence
+    # against the decoder (CheckResult.incomplete); () in a certificate written before
+    incomplete: tuple[str, ...] = ()
+    scope: Scope | None = None  # None: a certificate written before, or a bare one (tests)
 
     def __post_init__(self):
         if not isinstance(self.stamp, Stamp):
@@ -89,13 +122,17 @@ class Certificate:
         object.__setattr__(self, "failed", tuple(self.failed))
         object.__setattr__(self, "skipped", dict(self.skipped))
         object.__setattr__(self, "checks", tuple(self.checks))
+        object.__setattr__(self, "incomplete", tuple(self.incomplete))
+        if self.scope is not None and not isinstance(self.scope, Scope):
+            raise LoopcertError(f"Certificate.scope must be a Scope, got {type(self.scope).__name__}")
         untyped = [c.name for c in self.checks if c.kind is None]
         if untyped:
             raise LoopcertError(f"a certificate holds typed checks only; untyped: {untyped}")
 
     @property
     def passed(self) -> bool:
-        return not self.failed
+        """PASS only: a failure, a seed that does not reproduce, or a check cut short is not a pass."""
+        return self.verdict == "PASS"
 
     def check(self, name: str) -> CheckResult:
         """The check called `name`; LoopcertError naming the checks there are otherwise."""
@@ -115,7 +152,9 @@ class Certificate:
             "verdict": self.verdict,
             "passed": self.passed,
             "failed": list(self.failed),
+            "incomplete": list(self.incomplete),
             "skipped": dict(self.skipped),
+            "scope": None if self.scope is None else self.scope.to_plain(),
             "stamp": self.stamp.to_plain(),
             "checks": [c.to_dict() for c in self.checks],
         }
@@ -144,6 +183,9 @@ class Certificate:
                 skipped=dict(data["skipped"]),
                 stamp=Stamp.from_plain(data["stamp"], f"{source} stamp"),
                 checks=tuple(CheckResult.from_dict(c) for c in data["checks"]),
+                # absent in a certificate written before INCOMPLETE and the scope existed
+                incomplete=tuple(data.get("incomplete", ())),
+                scope=Scope.from_plain(data["scope"], f"{source} scope") if data.get("scope") else None,
             )
         except KeyError as e:
             raise LoopcertError(f"{source} lacks the field {e.args[0]!r}") from None

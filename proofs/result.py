@@ -35,6 +35,9 @@ class CheckResult:
     error: str | None = None  # what stopped it, or what it lacked to have power: it then failed
     skipped: str | None = None  # why the whole check did not run (it passes; the certificate names it)
     not_applicable: str | None = None  # why the whole check does not apply to the candidate
+    # why it stopped short of its planned power with no evidence against the decoder (its time
+    # budget ran out), and the power it reached against the plan: not passed, and not failed either
+    incomplete: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -61,6 +64,13 @@ class CheckResult:
             if value is not None:
                 object.__setattr__(self, name, coerce(float, value, f"check {self.name!r}: {name}"))
         object.__setattr__(self, "passed", bool(self.passed))
+        if self.incomplete is not None and self.passed:
+            raise LoopcertError(f"check {self.name!r} passed, so it cannot be incomplete ({self.incomplete})")
+
+    @property
+    def failed(self) -> bool:
+        """Not passed, and not merely incomplete: evidence against the decoder, or no way to get any."""
+        return not self.passed and self.incomplete is None
 
     @classmethod
     def errored(cls, name: str, kind: str, error: BaseException) -> CheckResult:

@@ -44,7 +44,7 @@ def case_rows_and_notes(name: str, r: RelativeCase) -> tuple[list[list], list[st
     drawn = f"{r.samples[0]}/{r.samples[1]}/{r.planned}"
     rows = [
         [name, r.case, v.view, drawn, f"{v.counted[0]}/{v.counted[1]}", v.dof + 1, v.stat]
-        + judged_cells(v, broken)
+        + judged_cells(v, broken, r.stopped_by_deadline)
         for v in r.views
     ]
     notes = []

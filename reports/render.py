@@ -31,6 +31,7 @@ from reports.mutants import false_alarm_section, mutation_section
 from reports.positions import positions_section
 from reports.relative_checks import relative_section
 from reports.sampling_checks import sampling_section, summary_notes
+from reports.scope import scope_parts
 from reports.theorems import theorem1_section, theorem2_section
 
 __all__ = ["DASH", "fmt", "render_certificate", "status", "table", "verdict"]
@@ -109,7 +110,11 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes += positions_report.summary_notes(d)
     if c.error is not None:
         notes.append(f"could not run: {c.error}")
-    if not c.passed:
+    if c.incomplete is not None:
+        notes.append(f"incomplete: {c.incomplete}")
+    if c.incomplete is not None:  # short of its planned power, nothing against the decoder
+        result = "INCOMPLETE"
+    elif not c.passed:
         result = "**FAIL**"
     elif c.not_applicable:
         result = "not applicable"
@@ -204,7 +209,9 @@ def render_certificate(cert: Certificate) -> str:
         + f" for {s.decoder} on "
         f"{s.model} ({s.mode} plan, {s.device}, {s.dtype}, seed {s.seed})"
         + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
+        + (f"; incomplete: {', '.join(cert.incomplete)}" if cert.incomplete else "")
         + "".join(f"; skipped: {name} ({why})" for name, why in cert.skipped.items())
+        + "".join(f"; {part}" for part in scope_parts(cert.scope))
         + "."
     )
     parts = [head, stamp_section(cert), summary_section(cert)]

@@ -39,11 +39,15 @@ def failure_notes(d: SamplingDetails | RelativeDetails, rejected: str, failed: s
 
 def summary_notes(d: SamplingDetails) -> list[str]:
     """Why a sampling check failed, for the summary: rejected on its samples is named as such,
-    never as "no power"; and the cases the engine refused (a pass or a failure says nothing of
-    them)."""
-    refused = [c.case for c in d.cases if c.refused]
-    return failure_notes(d, "rejected", "impossible samples or decoder errors") + (
-        ["refused by the engine: " + ", ".join(refused)] if refused else []
+    never as "no power"; a refusal of core parameters, which fails it; and the other cases the
+    engine refused (a pass or a failure says nothing of them)."""
+    refused = [  # refused_core's entries are "<parameters> (<case>)"
+        c.case for c in d.cases if c.refused and not any(e.endswith(f" ({c.case})") for e in d.refused_core)
+    ]
+    return (
+        failure_notes(d, "rejected", "impossible samples or decoder errors")
+        + (["refused core parameters: " + "; ".join(d.refused_core)] if d.refused_core else [])
+        + (["refused by the engine: " + ", ".join(refused)] if refused else [])
     )
 
 
@@ -83,11 +87,15 @@ def table_and_notes(checks: list[CheckResult], rows_and_notes, headers: list[str
     return [table(rows, headers), "\n".join(notes)]
 
 
-def judged_cells(v: SamplingView | RelativeView, broken: bool) -> list:
+def judged_cells(v: SamplingView | RelativeView, broken: bool, cut: bool = False) -> list:
     """A view's JUDGED cells: its p-value, Holm's decision, the TV it detects and the N it needs,
-    the TV observed, and its result (`broken`: its case failed on its samples, which fails it)."""
+    the TV observed, and its result (`broken`: its case failed on its samples, which fails it;
+    `cut`: the time budget stopped its case, which short of power is incomplete, not failed)."""
     ok = not v.holm_rejected and v.has_power and not broken
-    res = verdict(ok) if v.has_power or v.holm_rejected else "**FAIL** (no power)"
+    if v.has_power or v.holm_rejected:
+        res = verdict(ok)
+    else:
+        res = "INCOMPLETE (time budget)" if cut and v.needed_n else "**FAIL** (no power)"
     return [
         v.p_value,
         "rejected" if v.holm_rejected else "kept",
@@ -104,7 +112,8 @@ def no_power_note(name: str, r: SamplingCase | RelativeCase, drawn: str, per: st
     if r.has_power:
         return []
     reached = f"reached TV {fmt(r.detectable_tv)} with {drawn}"
-    return [f"- {name} {r.case}: no power: {reached}; needs N = {fmt(r.needed_n)}{per}"]
+    why = "incomplete, the time budget ran out" if r.stopped_by_deadline and r.needed_n else "no power"
+    return [f"- {name} {r.case}: {why}: {reached}; needs N = {fmt(r.needed_n)}{per}"]
 
 
 def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[str]]:
@@ -112,7 +121,7 @@ def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[st
     broken = bool(r.impossible or r.error)
     rows = [
         [name, r.case, v.view, f"{r.samples}/{r.planned}", v.counted, r.samples_per_s, v.bins]
-        + judged_cells(v, broken)
+        + judged_cells(v, broken, r.stopped_by_deadline)
         for v in r.views
     ]
     notes = []

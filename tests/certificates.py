@@ -102,9 +102,12 @@ def not_applicable(kind: str, name: str, why: str, bound: float = math.nan) -> C
 
 
 def certificate(*checks: CheckResult, **stamp_changes) -> Certificate:
-    failed = tuple(c.name for c in checks if not c.passed)
+    failed = tuple(c.name for c in checks if c.failed)
+    incomplete = tuple(c.name for c in checks if c.incomplete is not None)
     skipped = {c.name: c.skipped for c in checks if c.skipped}
-    return Certificate(verdict_of(failed), failed, skipped, stamp(**stamp_changes), checks)
+    return Certificate(
+        verdict_of(failed, incomplete), failed, skipped, stamp(**stamp_changes), checks, incomplete
+    )
 
 
 def divergence(**changes) -> Divergence:

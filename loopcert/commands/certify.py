@@ -1,6 +1,8 @@
 """`loopcert certify`: run every check, write certificate.md and certificate.json.
 
-Exit status: 0 when every check passes, 1 when one fails, 2 on a usage error (loopcert/cli.py).
+Exit status: 0 when every check passes, 1 when one fails (or NON-REPRODUCIBLE), 2 on a usage error
+(loopcert/cli.py), 3 INCOMPLETE: a time budget cut a check short of its planned power and nothing
+failed (docs/certify.md#verdicts-and-exit-codes).
 With --shard i/n it runs the i-th of n deterministic parts of the plan's work units and writes
 their raw results to OUT/shard.json (exit 0); `loopcert merge` assembles the certificate.
 Every place it will write (--out, --plan-out) is checked before any work: a usage error names
@@ -28,13 +30,15 @@ from proofs.certificate import Certificate
 from proofs.cost.parts import part_of, row_of
 from proofs.cost.predict import predict
 from proofs.cost.prediction import Estimate, Prediction
-from proofs.run.certify import run_certify
+from proofs.run.budget import RUNAWAY
+from proofs.run.certify import INCOMPLETE, run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, check_output_folder, json_text, write_together
 from reports.console import failure_line
 from reports.render import render_certificate
+from reports.scope import scope_parts
 
 HELP = "certify a decoder lossless: greedy, bitwise, sampling, mutants, Theorems 1/2, speed"
 ON_INTERRUPT = "no certificate written, the previous one is left in place"
@@ -99,9 +103,10 @@ def add_arguments(p) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="cap on the sampling time, pooled across settings (default: the plan's, quick 270 s, "
-        "full 2400 s); a case "
-        "that cannot reach the plan's detectable TV in it fails as 'no power'",
+        help="a hard cap on the sampling time, pooled across settings; without it the plan's "
+        "budget (quick 270 s, full 2400 s) stretches to the sampling rate measured in the run, up "
+        f"to {RUNAWAY:g}x, so load alone never decides the verdict. A case the budget cuts short "
+        "of the plan's detectable TV with nothing rejected is INCOMPLETE (exit 3), not FAIL",
     )
     p.add_argument(
         "--predict",
@@ -377,7 +382,7 @@ def publish(cert: Certificate, out, how: str) -> int:
     """Write the certificate (both files or neither), say the verdict (`how` the run ended: its
     time, or the shards it came from), each failed check with its reason (reports/console.py),
     the skipped checks and where it went;
-    -> the exit status: 0 pass, 1 a check failed."""
+    -> the exit status (exit_status): 0 pass, 1 a check failed, 3 incomplete."""
     kept = None
     with uninterrupted():
         try:
@@ -391,16 +396,29 @@ def publish(cert: Certificate, out, how: str) -> int:
     na = [c.name for c in cert.checks if c.passed and c.not_applicable]
     judged = len(cert.checks) - len(na)  # a check that does not apply is not counted as passed
     print(
-        f"{cert.verdict}: {judged - len(cert.failed)}/{judged} checks passed{how}"
+        f"{cert.verdict}: {sum(c.passed for c in cert.checks) - len(na)}/{judged} checks passed{how}"
         + (f", {len(na)} not applicable ({', '.join(na)})" if na else "")
         + (f"; failed: {', '.join(cert.failed)}" if cert.failed else "")
+        + (f"; incomplete: {', '.join(cert.incomplete)}" if cert.incomplete else "")
+        + "".join(f"; {part}" for part in scope_parts(cert.scope))
     )
     for c in cert.checks:
-        if not c.passed:
+        if c.incomplete is not None:
+            print(f"incomplete: {c.name}: {c.incomplete}")
+        elif not c.passed:
             print(f"failed: {c.name}: {failure_line(c)}")
     for name, why in cert.skipped.items():
         print(f"skipped: {name}: {why}")
     if kept is not None:
         raise kept
     print(f"wrote {md_path} and {json_path}")
-    return 0 if cert.passed else 1
+    return exit_status(cert.verdict)
+
+
+EXIT_INCOMPLETE = 3  # beside 0 pass, 1 a check failed, 2 a usage error (loopcert/cli.py)
+
+
+def exit_status(verdict: str) -> int:
+    """0 PASS; 3 INCOMPLETE (a time budget cut a check short of its planned power, nothing failed:
+    neither a pass nor a failure); 1 FAIL or NON-REPRODUCIBLE."""
+    return 0 if verdict == "PASS" else EXIT_INCOMPLETE if verdict == INCOMPLETE else 1

@@ -7,9 +7,9 @@ device, dtype, time budget: the shard and the field are named) and incomplete se
 shards named), then assembles the certificate from the shards' raw results with the same code
 as a single run (Holm across all cases of a check, one verdict) and writes certificate.md and
 certificate.json to --out, atomically. Exit status as certify's: 0 pass, 1 a check failed,
-2 a usage error (a bad --out, a shard.json that is not what `certify --shard` writes, named
-with its folder and field: proofs/run/shard_schema.py; incompatible shards); nothing is
-written then.
+3 incomplete (a shard's time budget cut a check short, nothing failed), 2 a usage error (a bad
+--out, a shard.json that is not what `certify --shard` writes, named with its folder and field:
+proofs/run/shard_schema.py; incompatible shards); nothing is written then.
 """
 
 from __future__ import annotations

@@ -9,16 +9,24 @@ Power is planned, not hoped for: the plan names the binned TV each view must det
 probability >= `power` at its strictest Holm level alpha/m, and N per case is the
 `required_samples` of its hungriest view (a conditional view counts only the samples on its
 prefix, so it needs N / P(prefix), with a margin for the binomial count). A view that ends
-below its target (fewer than 2 bins, or a time budget stopped the sampling first) FAILS as
-"no power", stating the TV it reached and the N it would need: a check that cannot detect the
-deviations it names has not passed.
+below its target FAILS as "no power" (fewer than 2 bins, a decoder error), stating the TV it
+reached and the N it would need: a check that cannot detect the deviations it names has not
+passed. A case the time budget cut short of N whose samples reject nothing is INCOMPLETE instead
+(CheckResult.incomplete: N reached against N planned, the TV it detects there against the
+target): the budget guards against a runaway run, and the machine's load is no evidence against
+the decoder. Samples that already reject (Holm) fail the check, cut short or not.
+
+A case the engine refused (proofs.decoders.protocol.Refused) is not sampled. When it sets the
+engines' other parameters (refdec.sampling.ENGINE_FIELDS), which a decoder may decline, that is
+named and neither passes nor fails; a refusal of a case that sets only the core ones (temperature,
+top_k, top_p) fails the check, naming them: a decoder that cannot sample them has not passed.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,6 +38,7 @@ from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
 from proofs.stats.views import Case, CaseLaw, View, case_law, malformed
 from refdec.progress import Progress
+from refdec.sampling import ENGINE_FIELDS
 from refdec.validate import check_number
 
 __all__ = [
@@ -101,7 +110,7 @@ def sample_tally(
     law: CaseLaw,
     n_samples: int,
     base_seed: int,
-    deadline: float | None = None,
+    deadline: float | Callable[[int, float], float] | None = None,
     max_rows: int | None = None,
     stop_early: bool = False,
 ) -> dict:
@@ -193,12 +202,18 @@ def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float)
     samples (rejected, impossible or malformed, an error) is named for that; "no power" names only
     the cases that could have passed unseen. Passes iff all three lists are empty."""
     rejected = sorted({v.case for c in cases for v in c.views if v.holm_rejected})
-    refused = [c.case for c in cases if getattr(c, "refused", None)]  # neither passed nor failed
-    no_power = [
-        c.case
+    refused = [c.case for c in cases if getattr(c, "refused", None)]  # judged by evaluate
+    short = [
+        c
         for c in cases
         if not c.has_power and c.case not in fatal and c.case not in rejected and c.case not in refused
     ]
+    # cut by the time budget, every view able to reach the target at its N: more samples would
+    # decide it; a view of one bin or a case without samples for another reason never would
+    incomplete = [
+        c.case for c in short if c.stopped_by_deadline and c.views and all(v.needed_n for v in c.views)
+    ]
+    no_power = [c.case for c in short if c.case not in incomplete]
     if cases and len(refused) == len(cases):  # nothing sampled: the check has no evidence
         no_power = list(refused)
     return dict(
@@ -210,16 +225,48 @@ def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float)
         no_power=tuple(no_power),
         rejected=tuple(rejected),
         failed_samples=tuple(fatal),
+        incomplete=tuple(incomplete),
     )
 
 
 def judged_result(name: str, details: SamplingDetails | RelativeDetails, power: str) -> CheckResult:
     """A sampling check's result from its details (their verdict fields: judged): measured = the
     smallest p-value of its views, bound = the strictest Holm level; passes iff Holm rejects
-    nothing, no case failed on its samples and every view reached the target TV."""
-    passed = not (details.rejected or details.no_power or details.failed_samples)
+    nothing, no case failed on its samples or was refused its core parameters, and every view
+    reached the target TV. When the only shortfall is cases the time budget cut (incomplete), the
+    result is incomplete, not failed: `incomplete` says how far each got."""
+    refused_core = getattr(details, "refused_core", ())  # the relative check's engines refuse nothing
+    failed = details.rejected or details.no_power or details.failed_samples or refused_core
     measured = min((v.p_value for c in details.cases for v in c.views), default=0.0)
-    return CheckResult(name, measured, details.alpha_test, passed, details, power)
+    short = None if failed else shortfall(details)
+    passed = not failed and short is None
+    return CheckResult(name, measured, details.alpha_test, passed, details, power, incomplete=short)
+
+
+def shortfall(details: SamplingDetails | RelativeDetails) -> str | None:
+    """What the time budget left undone: per incomplete case, N reached against N planned and the
+    binned TV it detects there against the target (None: nothing was cut short)."""
+    if not details.incomplete:
+        return None
+    cases = {c.case: c for c in details.cases}
+    parts = []
+    for name in details.incomplete:
+        c = cases[name]
+        drawn = c.samples if isinstance(c.samples, int) else min(c.samples)  # relative: both decoders'
+        reached = f"binned TV {c.detectable_tv:.3g}" if math.isfinite(c.detectable_tv) else "no TV yet"
+        parts.append(f"{name}: {drawn}/{c.planned} samples, detects {reached} (target {details.target_tv:g})")
+    return "the time budget ran out before the planned N, with nothing rejected: " + "; ".join(parts)
+
+
+def refusal_parameters(params: dict) -> tuple[tuple[str, ...], bool]:
+    """(the parameters a refusal of a case is taken to be of, whether they are core ones) from the
+    case's SamplingParams.describe(): its ENGINE_FIELDS when it sets any (an engine may decline
+    those: not a failure); else the core filters it sets, top_k and top_p, or its temperature."""
+    engine = tuple(f for f in ENGINE_FIELDS if f in params)
+    if engine:
+        return engine, False
+    core = tuple(f"{f}={params[f]:g}" for f in ("top_k", "top_p") if params.get(f) is not None)
+    return core or (f"temperature={params['temperature']:g}",), True
 
 
 def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target: Target) -> CheckResult:
@@ -268,6 +315,14 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     ]
     views = [v for c in cases for v in c.views]
     verdict = judged(cases, [c.case for c in cases if c.impossible or c.error], target, alpha_test)
+    core = {}  # case -> the core parameters its engine refused
+    for c in cases:
+        params, is_core = refusal_parameters(c.params) if c.refused else ((), False)
+        if is_core:
+            core[c.case] = params
+    refused_core = tuple(f"{', '.join(params)} ({case})" for case, params in core.items())
+    # a refusal of core parameters is its own failure, not named again as "no power"
+    verdict["no_power"] = tuple(n for n in verdict["no_power"] if n not in core)
     worst = verdict["detectable_tv"]
     drawn = sum(c.samples for c in cases)
     seconds = sum(c.seconds for c in cases)
@@ -282,6 +337,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
         sampling_seconds=seconds,
         samples_per_s=drawn / seconds if seconds > 0 else None,
         cases=tuple(cases),
+        refused_core=refused_core,
     )
     return judged_result(name, details, power)
 

@@ -43,13 +43,15 @@ def draw(
     sampling: SamplingParams,
     base_seed: int,
     n_samples: int,
-    deadline: float | None = None,
+    deadline: float | Callable[[int, float], float] | None = None,
     max_rows: int | None = None,
     fails: Callable[[list[int]], bool] | None = None,
 ) -> Draw:
-    """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter()),
-    at most `max_rows` seeds a generate_batch call (None: what the decoder declares): certify caps
-    it where the KV caches of a full batch would not fit (proofs/run/run.py sampling_rows).
+    """Up to n_samples samples (seeds base_seed ..), stopping at `deadline` (time.perf_counter();
+    or deadline(samples so far, seconds so far), asked again before each call: a deadline that
+    follows the measured rate, proofs.run.budget.RateDeadline), at most `max_rows` seeds a
+    generate_batch call (None: what the decoder declares): certify caps it where the KV caches
+    of a full batch would not fit (proofs/run/run.py sampling_rows).
     `fails(sample)`: the sample alone fails the case (malformed, impossible): the draw stops after
     the call that returned one, since no further sample can change the verdict."""
     t0 = time.perf_counter()
@@ -62,7 +64,8 @@ def draw(
     chunk = min(FIRST_CHUNK, cap) if batched else 1
     stopped = False
     while len(out) < n_samples:
-        if deadline is not None and time.perf_counter() >= deadline:
+        end = deadline(len(out), time.perf_counter() - t0) if callable(deadline) else deadline
+        if end is not None and time.perf_counter() >= end:
             stopped = True
             break
         seeds = list(range(base_seed + len(out), base_seed + min(n_samples, len(out) + chunk)))
@@ -99,6 +102,7 @@ def draw(
         if batched:
             per = took / len(seeds)
             chunk = int(min(cap, max(1, CHUNK_SECONDS / max(per, 1e-9))))
-            if deadline is not None:  # never overshoot the deadline by more than about one chunk
-                chunk = max(1, min(chunk, int((deadline - time.perf_counter()) / max(per, 1e-9)) + 1))
+            end = deadline(len(out), time.perf_counter() - t0) if callable(deadline) else deadline
+            if end is not None:  # never overshoot the deadline by more than about one chunk
+                chunk = max(1, min(chunk, int((end - time.perf_counter()) / max(per, 1e-9)) + 1))
     return Draw(out, time.perf_counter() - t0, batched, None, stopped)

@@ -18,6 +18,12 @@ Two ways to draw on it:
   too would leave nothing for a unit dispatched beside it), and `settle` when it returns, which
   gives the reservation back and pays for the time the unit used. With N workers sampling at
   once the pool holds N x the budget in worker-seconds: the budget stays wall time.
+
+The plan's budget (no --time-budget) is not a deadline: a unit's deadline follows the rate it
+measures (RateDeadline), so a machine at half speed still reaches N, and only a runaway unit
+(RUNAWAY x its part of the plan's budget, or a rate that collapses) is cut. A unit cut short with
+nothing rejected is INCOMPLETE, never FAIL (proofs/checks/distribution.py). A given --time-budget
+is a hard limit: each unit stops at its share.
 """
 
 from __future__ import annotations
@@ -27,6 +33,27 @@ from dataclasses import dataclass, field
 
 SHARE_SLACK = 2.0  # a sampling unit may use up to 2x its proportional share of the pool left
 # (out of what earlier units left unused: the units after it keep their floors)
+RATE_SLACK = 1.5  # under the plan's budget a unit may take its N's time at its measured rate x this
+RUNAWAY = 4.0  # ... but never more than this x its part of the plan's budget (WorkUnit.budget_s)
+
+
+@dataclass(frozen=True)
+class RateDeadline:
+    """A unit's deadline under the plan's budget, asked again before each call (proofs.decoders.draw):
+    its share of the pool, stretched to its planned N at the rate measured so far x RATE_SLACK, and
+    at most `cap` (RUNAWAY x its part of the plan's budget). Before its first sample it has no rate:
+    the cap, so that it measures one even when earlier units used up the pool."""
+
+    start: float  # time.perf_counter() when the unit started
+    share: float  # seconds the pool handed it
+    planned: int  # its N
+    cap: float  # seconds it never runs past
+
+    def __call__(self, drawn: int, elapsed: float) -> float:
+        if drawn <= 0 or elapsed <= 0:
+            return self.start + max(self.share, self.cap)
+        need = RATE_SLACK * self.planned * elapsed / drawn
+        return self.start + max(self.share, min(need, self.cap))
 
 
 @dataclass

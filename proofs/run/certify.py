@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import torch
 
 import refdec
-from proofs.certificate import Certificate, Stamp
+from proofs.certificate import Certificate, Refusal, Scope, Stamp
+from proofs.checks.distribution import refusal_parameters
 from proofs.decoder_attributes import bound_model
 from proofs.decoders.candidates import (
     Candidate,
@@ -26,6 +27,7 @@ from proofs.decoders.candidates import (
 )
 from proofs.decoders.http_decoder import HTTPOptions, is_http_spec
 from proofs.decoders.protocol import Decoder, Factory
+from proofs.details import SamplingDetails
 from proofs.result import CheckResult
 from proofs.run.jobs import Executor, LocalExecutor, check_jobs
 from proofs.run.plan import PLANS, CertifyPlan
@@ -47,6 +49,7 @@ from speed.settings import default_depths
 
 FALLBACK_MODEL = "tiny-raven"
 NON_REPRODUCIBLE = "NON-REPRODUCIBLE"
+INCOMPLETE = "INCOMPLETE"
 
 
 def certify(
@@ -308,11 +311,14 @@ def run_certify(
         check_tallies(results, laws)
     checks = [fn(results) for fn in assemble]
 
-    failed = tuple(c.name for c in checks if not c.passed)
+    failed = tuple(c.name for c in checks if c.failed)
+    incomplete = tuple(c.name for c in checks if c.incomplete is not None)
     d1, d2 = default_depths(run.R)
     return Certificate(
-        verdict=verdict_of(failed),
+        verdict=verdict_of(failed, incomplete),
         failed=failed,
+        incomplete=incomplete,
+        scope=scope_of(run, checks),
         skipped=skipped_of(checks),
         stamp=Stamp(
             **certificate_stamp(model_name, decoder_name, device, dtype, plan, seed),
@@ -433,13 +439,15 @@ def identity(
     }
 
 
-def verdict_of(failed: Sequence[str]) -> str:
-    """PASS; NON-REPRODUCIBLE when the only failures are that a seed does not reproduce its tokens,
-    alone or beside other requests (the law may be right: proofs/checks/reproducibility.py,
-    seed_invariance.py); else FAIL."""
-    if not failed:
-        return "PASS"
-    return NON_REPRODUCIBLE if set(failed) <= {"reproducibility", "seed_invariance"} else "FAIL"
+def verdict_of(failed: Sequence[str], incomplete: Sequence[str] = ()) -> str:
+    """FAIL when a check failed; NON-REPRODUCIBLE when the only failures are that a seed does not
+    reproduce its tokens, alone or beside other requests (the law may be right:
+    proofs/checks/reproducibility.py, seed_invariance.py); else INCOMPLETE when a check was cut
+    short of its planned power with no evidence against the decoder (CheckResult.incomplete: a
+    time budget is a guard against a runaway run, never the verdict); else PASS."""
+    if failed:
+        return NON_REPRODUCIBLE if set(failed) <= {"reproducibility", "seed_invariance"} else "FAIL"
+    return INCOMPLETE if incomplete else "PASS"
 
 
 def skipped_of(checks: list[CheckResult]) -> dict[str, str]:
@@ -461,6 +469,26 @@ def sampling_stamp(run: CertifyRun) -> dict:
         },
         "not_declared": run.declared[1],
     }
+
+
+def scope_of(run: CertifyRun, checks: Sequence[CheckResult]) -> Scope:
+    """What the verdict covers (proofs.certificate.Scope): the engines' other sampling parameters
+    the decoder declares and does not, the plan's cases left out for it, and every case its engine
+    refused, in check order."""
+    declared = sampling_stamp(run)["sampling_fields"]
+    refused = [
+        Refusal(c.name, case.case, *refusal_parameters(case.params or {}), case.refused)
+        for c in checks
+        if isinstance(c.details, SamplingDetails)
+        for case in c.details.cases
+        if case.refused
+    ]
+    return Scope(
+        declared=declared,
+        not_declared=tuple(f for f in ENGINE_FIELDS if f not in declared),
+        not_sampled=run.declared[1],
+        refused=tuple(refused),
+    )
 
 
 def certificate_stamp(

@@ -26,7 +26,7 @@ from proofs.decoders.candidates import Candidate
 from proofs.decoders.protocol import Decoder, NotApplicable
 from proofs.details import SamplingDetails
 from proofs.result import CheckResult
-from proofs.run.budget import SamplingPool
+from proofs.run.budget import RUNAWAY, RateDeadline, SamplingPool
 from proofs.run.run import CertifyRun
 from refdec.tokenizer import byte_decode
 
@@ -166,9 +166,17 @@ def decoder_of(run: CertifyRun, check: SamplingCheck) -> Decoder | NotApplicable
 
 
 def run_unit(run: CertifyRun, unit: WorkUnit, decoder: Decoder, budget_s: float | None = None) -> dict:
-    """Sample one unit for `budget_s` at most (default: its planned share, unit.budget_s)."""
+    """Sample one unit for `budget_s` (default: its planned share, unit.budget_s): at most that under
+    a given --time-budget; under the plan's budget as long as its N takes at its measured rate, up
+    to RUNAWAY x its part of the budget (proofs.run.budget.RateDeadline)."""
     law = run.sampling_setup(unit.model).law(unit.case)
-    deadline = time.perf_counter() + (unit.budget_s if budget_s is None else budget_s)
+    share = unit.budget_s if budget_s is None else budget_s
+    start = time.perf_counter()
+    deadline = (
+        start + share
+        if run.budget_given
+        else RateDeadline(start, share, unit.samples, RUNAWAY * unit.budget_s)
+    )
     tally = sample_tally(
         decoder, law, unit.samples, unit.base_seed, deadline, run.models.sampling_rows, stop_early=True
     )

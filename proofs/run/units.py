@@ -53,7 +53,8 @@ def guarded(
         result = CheckResult.errored(name, kind, e)
     seconds += time.perf_counter() - t0
     result = result.timed(seconds)
-    outcome = "FAIL" if not result.passed else "not applicable" if result.not_applicable else "pass"
+    outcome = "not applicable" if result.not_applicable else "pass"
+    outcome = outcome if result.passed else "FAIL" if result.failed else "INCOMPLETE"
     progress(f"[{name}] {outcome} ({seconds:.1f}s)")
     return result
 

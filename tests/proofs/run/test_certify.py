@@ -233,9 +233,10 @@ def test_default_model_is_the_trained_one_when_installed():
         assert default_model_name() == "default"
 
 
-def test_a_time_budget_too_short_fails_as_no_power(small_plan, importable_tests, tmp_path):
-    """Negative control of the power rule: the lossless reference sampled for 0.01 s cannot reach
-    the target, and the certificate must say FAIL (no power) with the N it would need."""
+def test_a_time_budget_too_short_is_incomplete_naming_the_n_needed(small_plan, importable_tests, tmp_path):
+    """The power rule under a budget: the lossless reference sampled for 0.01 s cannot reach the
+    target, and the certificate must say INCOMPLETE (exit 3), never PASS, with the N it would need;
+    never FAIL either: the budget is no evidence against the decoder (tests/proofs/run/test_incomplete.py)."""
     rc = main(
         [
             "certify",
@@ -248,14 +249,14 @@ def test_a_time_budget_too_short_fails_as_no_power(small_plan, importable_tests,
             "0.01",
         ]
     )
-    assert rc == 1
+    assert rc == 3
     cert = read_certificate(tmp_path / "certificate.json")
     s = next(c for c in cert.checks if c.kind == "sampling")
-    assert not s.passed and s.details.no_power == ("T=1",)
+    assert cert.verdict == "INCOMPLETE" and not s.passed and s.details.incomplete == ("T=1",)
     case = s.details.cases[0]
     assert case.samples < case.planned and case.needed_n >= case.planned
     md = (tmp_path / "certificate.md").read_text()
-    assert "no power" in md and "--time-budget 0.01" in md
+    assert "incomplete, the time budget ran out" in md and "--time-budget 0.01" in md
 
 
 def test_plans_target_detectable_tv():
