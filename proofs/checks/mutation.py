@@ -433,8 +433,9 @@ LIBRARY = (
     Mutant(
         "control-edge-spec",
         "control: the boundary mutants' decoder without a bug",
-        "greedy speculation of 3 drafts at depth 1 over refdec, context and positions rolled back exactly",
-        edge={},
+        "greedy speculation of 3 drafts at depth 1 over refdec, context and positions rolled back "
+        "exactly; each verify row masked to its own window of 64 keys (window-trimmed-per-token's twin)",
+        edge={"row_windows": True},
         model=LOOPCODER64,
         control=True,
     ),
@@ -454,14 +455,6 @@ LIBRARY = (
         {"d1": 1},
         cls=BatchStreams,
         batch=True,
-        control=True,
-    ),
-    Mutant(
-        "control-window-masked-per-row",
-        "control: window-trimmed-per-token's decoder with each row masked to its window",
-        "the same 4-row verify calls, each row's own pass seen through a window of 64 keys",
-        edge={"row_windows": True},
-        model=LOOPCODER64,
         control=True,
     ),
 )

@@ -80,8 +80,10 @@ class PenaltyRollback(SpecRef):
         # without a penalty window the processors count tokens, in any order: states merge
         canon = (lambda h: tuple(sorted(h))) if s.penalty_window is None else tuple
         states: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {((), ()): 1.0}
-        for _ in range(n):
+        for i in range(n):
             nxt: dict = {}
+            if i == n - 1:  # no position after the last: its history is never read
+                canon = lambda h: ()  # noqa: E731
 
             def add(key, p, nxt=nxt):
                 nxt[key] = nxt.get(key, 0.0) + p

@@ -159,6 +159,7 @@ EDGE_WHERE = {  # mutant -> (the first real bug's absolute position, what it is 
     "k-plus-1-prompt-as-verify": (4, "a prompt of 4 tokens (speculation width 3) (position 4) + 0"),
     "page-edge-off-by-one": (128, "cache page of 128 slots (position 128) + 0"),
     "lossy-past-undeclared-position": (201, "window cache of 64 wraps (position 64) + 137"),
+    "window-trimmed-per-token": (149, "window cache of 64 wraps (position 64) + 85"),
 }
 
 

@@ -24,7 +24,7 @@ from refdec.sampling import SamplingParams
 
 BY_ID = {m.id: m for m in LIBRARY}
 KILLED_BY = {  # mutant -> (the check that must reject it, its lossless twin in the library or None)
-    "window-trimmed-per-token": ({"greedy_depth"}, "control-window-masked-per-row"),
+    "window-trimmed-per-token": ({"greedy_depth"}, "control-edge-spec"),
     "penalty-counts-rejected-drafts": ({"sampling"}, "control-penalty-state-rolled-back"),
     "one-stream-for-the-batch": ({"seed_invariance"}, "control-one-stream-per-row"),
     "ratio-on-input-token": ({"sampling"}, None),
@@ -64,6 +64,7 @@ def test_each_new_mutants_lossless_twin_passes(run, mutant_id):
         twin = BY_ID[control]
         assert twin.model == m.model and twin.cls == m.cls and twin.batch == m.batch
         assert twin.case == m.case or twin.case is None
+        assert twin.edge is None or twin.edge == {"row_windows": True}  # the bug's path, bug off
     else:
         twin = replace(m, id=f"{m.id}-twin", specref={"d1": m.specref["d1"]})
     row = run.row(twin)
@@ -120,3 +121,20 @@ def test_one_stream_per_row_is_each_row_alone_and_one_shared_stream_is_not(oracl
     for dec, passes in ((own, True), (shared, False)):
         r = check_seed_invariance("seed_invariance", dec, "x", PROMPT, prompts[1:], 6, s, (0, 1, 2))
         assert r.passed is passes and r.details.seed_sensitive
+
+
+def test_the_per_row_window_at_the_window_is_refdecs_and_wider_is_not():
+    """window_per_call's mask (proofs.decoders.edges.WidenedPasses): every row at the model's window
+    is refdec's forward; one row a key wider moves that row's logits and no earlier row's."""
+    from proofs.checks.mutation import loopcoder64
+    from proofs.decoders.edges import forward_at
+
+    model = loopcoder64()
+    W, T = model.cfg.loop_window_size, 80
+    ids = [(7 * i + 3) % model.cfg.vocab_size for i in range(T)]
+    plain = forward_at(model, ids, range(T), [model.cfg.recurrence])[0]
+    at_window = forward_at(model, ids, range(T), [model.cfg.recurrence], [W] * T)[0]
+    assert torch.equal(plain, at_window) or torch.allclose(plain, at_window, atol=1e-12, rtol=0)
+    wider = forward_at(model, ids, range(T), [model.cfg.recurrence], [W] * (T - 1) + [W + 1])[0]
+    assert torch.allclose(wider[:-1], plain[:-1], atol=1e-12, rtol=0)
+    assert (wider[-1] - plain[-1]).abs().max() > 1e-6
