@@ -347,9 +347,10 @@ def verdict(got: dict, hour: float = HOUR) -> list[str]:
         need = sum(r["predicted_seconds"] for r in got["rows"] if r["planned"])
         out.append(
             f"sampling: {len(short)} of {len(got['rows'])} (setting, case) units cannot reach TV "
-            f"{got['target_tv']:g} within the {got['sampling_budget_s'] / 60:.1f} min budget (they fail as "
-            f"no power); reaching it takes {need / 60:.0f} min of sampling: --time-budget {math.ceil(need)}, "
-            "spread over --jobs N, --shard I/N (loopcert merge) or --executor ray, or a GPU (--device cuda)"
+            f"{got['target_tv']:g} within the {got['sampling_budget_s'] / 60:.1f} min budget (cut there, "
+            f"they are INCOMPLETE); reaching it takes {need / 60:.0f} min of sampling: --time-budget "
+            f"{math.ceil(need)}, spread over --jobs N, --shard I/N (loopcert merge) or --executor ray, "
+            "or a GPU (--device cuda)"
         )
     if got["wall_seconds"] > hour:
         part = max(

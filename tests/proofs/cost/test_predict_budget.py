@@ -67,7 +67,7 @@ def test_verdict_names_the_cut_sampling_and_the_flags():
         {**row("b", 100, 10.0), "budgeted_seconds": 10.0},
     ]
     (w,) = verdict(got(short, 600.0))
-    assert "1 of 2 (setting, case) units cannot reach TV 0.05" in w and "no power" in w
+    assert "1 of 2 (setting, case) units cannot reach TV 0.05" in w and "INCOMPLETE" in w
     for flag in ("--time-budget 3010", "--jobs N", "--shard I/N", "--executor ray", "--device cuda"):
         assert flag in w
     fine = [{**row("a", 100, 10.0), "budgeted_seconds": 10.0}]
