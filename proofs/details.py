@@ -703,6 +703,36 @@ class PositionAlarms(Record):
 
 
 @dataclass(frozen=True)
+class MartingaleTest(Record):
+    """One martingale test of the per-position check (proofs/stats/martingale.py): one statistic
+    summed over one stratum's tokens, in the order they were drawn, as an e-process."""
+
+    statistic: str  # "score", "pit_mean" or "pit_spread"
+    band: tuple[int, int]  # positions [lo, hi); the whole horizon for half "whole"
+    half: str  # "all", "low", "high" (a band's entropy halves) or "whole" (every band)
+    tokens: int
+    z: float | None  # S / sqrt(V): the standardized sum (sign: which way the tokens lean)
+    log_e: float  # log of sup E over the run (the e-process's peak)
+    p_value: float  # min(1, 1 / sup E): valid at any stopping time
+    holm_rejected: bool
+
+
+@dataclass(frozen=True)
+class DriftPower(Record):
+    """What one stratum of the martingale tests detects, in the user's terms: a sampler whose
+    temperature is off by a factor over every token of the stratum, caught with probability
+    `power` (martingale.detectable_factors, from the pilot's laws at the tokens tested)."""
+
+    band: tuple[int, int]
+    half: str  # "all" (a band) or "whole"
+    tokens: int
+    hotter: float  # the smallest factor > 1 detected (inf: none up to 4)
+    colder: float  # the largest factor < 1 detected (0: none down to 1/4)
+    kl_hotter: float  # the mean per-token KL(q || p) of that sampler, nats
+    kl_colder: float
+
+
+@dataclass(frozen=True)
 class PositionsDetails(Details):
     kind: ClassVar[str] = "positions"
     model: str
@@ -738,6 +768,16 @@ class PositionsDetails(Details):
     decode_seconds: float
     reference_seconds: float  # the teacher-forced float64 passes
     false_alarm: PositionAlarms | None
+    # -- martingale evidence (proofs/stats/martingale.py) --
+    case: str = ""  # the sampling case the samples were drawn under ("" : the plan's own law)
+    drift_target: float | None = None  # the whole horizon must detect a temperature off by 1 +- this
+    martingale_alpha: float = 0.0  # family-wise level of the martingale tests (Holm); the binned: alpha
+    martingale: tuple[MartingaleTest, ...] = ()
+    drift_power: tuple[DriftPower, ...] = ()  # the whole horizon's, then each band's
+    planned_by: str = "binned"  # what set N: "binned" (every band's TV) or "martingale" (the drift)
+    pilot_varentropy: float | None = None  # mean Var_p(log p) over the pilot's positions, nats^2
+    stopped_early: bool = False  # a test rejected before N: sampling stopped there (valid: e-values)
+    martingale_rejected: tuple[str, ...] = ()
 
 
 KINDS: dict[str, type[Details]] = {
