@@ -1,11 +1,15 @@
 """Certify a decoder from its author's own test suite (docs/decoders.md "Certify from Python and
 from your tests").
 
-    from loopcert.testing import SMOKE_PLAN, assert_lossless
+    from loopcert.testing import assert_lossless
 
     def test_my_decoder_is_lossless():
         model = load_model("tiny-ouro")
-        assert_lossless(MyDecoder(model), "tiny-ouro", plan=SMOKE_PLAN)
+        assert_lossless(MyDecoder(model), "tiny-ouro")  # the smoke plan: seconds
+
+The default plan is the smoke plan (SMOKE_PLAN, `loopcert certify --smoke`): every check cut down
+to seconds on a tiny preset, long samples read at every position included; plan="quick" is what CI
+certifies with.
 
 `assert_lossless` runs loopcert.api.certify and raises AssertionError unless the verdict is PASS
 and the engine refused no case (but those the caller allows by parameter: `allow_refused`); the
@@ -38,13 +42,13 @@ CORE_FIELDS = ("temperature", "top_k", "top_p")  # what every sampling case sets
 def assert_lossless(
     decoder,
     model: str | None = "tiny-ouro",
-    plan: str | CertifyPlan = "quick",
+    plan: str | CertifyPlan = SMOKE_PLAN,
     *,
     allow_refused: Sequence[str] = (),
     **options,
 ) -> Certificate:
     """Certify `decoder` (a decoder object, a factory or a --decoder spec: loopcert.api.certify) on
-    `model` under `plan` ("quick", "full", SMOKE_PLAN for seconds, or any CertifyPlan); `options`
+    `model` under `plan` (SMOKE_PLAN, the default: seconds; "quick", "full", or any CertifyPlan); `options`
     are certify's keywords (seed, dtype, device, label, time_budget, ...). -> the Certificate when
     it passes (or fails only on refusals `allow_refused` excuses); else AssertionError whose
     message has the verdict, one line per failed check and the parameters the verdict does not

@@ -49,7 +49,12 @@ def verdict(passed: bool) -> str:
 
 
 def heading(c: CheckResult, title: str) -> str:
-    return f"{title}: {verdict(c.passed)}"
+    return f"{title}: {outcome(c)}"
+
+
+def outcome(c: CheckResult) -> str:
+    """pass, **FAIL**, or incomplete (its time budget ran out first, nothing against the decoder)."""
+    return "incomplete" if getattr(c, "incomplete", None) else verdict(c.passed)
 
 
 def error_lines(c: CheckResult) -> str:

@@ -33,6 +33,7 @@ from proofs.cost.prediction import Estimate, Prediction
 from proofs.run.budget import RUNAWAY
 from proofs.run.certify import INCOMPLETE, run_certify
 from proofs.run.jobs import MAX_DEFAULT_JOBS, default_jobs
+from proofs.run.plan import PLANS
 from proofs.run.shards import SHARD_FILE, Shard, write_shard
 from refdec.errors import LoopcertError
 from refdec.files import check_output_file, check_output_folder, json_text, write_together
@@ -94,6 +95,14 @@ def add_arguments(p) -> None:
         action="store_const",
         const="full",
         help="the nightly plan: TV 0.01, more settings and models, the false-alarm rate (~1 h on 2 cores)",
+    )
+    mode.add_argument(
+        "--smoke",
+        dest="mode",
+        action="store_const",
+        const="smoke",
+        help="seconds on a tiny preset: every check cut down (assert_lossless's plan; not a "
+        "certificate to publish)",
     )
     p.set_defaults(mode="quick")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default: {DEFAULT_OUT})")
@@ -166,7 +175,8 @@ def add_arguments(p) -> None:
         "--plan",
         default=None,
         metavar="FILE",
-        help="run the plan of --plan-out FILE instead of planning here (give it to every shard)",
+        help="a plan by name (quick, full, smoke: as --quick, --full, --smoke), or run the plan of "
+        "--plan-out FILE instead of planning here (give it to every shard)",
     )
 
 
@@ -282,7 +292,15 @@ def keep_elsewhere(what: str, failure: str, write) -> LoopcertError:
     return LoopcertError(f"{failure}; the {what} is kept in {folder}: move it where it belongs")
 
 
+def plan_by_name(args) -> None:
+    """--plan NAME (quick, full, smoke) is the plan of that name, as --quick / --full / --smoke;
+    any other value is a --plan-out file."""
+    if args.plan in PLANS and not Path(args.plan).exists():
+        args.mode, args.plan = args.plan, None
+
+
 def run(args) -> int:
+    plan_by_name(args)
     progress = timed_progress()
     jobs = args.jobs
     if jobs is None and args.executor == "local":

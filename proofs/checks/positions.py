@@ -72,8 +72,9 @@ class PositionsPlan:
     # the tail (drift_from) must detect a sampler at (1 + drift) x and (1 - drift) x the temperature
     # with probability `power` (None: N from the binned test alone; the martingale tests still run)
     drift: float | None = None
-    # the plan's sampling cases are also sampled at depth, each to detect a temperature off by this
-    # (None: only `sampling`); proofs/run/run.py positions_cases
+    # the plan's sampling cases are also sampled at depth (proofs/run/run.py positions_cases), each
+    # with N planned to detect a temperature off by case_drift (None: N from the binned test alone)
+    cases: bool = False
     case_drift: float | None = None
     max_samples: int = 400  # a case whose N exceeds this has no power (its law too concentrated)
     # the drift must be caught when it starts at most this many tokens after the prompt: the tail
@@ -385,12 +386,10 @@ def check_positions(
     max_rows: int | None = None,
     progress: Progress | None = None,
     case: str = "",
-    drift: float | None = None,
 ) -> CheckResult:
     """Sample `decoder` (seeds base_seed, base_seed + 1, ...; the first is the pilot) for at most
     plan.budget_s, score every sample against `reference` (float64: the exact laws) and test.
-    `drift`: the temperature drift the whole horizon must detect (default plan.drift); `case` names
-    the sampling case of plan.sampling.
+    `case` names the sampling case plan.sampling is (shown in the report).
 
     measured = the smallest p-value, bound = the strictest Holm level; passes iff neither family
     rejects, no token was impossible or malformed, the decoder never failed, every band reached the
@@ -398,7 +397,7 @@ def check_positions(
     are plausible. Stopped by the budget before N with none of that against it: incomplete."""
     prompt = [int(x) for x in prompt]
     sampling = plan.sampling
-    drift = plan.drift if drift is None else drift
+    drift = plan.drift
     lay = layout(plan, len(prompt), reference.cfg.max_seq_len, boundaries)
     deadline = time.perf_counter() + plan.budget_s
     t = Transforms([], [])
@@ -450,6 +449,8 @@ def check_positions(
         and (target is None or target.hotter > 1 + drift or target.colder < 1 - drift)
     ):
         no_power.append(f"[{lay.target_span[0]}, {lay.target_span[1]}): temperature +-{drift:.0%}")
+    if t.impossible or t.malformed or error or early:
+        no_power = []  # the evidence is decisive: what N it planned no longer matters
     rejected = tuple(label(s) for s in strata if s.holm_rejected)
     m_rejected = tuple(martingale_label(r) for r in mrows if r.holm_rejected)
     worst = max((s.detectable_tv for s in bands), default=math.inf)
@@ -584,10 +585,10 @@ def check_positions_of(
     the decoder prepared (compiled) before its budget starts, the bands cut at crossed_boundaries.
     `case`: (name, law, drift) of one of the plan's sampling cases, sampled at depth instead of
     plan.sampling at plan.drift."""
-    name_of_case, drift = "", plan.drift
+    name_of_case = ""
     if case is not None:
         name_of_case, sampling, drift = case
-        plan = replace(plan, sampling=sampling)
+        plan = replace(plan, sampling=sampling, drift=drift)
     plan = replace(plan, sampling=plan.sampling.with_order(order))
     horizon = min(len(prompt) + plan.tokens, reference.cfg.max_seq_len)
     prepared = prepare_decoder(decoder, horizon)  # compiles (fastdec --compile): not its budget's
@@ -607,5 +608,4 @@ def check_positions_of(
         max_rows,
         progress,
         name_of_case,
-        drift,
     )

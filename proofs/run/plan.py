@@ -166,23 +166,41 @@ SIDE_BY_SIDE = {
     # position to 1,024 tokens in every setting
     "boundary_cases": (1, 0),
 }
-# -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) -------
-# T=1 without a filter: every token of the vocabulary in play and laws spread enough that a drift
-# shows (at T=0.7 top-k=4 the same N missed a 1.3x temperature past position 200: docs/measurements.md).
-# QUICK: 8 samples of 320 tokens after the 32-token prompt, through the grid's last setting (the most
-# speculative), about 20 s of one CPU core on the default model; every band detects TV 0.15. FULL:
-# 1,024 tokens, every setting, TV 0.1.
+# -- the per-position test on long samples (proofs/checks/positions.py) ----------------------------
+# Every token of long samples judged under its exact law: martingale evidence (score, PIT moments)
+# and the binned PIT (docs/certify.md#the-per-position-test). T=1 without a filter is the plan's own
+# law: every token in play, laws spread enough that a drift shows. N is planned from the pilot
+# sample's laws so that the tail (from 48 tokens after the prompt to the horizon) detects a
+# temperature off by `drift` with probability 0.99: a drift that starts anywhere in the first 48
+# tokens, or earlier, is caught. Each of the plan's sampling cases is also sampled at depth
+# (case_drift): a filter or a penalty that goes wrong past some position shows there, as impossible
+# tokens (a filter) or as a drift of the score.
+# QUICK: 320 tokens after the 32-token prompt, through the grid's last setting (the most
+# speculative); the tail detects a 10% drift (on the default model about 16 samples, on the tiny
+# presets 20-110; docs/measurements.md), each sampling case a 25% drift; every band a binned TV 0.15.
+# FULL: 1,024 tokens, every setting, a 3% drift, each case 10%.
 POSITIONS_QUICK = PositionsPlan(
-    SamplingParams(temperature=1.0), tokens=320, tv=0.15, min_band=64, budget_s=60.0
+    SamplingParams(temperature=1.0),
+    tokens=320,
+    tv=0.15,
+    min_band=64,
+    budget_s=120.0,
+    drift=0.1,
+    cases=True,
+    case_drift=0.25,
 )
 POSITIONS_FULL = PositionsPlan(
     SamplingParams(temperature=1.0),
     tokens=1024,
     tv=0.1,
     min_band=128,
-    budget_s=300.0,
+    budget_s=900.0,
     all_settings=True,
     false_alarm_replicates=20000,
+    drift=0.03,
+    cases=True,
+    case_drift=0.1,
+    max_samples=2000,
 )
 SIDE_BY_SIDE["positions"] = (POSITIONS_QUICK, POSITIONS_FULL)
 # -- end of the per-position block ------------------------------------------------------------------
@@ -190,15 +208,29 @@ QUICK, FULL = (
     CertifyPlan(mode, **{field: pair[i] for field, pair in SIDE_BY_SIDE.items()})
     for i, mode in enumerate(("quick", "full"))
 )
-PLANS = {"quick": QUICK, "full": FULL}  # tests swap a reduced plan in with monkeypatch.setitem
 
-# A decoder author's own test (loopcert.testing.assert_lossless, docs/decoders.md "Certify from
-# Python and from your tests"): every check, cut down to seconds on a tiny preset. One sampling
-# case of 3 tokens at TV 0.2: a sampler 1.5x off the temperature fails it on tiny-ouro
-# (tests/loopcert/test_testing.py), a subtler bias needs QUICK's TV 0.05 (docs/measurements.md, "The
-# smoke plan"); greedy and bitwise on a few short prompts, two mutants (one the test must kill, one
-# lossless control it must pass), greedy at depth to 32 tokens, a one-prompt speed figure. Not a
-# certificate to publish: its stamp says "smoke".
+# A decoder author's own test (loopcert.testing.assert_lossless's default, `loopcert certify
+# --smoke`, docs/decoders.md "Certify from Python and from your tests"): every check, cut down to
+# seconds on a tiny preset. Each core field sampled at least once (two cases of 3 tokens at TV 0.2:
+# temperature with top-k, temperature with top-p); long samples at depth under the plan's own law
+# (the tail from 48 tokens after the prompt detects a 30% temperature drift) and under each case
+# (N from the binned test: a filter that fails past a position gives impossible tokens), so a
+# decoder that turns lossy past a position fails here in seconds; greedy at depth past 64
+# positions; greedy and bitwise on a few short prompts; two mutants (one the test must kill, one
+# lossless control it must pass); a one-prompt speed figure. A subtler bias needs QUICK
+# (docs/measurements.md, "The smoke plan"). Not a certificate to publish: its stamp says "smoke".
+POSITIONS_SMOKE = PositionsPlan(
+    SamplingParams(temperature=1.0),
+    tokens=126,
+    tv=0.3,
+    min_band=64,
+    budget_s=30.0,
+    rows=16,
+    false_alarm_replicates=500,
+    drift=0.3,
+    cases=True,
+    max_samples=120,
+)
 SMOKE = CertifyPlan(
     "smoke",
     greedy_presets=(),
@@ -206,7 +238,10 @@ SMOKE = CertifyPlan(
     greedy_tokens=8,
     bitwise_prompts=1,
     bitwise_tokens=6,
-    sampling_cases=(("T=1 top-k=4", SamplingParams(temperature=1.0, top_k=4), 3),),
+    sampling_cases=(
+        ("T=1 top-k=4", SamplingParams(temperature=1.0, top_k=4), 3),
+        ("T=0.8 top-p=0.9", SamplingParams(temperature=0.8, top_p=0.9), 3),
+    ),
     tv=0.2,
     sampling_budget_s=60.0,
     sampling_presets=False,
@@ -218,9 +253,15 @@ SMOKE = CertifyPlan(
     trace_positions=16,
     speed=Workload(prompts=1, prompt_len=48, tokens=4, repeats=1),
     mutant_ids=("always-accept", "control-gate-inverted"),
-    depth_context=24,
-    depth_cap=32,
+    depth_context=72,
+    depth_cap=96,
+    positions=POSITIONS_SMOKE,
 )
+PLANS = {
+    "quick": QUICK,
+    "full": FULL,
+    "smoke": SMOKE,
+}  # tests swap a reduced plan in with monkeypatch.setitem
 
 
 def case_options(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -93,7 +93,7 @@ from refdec.files import read_config
 from refdec.memory import check_fits
 from refdec.model import LoopedLM
 from refdec.progress import Progress
-from refdec.sampling import TEMPERATURE_FIRST
+from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
 
 
 def load(name: str, dtype: torch.dtype, device: str) -> LoopedLM:
@@ -546,14 +546,34 @@ class CertifyRun:
             return []
         return self.candidates if self.user is not None or p.all_settings else self.candidates[-1:]
 
-    def positions(self, candidate: Candidate) -> CheckResult:
-        """The per-position test of one setting on the certified model (proofs/checks/positions.py
-        check_positions_of): its sampling check's decoder (built once), the run's sampler convention."""
+    def positions_cases(self) -> list[tuple[str, SamplingParams, float | None]]:
+        """(case name, law, drift) of each law the per-position test samples at depth: the plan's
+        own (T=1 without a filter; name ""), then, when the plan asks (`cases`), every sampling
+        case of the certified model the decoder declares, as the sampling check resolved it (its
+        logit bias on the model's own tokens), without its stop tokens: a long sample must run to
+        its horizon (a stop inside an accepted block is the sampling check's and the mutants')."""
+        p = self.plan.positions
+        if p is None:
+            return []
+        out = [("", p.sampling, p.drift)]
+        if p.cases:
+            for law in self.sampling_setup(self.model_name).laws:
+                out.append((law.case.name, replace(law.case.sampling, stop_token_ids=()), p.case_drift))
+        return out
+
+    @staticmethod
+    def positions_name(model: str, setting: str, case: str) -> str:
+        return f"positions[{model}: {setting}{f' / {case}' if case else ''}]"
+
+    def positions(self, candidate: Candidate, case: tuple[str, SamplingParams, float | None]) -> CheckResult:
+        """The per-position test of one setting and one law on the certified model
+        (proofs/checks/positions.py check_positions_of): its sampling check's decoder (built once),
+        the run's sampler convention."""
         decoder = self.sampling_decoder(
             f"sampling[{self.model_name}: {candidate.label}]", candidate, self.model_name
         )
         return check_positions_of(
-            f"positions[{self.model_name}: {candidate.label}]",
+            self.positions_name(self.model_name, candidate.label, case[0]),
             decoder,
             self.model64,
             self.prompts(1)[0],
@@ -565,6 +585,7 @@ class CertifyRun:
             candidate.label,
             self.models.sampling_rows,
             self.say,
+            case if case[0] else None,
         )
 
     # -- end of the per-position block ------------------------------------------------------------

@@ -114,7 +114,11 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     # -- issue 36: boundary coverage, from the greedy-at-depth runs, the sampling units and the
     # per-position test's long samples --
     sampled = [u for chk in sampling_checks(run) if chk.model == run.model_name for u in chk.units]
-    long_ids = [f"check/positions[{run.model_name}: {c.label}]" for c in run.positions_candidates()]
+    long_ids = [
+        f"check/{run.positions_name(run.model_name, c.label, case[0])}"
+        for c in run.positions_candidates()
+        for case in run.positions_cases()
+    ]
     assemble.append(
         lambda res: guarded(
             "coverage",
@@ -125,7 +129,9 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     )
     # -- the per-position test on long samples (issue 36 item 4b): one whole check per setting --
     for c in run.positions_candidates():
-        whole(f"positions[{run.model_name}: {c.label}]", "positions", lambda c=c: run.positions(c))
+        for case in run.positions_cases():
+            name = run.positions_name(run.model_name, c.label, case[0])
+            whole(name, "positions", lambda c=c, case=case: run.positions(c, case))
     if run.sampler_order != TEMPERATURE_FIRST:
         whole("sampler_convention", "sampler_convention", run.sampler_convention)
     whole("reproducibility", "reproducibility", run.reproducible)
