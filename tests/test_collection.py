@@ -29,6 +29,8 @@ def test_every_test_module_is_collected_by_a_tox_environment():
     # the checker sees the tree: the suite's modules, the benchmarks, the engines' environments
     assert len(table) > 100, len(table)
     assert table["tests/test_collection.py"] == ["gpu", "nightly", "portable", "py"]
+    # a module with tier2 tests: its default-tier tests in py, its tier2 ones in tier2, all in portable
+    assert table["tests/proofs/run/test_jobs.py"] == ["gpu", "nightly", "portable", "py", "tier2"]
     assert table["benchmarks/test_bench.py"] == ["bench"]
     assert table["tests/fastdec/test_gpu.py"] == ["gpu"]
     assert table["tests/proofs/run/test_slurm_recipe.py"] == ["nightly"]  # slow

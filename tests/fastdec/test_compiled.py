@@ -137,6 +137,7 @@ def aot_eager(monkeypatch):
     monkeypatch.setattr(compiled_mod.CompiledPhases, "__init__", init)
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("strategy", ["autoregressive", "draft-verify"])
 def test_fused_steps_decode_the_eager_tokens_with_the_eager_calls(strategy, aot_eager, monkeypatch):
     """Outside fixed-width mode a compiled decoder runs its Steps with `to` as fused graphs: the
@@ -218,6 +219,7 @@ def test_a_host_sync_in_a_phase_fails_the_precondition_check(monkeypatch):
         check_graphs(TINY_PRESETS[0], widths=(1,))
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("strategy", ["autoregressive", "pipelined"])
 def test_a_compiled_decoder_decodes_the_eager_tokens(strategy):
     """inductor's kernels, float64 (no greedy tie at this precision): the compiled decoder's greedy
@@ -294,6 +296,7 @@ def test_the_stamped_command_of_a_compiled_run_reruns_it_compiled():
         assert line.startswith("loopcert certify tiny-raven ") and ("--compile" in line.split()) == compiled
 
 
+@pytest.mark.tier2
 def test_prepare_compiles_every_shape_and_changes_no_token():
     """Decoder.prepare compiles the engine's every (phase, width) before decoding (aot_eager here:
     the graphs, not inductor's code); the tokens after it are the eager decoder's, in batches of any
@@ -425,6 +428,7 @@ def short_chains(monkeypatch):
     monkeypatch.setattr(engine_mod, "CHAIN_RECURRENCES", 6)
 
 
+@pytest.mark.tier2
 def test_greedy_chains_decode_the_eager_tokens(aot_eager, short_chains):
     """A compiled autoregressive decoder decodes a lone plain-greedy sequence in chains of
     Engine.chain_length tokens (one graph, each token the argmax of the last), compiled by prepare:
@@ -453,6 +457,7 @@ def test_greedy_chains_decode_the_eager_tokens(aot_eager, short_chains):
     assert set(engine.compiled.fused) == fused and list(compiled._engines.values()) == [engine]
 
 
+@pytest.mark.tier2
 def test_a_chain_proposal_the_host_does_not_draw_is_thrown_away(aot_eager, short_chains, monkeypatch):
     """The chain's negative control: proposals made wrong on purpose (argmax + 1) are never
     committed; the host's draw decides every token, so the tokens are still the eager decoder's
@@ -479,6 +484,7 @@ def test_a_chain_proposal_the_host_does_not_draw_is_thrown_away(aot_eager, short
     assert compiled.generate(prompt, 20, refdec.SamplingParams(), seed=0, eos_token_id=eos).tokens == cut
 
 
+@pytest.mark.tier2
 def test_chains_are_only_for_a_lone_plain_greedy_sequence(aot_eager):
     """Sampling, a greedy law with a processor (a repetition penalty) and a batch of two decode
     without chains (the host's draw is then not the logits' argmax, or other sequences share the
@@ -527,6 +533,7 @@ def test_a_graph_compiled_before_without_the_decomposition_is_not_served():
     assert_close(out[0], step({"x": x})[0])
 
 
+@pytest.mark.tier2
 def test_a_process_compiles_past_dynamos_limit_on_one_code_objects_graphs(monkeypatch):
     """Every compiled engine traces the same `step`: dynamo caps the graphs of one code object over all
     its caches (accumulated_recompile_limit, 256 in torch 2.13), and `loopcert bench --compile`'s

@@ -31,6 +31,7 @@ def test_a_readout_row_is_the_filters_first_transform_bit_for_bit():
     assert not torch.equal(out.law(0, FF), transform(x[0], FF.with_order("temperature-first")))
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize(
     "config", [DecodeConfig("pipelined", draft_depth=1), DecodeConfig("draft-verify", draft_depth=1)]
 )

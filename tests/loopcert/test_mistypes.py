@@ -99,6 +99,7 @@ def test_a_decoder_that_declines_the_certified_model_is_a_usage_error(tmp_path, 
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == old
 
 
+@pytest.mark.tier2
 def test_the_console_says_why_each_failed_check_failed(tmp_path, capsys, importable):
     rc = main(["certify", "tiny-raven", "--decoder", "test_mistypes:Shallow", "--out", str(tmp_path)])
     out = capsys.readouterr().out

@@ -92,6 +92,7 @@ def test_the_check_leaves_nothing_behind(tmp_path):
         check_output_folder(tmp_path / "d", "--out", ("certificate.json",))
 
 
+@pytest.mark.tier2
 def test_a_certificate_that_cannot_be_written_at_the_end_is_kept_and_named(tmp_path, capsys, monkeypatch):
     """The disk fills during the run: the result is kept in a temporary folder the error names,
     exit 2, the verdict still said."""

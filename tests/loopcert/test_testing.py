@@ -57,6 +57,7 @@ def ouro():
     return load_model("tiny-ouro")
 
 
+@pytest.mark.tier2
 def test_a_lossless_decoder_object_passes_and_its_certificate_is_returned(ouro):
     cert = assert_lossless(FastWrapper(ouro), "tiny-ouro", plan=SMOKE_PLAN)
     s = cert.stamp
@@ -66,6 +67,7 @@ def test_a_lossless_decoder_object_passes_and_its_certificate_is_returned(ouro):
     assert [r.model for r in cert.check("greedy_float64").details.runs] == ["tiny-ouro"]
 
 
+@pytest.mark.tier2
 def test_a_decoder_at_the_wrong_temperature_fails_naming_the_sampling_check(ouro):
     with pytest.raises(AssertionError) as e:
         assert_lossless(Hot(ouro), "tiny-ouro", plan=SMOKE_PLAN, label="hot")
@@ -83,6 +85,7 @@ def test_a_factory_deciding_at_a_shallower_depth_fails_naming_the_greedy_checks(
     assert re.search(r"^  greedy_float64: \d+ real bug\(s\)", message, re.M), message
 
 
+@pytest.mark.tier2
 def test_certify_takes_a_factory_class_and_runs_it_on_every_model():
     """A factory is called on each model, as --decoder module:make is: the plan's presets too."""
     plan = dataclasses.replace(SMOKE_PLAN, greedy_presets=("tiny-raven",))
@@ -99,6 +102,7 @@ def test_an_object_runs_on_its_own_model_only(ouro):
     assert details.not_applicable == (f"{__name__}.FastWrapper on tiny-raven: serves only its own model",)
 
 
+@pytest.mark.tier2
 def test_an_object_runs_in_forked_workers_to_the_same_certificate(ouro):
     """jobs=2: the workers fork this process, the object with it (a Ray worker could not)."""
     plan = dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
@@ -114,6 +118,7 @@ def test_an_object_built_for_another_model_is_a_usage_error():
         certify("tiny-ouro", raven, plan=SMOKE_PLAN)
 
 
+@pytest.mark.tier2
 def test_predict_costs_what_certify_would_run_with_the_same_arguments(ouro):
     """loopcert.api.predict(model, decoder, plan=...): certify()'s arguments, a decoder object and a
     CertifyPlan among them; certifies nothing; predicts every check the certificate then has, and
@@ -165,6 +170,7 @@ def doc_examples() -> dict[str, str]:
     return dict(re.findall(r"<!-- example: ([^(]+?) \(run by [^)]*\) -->\n```python\n(.*?)```", text, re.S))
 
 
+@pytest.mark.tier2
 def test_the_docs_examples_run_as_written():
     examples = doc_examples()
     assert sorted(examples) == ["a decoder author's test", "certify from Python"]

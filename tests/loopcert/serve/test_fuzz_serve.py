@@ -201,6 +201,7 @@ def server(request, tmp_path_factory):
     return start(request, tmp_path_factory, "tiny-ouro", "--draft-depth", "1")
 
 
+@pytest.mark.tier2
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc (Linux) for resident memory")
 def test_the_server_answers_every_fuzzed_request_with_a_2xx_or_a_named_4xx(server):
     headers = {"content-type": "application/json"}

@@ -151,6 +151,7 @@ def test_stream_equals_plain_and_stop_cuts(client):
     assert cut.choices[0].text == text[: text.index(stop)]
 
 
+@pytest.mark.tier2
 def test_a_stream_sends_text_while_the_choice_decodes(server):
     """Incremental streaming: the first text arrives before the choice has ended (the server's own
     queue + decode time, from the final chunk's extension), and the pieces join to the whole text.

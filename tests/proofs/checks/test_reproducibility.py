@@ -95,6 +95,7 @@ def test_comparable_keeps_everything_but_timing():
     )
 
 
+@pytest.mark.tier2
 def test_same_seed_same_certificate_tiny(tmp_path, monkeypatch):
     monkeypatch.setitem(plan_mod.PLANS, "quick", TEST_PLAN)  # test_certify's reduced plan
     certs = []

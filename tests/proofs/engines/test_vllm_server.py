@@ -103,6 +103,7 @@ def test_an_answer_for_another_model_is_not_this_server(tmp_path, stranger):
     )
 
 
+@pytest.mark.tier2
 def test_a_server_that_never_answers_is_stopped_with_its_children(tmp_path):
     pids = tmp_path / "pids"
     body = (

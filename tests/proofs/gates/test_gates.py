@@ -159,6 +159,7 @@ def test_an_acceptance_rule_rejecting_more_fails_the_exact_figures(model, baseli
     assert results["greedy / autoregressive / tokens"].passed  # the baseline accepts nothing
 
 
+@pytest.mark.tier2
 def test_the_exact_figures_do_not_depend_on_the_cpu_kernels(baseline):
     """The exact pass under ATEN_CPU_CAPABILITY=default (torch's most portable kernels) in a child
     process gives this process's figures bit for bit."""
@@ -206,6 +207,7 @@ def test_a_baseline_of_other_weights_or_another_protocol_is_refused(baseline, tm
         gates.read_baseline(tmp_path / "missing.json")
 
 
+@pytest.mark.tier2
 def test_cli_writes_a_baseline_and_gates_against_it(tmp_path, capsys):
     from loopcert.cli import main
 

@@ -115,6 +115,7 @@ def test_the_same_tree_passes_and_a_setting_made_dearer_fails_on_its_figure_only
     assert slowed["figures"]["greedy"]["pipelined d1=2"]["relative_speed"] < 0.7
 
 
+@pytest.mark.tier2
 def test_a_reference_that_is_no_loopcert_tree_or_another_protocol_is_an_error(tmp_path, monkeypatch):
     one = Workload(prompts=1, prompt_len=8, tokens=4, repeats=1)
     empty = tmp_path / "empty"  # the worker finds the installed loopcert instead: refused, not timed
@@ -191,6 +192,7 @@ def test_an_exported_commit_is_a_reference_that_imports_its_own_code(tmp_path):
     )
 
 
+@pytest.mark.tier2
 def test_cli_gates_paired_with_a_folder_and_writes_both_parts(tmp_path, capsys):
     """`loopcert bench --gate --reference FOLDER`: the exact figures against the baseline file, the
     speed paired with the tree in FOLDER (here this very tree); gate.json keeps both parts."""

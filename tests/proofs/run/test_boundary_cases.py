@@ -64,6 +64,7 @@ def test_the_run_places_the_quick_plans_case_at_the_window():
     assert names[-1] == "T=0.7 top-k=4 @ 8 (loop_window_size 8 wraps)"
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("at", [48, 200])
 def test_a_decoder_lossy_past_a_position_fails_the_case_placed_there_only(at):
     """LateDrift (exact before its position, 1.3x the temperature from it on) at 48: the plain case
@@ -80,6 +81,7 @@ def test_a_decoder_lossy_past_a_position_fails_the_case_placed_there_only(at):
     assert r.details.no_power == ()
 
 
+@pytest.mark.tier2
 def test_coverage_counts_the_per_position_tests_long_samples():
     """A boundary past the greedy-at-depth horizon (tiny-ouro's cache capacity 64, with a horizon of
     about 32) is beyond it, unless the per-position test's long samples crossed it: then it is covered

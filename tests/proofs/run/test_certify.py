@@ -293,6 +293,7 @@ def test_sampling_time_is_pooled_across_settings():
     assert all(sampling_result(run, c, [r]).passed for c, r in zip(checks, raws))
 
 
+@pytest.mark.tier2
 def test_predict_prints_n_samples_per_s_and_the_predicted_time(small_plan, tmp_path, capsys):
     """--predict certifies nothing: it samples a slice of each (setting, case), predicts the plan's
     sampling time as sum(N / samples/s), and every other check from a probe at ~1/8 of its size:

@@ -104,6 +104,7 @@ def assert_rejected(run, results):
 WRONG = Candidate("temperature x 1.25", TemperatureOff, {"decoder": "test"})
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("V", VOCABS)
 def test_fastdec_is_certified_with_power_at_its_own_vocabulary(checkpoints, V):
     run, results = run_sampling(checkpoints[V], [CONCENTRATED[V]])

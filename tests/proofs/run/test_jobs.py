@@ -57,6 +57,7 @@ def runs(tmp_path_factory):
     return rcs, certs, [int(x) for x in log.read_text().split()]
 
 
+@pytest.mark.tier2
 def test_jobs_give_the_serial_certificate(runs):
     rcs, certs, pids = runs
     assert rcs == {"serial": 0, "two": 0, "three": 0, "other": 0}
@@ -67,6 +68,7 @@ def test_jobs_give_the_serial_certificate(runs):
     assert os.getpid() not in pids and len(set(pids)) >= 2  # in other processes, more than one
 
 
+@pytest.mark.tier2
 def test_the_comparison_sees_another_seed(runs):
     """Negative control: a run with another seed draws other samples, and the comparison says so."""
     _, certs, _ = runs
