@@ -10,18 +10,33 @@ of long samples can (docs/certify.md, "The per-position test"). It is what the b
 look like from outside: a window that wraps, a cache page that fills, at a position nobody declared.
 
     loopcert certify --decoder proofs.decoders.late_drift:make     # must FAIL on positions[...]
+
+The drift family (`family`): the wrongs a decoder can turn to past a position, each exact before it,
+each with the quick plan's power to reject it stated in docs/certify.md, and their lossless twins:
+- a temperature 1.15x or 0.9x the asked one (`temperature_factor`);
+- a nucleus loosened (`top_p_add`: top_p + 0.05), so tokens outside the asked one come up;
+- penalties that forget the output before the position (`declare_sampling`: the second part is a
+  new request whose prompt holds the first part, so frequency and presence count only the tokens
+  generated after it: a continuation resubmitted as a prompt);
+- the twin: the same two parts, nothing changed (lossless for every law without penalties).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from proofs.decoder_attributes import declared_compute_dtype, declared_max_batch, declared_sampler_order
+from proofs.decoder_attributes import (
+    declared_compute_dtype,
+    declared_max_batch,
+    declared_sampler_order,
+    declared_sampling,
+)
 from proofs.decoders.protocol import tokens_of
 from refdec.sampling import SamplingParams
 
 POSITION = 200  # not a power of two, no window of the default model: a boundary nobody declared
 TEMPERATURE_FACTOR = 1.3
+EXACT_TOKENS = 40  # the family's decoders are exact for this many generated tokens
 SEED_OFFSET = 2**62  # the drifted part's seed: apart from every seed of the exact part
 
 
@@ -30,14 +45,30 @@ class LateDrift:
 
     batch_queue = True
 
-    def __init__(self, inner, position: int = POSITION, temperature_factor: float = TEMPERATURE_FACTOR):
+    def __init__(
+        self,
+        inner,
+        position: int = POSITION,
+        temperature_factor: float = TEMPERATURE_FACTOR,
+        top_p_add: float = 0.0,
+        declare_sampling: bool = False,
+    ):
         self.inner, self.position, self.temperature_factor = inner, int(position), float(temperature_factor)
+        self.top_p_add = float(top_p_add)
         self.sampler_order = declared_sampler_order(inner)
         self.max_batch = declared_max_batch(inner)
         self.compute_dtype = declared_compute_dtype(inner)
+        if declare_sampling:  # the engines' other parameters, as the inner decoder honours them
+            got = declared_sampling(inner)
+            self.sampling_fields = tuple(sorted(got.fields))
+            self.min_p_order, self.penalty_scope = got.min_p_order, got.penalty_scope
+            self.penalty_window = got.penalty_window
 
     def drifted(self, sampling: SamplingParams) -> SamplingParams:
-        return replace(sampling, temperature=sampling.temperature * self.temperature_factor)
+        top_p = sampling.top_p
+        if top_p is not None and self.top_p_add:
+            top_p = min(1.0, top_p + self.top_p_add)
+        return replace(sampling, temperature=sampling.temperature * self.temperature_factor, top_p=top_p)
 
     def generate(self, prompt, max_new_tokens: int, sampling: SamplingParams, seed: int) -> list[int]:
         return self.generate_batch([prompt], max_new_tokens, sampling, [seed])[0]
@@ -80,3 +111,16 @@ def make(model, position: int = POSITION, temperature_factor: float = TEMPERATUR
         model, DecodeConfig("pipelined", draft_depth=d1, second_depth=d2), device=p.device, dtype=p.dtype
     )
     return LateDrift(inner, position, temperature_factor)
+
+
+def family(inner, prompt_len: int) -> dict[str, LateDrift]:
+    """The drift family over `inner` for prompts of prompt_len tokens, exact for EXACT_TOKENS tokens:
+    name -> decoder. The lossy ones must fail the quick plan; "twin" must pass it."""
+    at = prompt_len + EXACT_TOKENS
+    return {
+        "1.15x temperature": LateDrift(inner, at, 1.15),
+        "0.9x temperature": LateDrift(inner, at, 0.9),
+        "top-p loosened": LateDrift(inner, at, 1.0, top_p_add=0.05),
+        "penalties forget the output": LateDrift(inner, at, 1.0, declare_sampling=True),
+        "twin": LateDrift(inner, at, 1.0),
+    }

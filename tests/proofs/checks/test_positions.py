@@ -1,8 +1,11 @@
 """The per-position test on long samples (proofs/checks/positions.py): a lossless decoder passes; a
 decoder lossless except past a position it does not declare (proofs/decoders/late_drift.py) is
 rejected in the bands past it, on a tiny model and at the quick plan's size on the default model;
-impossible and malformed samples and a plan without power fail, each named; certify runs it as one
-check per setting and the certificate reads back and renders it. Fixed seeds throughout."""
+the drift family (exact for 40 tokens, then hotter, colder, a looser nucleus, penalties that forget
+the output) is rejected by the quick plan's per-position checks and its lossless twin passes;
+impossible and malformed samples fail, each named; a plan without time is incomplete, never failed;
+certify runs it as one check per setting and law and the certificate reads back and renders it.
+Fixed seeds throughout."""
 
 from __future__ import annotations
 
@@ -53,7 +56,10 @@ def test_a_lossless_decoder_passes_with_power(tiny):
     assert d.bands == ((3, 64), (64, 123)) and d.samples == d.planned_samples
     assert all(s.has_power for s in d.strata if s.half == "all") and d.detectable_tv <= 0.2
     assert d.false_alarm is not None and d.false_alarm.tail_p >= 1e-3
-    assert r.bound == pytest.approx(1e-3 / 6) and r.measured > r.bound
+    # the binned half of alpha over 6 strata, the martingale half over 3 statistics x 8 strata (two
+    # bands and their halves, the whole horizon, the tail)
+    assert r.bound == pytest.approx(1e-3 / 2 / 24) and r.measured > r.bound
+    assert len(d.martingale) == 24 and not d.martingale_rejected and d.drift_target is None
 
 
 class Reference:
@@ -77,8 +83,9 @@ def test_a_decoder_lossy_past_an_undeclared_position_is_rejected_past_it(tiny):
     r = run(LateDrift(dec, position=64, temperature_factor=1.5), m64, [1, 2, 3])
     d = r.details
     assert not r.passed
-    assert "[64, 123) all" in d.rejected
+    assert "[64, 123) all" in d.rejected or "score [64, 123) all" in d.martingale_rejected
     assert not any(x.startswith("[3, 64)") for x in d.rejected)  # exact before it: never rejected there
+    assert not any("[3, 64)" in x for x in d.martingale_rejected)
 
 
 @pytest.mark.slow  # 8 samples of 320 tokens, 8 float64 passes (docs/measurements.md); nightly
@@ -133,11 +140,14 @@ def test_impossible_and_malformed_samples_fail_named(tiny):
     assert run(Fixed(greedy), m64, [1, 2, 3], plan).passed  # top-1 sampled exactly
 
 
-def test_a_plan_without_time_fails_as_no_power(tiny):
+def test_a_plan_without_time_is_incomplete_not_failed(tiny):
+    """The budget ran out before N with nothing against the decoder: incomplete (neither passed nor
+    failed), saying how far it got; the same budget on a decoder whose tokens are impossible fails."""
     m64, dec = tiny
     r = run(dec, m64, [1, 2, 3], replace(TINY_PLAN, budget_s=1e-9))
     d = r.details
-    assert not r.passed and d.stopped_by_deadline and d.samples == 0
+    assert not r.passed and not r.failed and d.stopped_by_deadline and d.samples == 0
+    assert r.incomplete.startswith("stopped by its time budget") and "0 of" in r.incomplete
     assert d.no_power == ("[3, 64) all", "[64, 123) all") and not d.rejected
 
 
@@ -184,9 +194,98 @@ def test_the_report_names_each_cause_of_a_failure():
     md = render_certificate(certificate(result(d, "positions[default: mine]", 0.0, 1e-3 / 3, False)))
     assert "**FAIL**" in md and "(stopped by its time budget)" in md
     for note in (
-        "rejected: [32, 128) all",
+        "binned PIT rejects: [32, 128) all",
         "no power: [128, 256) all",
         "2 impossible token(s), first seed 3 position 40 token 7",
         "decoder error: seeds 5..7: RuntimeError: boom",
     ):
         assert note in md, note
+
+
+# -- martingale evidence and the drift family (docs/certify.md#martingale-evidence) -----------------
+
+
+def quick_positions(decoder, m64, prompt, case=None):
+    """The quick plan's per-position check as certify runs it (temperature-first, no folder config)."""
+    from proofs.checks.positions import check_positions_of
+    from refdec.sampling import TEMPERATURE_FIRST
+
+    plan = plan_mod.QUICK.positions
+    return check_positions_of(
+        "p", decoder, m64, prompt, plan, TEMPERATURE_FIRST, None, 0, TINY, "s", None, None, case
+    )
+
+
+@pytest.mark.tier2  # ~25 s: the quick plan's full N on tiny-ouro
+def test_the_quick_plan_plans_n_for_a_ten_percent_drift_over_the_tail(tiny):
+    """N comes from the pilot's laws: the tail [50, 128) (48 tokens after the 2-token prompt) then
+    detects a temperature 1.1x or 0.9x with probability 0.99, and the check says so."""
+    m64, dec = tiny
+    r = quick_positions(dec, m64, [1, 2])
+    d = r.details
+    assert r.passed and d.planned_by == "martingale" and d.samples == d.planned_samples
+    tail = d.drift_power[0]
+    assert tail.half == "tail" and tail.band == (50, 128)
+    assert tail.hotter <= 1.1 and tail.colder >= 0.9
+    assert "from any position <= 50 to 128" in r.power and "target +-10%" in r.power
+
+
+@pytest.mark.parametrize(
+    ("label", "case"),
+    [
+        ("1.15x temperature", None),
+        pytest.param("0.9x temperature", None, marks=pytest.mark.tier2),  # ~12 s
+        ("top-p loosened", "T=1.5 top-p=0.9"),
+    ],
+)
+def test_the_drift_family_is_rejected_by_the_quick_plan_on_tiny_ouro(tiny, label, case):
+    """Exact for 40 tokens, then wrong: the quick plan's check under the law that binds rejects it
+    (a looser nucleus as impossible tokens), and stops early where the evidence decides."""
+    from proofs.decoders.late_drift import family
+    from proofs.run.plan import QUICK_CASES
+
+    m64, dec = tiny
+    law = None
+    if case is not None:
+        spec = next(c for c in QUICK_CASES if c[0] == case)
+        law = (case, spec[1], plan_mod.QUICK.positions.case_drift)
+    r = quick_positions(family(dec, 2)[label], m64, [1, 2], law)
+    d = r.details
+    assert r.failed and (d.martingale_rejected or d.impossible), (d.martingale, d.no_power)
+    if d.impossible:
+        assert int(d.first_impossible.split("position ")[1].split()[0]) >= 42  # never before the drift
+
+
+def test_penalties_that_forget_the_output_are_rejected_under_the_engine_case(tiny):
+    """The second part a new request: frequency and presence forget the first 40 tokens. Under the
+    quick plan's engine case at depth (its penalties, no stop) it is rejected: the score, or tokens
+    its filters exclude (the penalties moved the nucleus), never before the drift."""
+    from proofs.decoders.late_drift import family
+    from proofs.run.plan import ENGINE_CASES
+
+    m64, dec = tiny
+    name, params = ENGINE_CASES[0][0], ENGINE_CASES[0][1]
+    law = (name, replace(params, stop_token_ids=()), plan_mod.QUICK.positions.case_drift)
+    r = quick_positions(family(dec, 2)["penalties forget the output"], m64, [1, 2], law)
+    d = r.details
+    assert r.failed and (d.martingale_rejected or d.impossible), d.martingale
+    if d.impossible:  # the penalties moved a token past the case's filters
+        assert int(d.first_impossible.split("position ")[1].split()[0]) >= 42
+
+
+@pytest.mark.tier2  # ~25 s: the quick plan's full N on tiny-ouro
+def test_the_lossless_twin_passes_the_quick_plan(tiny):
+    """The same two parts with nothing changed: every law without penalties is exact."""
+    from proofs.decoders.late_drift import family
+
+    m64, dec = tiny
+    r = quick_positions(family(dec, 2)["twin"], m64, [1, 2])
+    assert r.passed, (r.details.martingale_rejected, r.details.rejected, r.details.no_power)
+
+
+def test_a_law_too_concentrated_for_the_target_has_no_power(tiny):
+    """max_samples caps N: a drift the cap cannot reach is a failure, "no power", never a pass."""
+    m64, dec = tiny
+    plan = replace(plan_mod.QUICK.positions, drift=0.01, max_samples=10, cases=False)
+    r = run(dec, m64, [1, 2], plan)
+    assert r.failed and "no power" in r.power and "max_samples=10" in r.power
