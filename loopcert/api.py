@@ -15,6 +15,7 @@ in any version. `refdec` and `fastdec` export the model and the fast decoder at 
 from __future__ import annotations
 
 from proofs.certificate import Certificate, Seeds, Stamp, read_certificate
+from proofs.checks.positions import PositionsPlan
 from proofs.cost.predict import predict
 from proofs.cost.prediction import Prediction
 from proofs.decoder_attributes import (
@@ -32,6 +33,9 @@ from proofs.details import KINDS as DETAIL_KINDS
 from proofs.details import Details
 from proofs.result import CheckResult
 from proofs.run.certify import certify
+from proofs.run.plan import FULL as FULL_PLAN
+from proofs.run.plan import QUICK as QUICK_PLAN
+from proofs.run.plan import SMOKE as SMOKE_PLAN
 from proofs.run.plan import CertifyPlan
 from refdec.errors import LoopcertError
 from refdec.load import load_model
@@ -63,6 +67,10 @@ __all__ = [
     "DETAIL_KINDS",
     "Certificate",
     "CertifyPlan",
+    "PositionsPlan",
+    "QUICK_PLAN",
+    "FULL_PLAN",
+    "SMOKE_PLAN",
     "CheckResult",
     "Details",
     "HTTPOptions",
