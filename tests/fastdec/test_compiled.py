@@ -177,6 +177,7 @@ def test_a_host_sync_in_a_fused_step_fails_the_precondition_check(monkeypatch):
         check_fused(TINY_PRESETS[0], widths=(1,))
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("name", ALL_TINY)
 def test_each_family_compiles_every_phase_as_one_graph(name):
     """Every family's code paths (a width changes shapes, not code): the narrowest call and the

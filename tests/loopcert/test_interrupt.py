@@ -45,11 +45,13 @@ CASES = [
 ]
 
 
+@pytest.mark.tier2
 @pytest.mark.parametrize("command, sig", CASES)
 def test_a_signal_leaves_the_previous_report(tmp_path, command, sig):
     signalled(tmp_path, command, sig, [], None)
 
 
+@pytest.mark.tier2
 def test_a_signal_ends_the_certify_workers_quietly(tmp_path):
     """--jobs 2: SIGTERM once the workers run; the parent ends them (no worker's traceback, the
     one line), and no worker outlives the run."""

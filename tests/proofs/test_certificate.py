@@ -57,6 +57,7 @@ def test_an_unsampled_sampling_check_round_trips():
     assert CheckResult.from_dict(json.loads(c.to_json())) == c and c.details.cases == ()
 
 
+@pytest.mark.tier2
 def test_a_real_certificate_round_trips(monkeypatch, tmp_path):
     """certify() of the reduced plan on tiny-ouro: the certificate read back equals the one written."""
     monkeypatch.setitem(plan_mod.PLANS, "quick", SMALL_PLAN)

@@ -400,6 +400,7 @@ def test_call_parts_times_every_part_and_removes_its_instruments(model):
     assert torch.equal(eng.run_phase("recur", lanes)[1][0], before)
 
 
+@pytest.mark.tier2
 def test_the_speedup_report_runs_to_its_end_on_a_tiny_preset(tmp_path):
     """`loopcert bench` on the tiny presets (R < 8, random weights) failed after all its timing:
     tiny-raven's depth curve, which grows with depth, made Theorem 2's optimum raise, and the batch
@@ -476,6 +477,7 @@ def test_time_runs_compiles_a_compiled_decoder_before_timing_it(model, compile_w
     assert len(timed) == 8 and not any(timed)
 
 
+@pytest.mark.tier2
 def test_a_compiled_bench_times_compiled_decoders_warmed_up_by_the_calls_they_time(model, compile_watch):
     """`loopcert bench --compile`: every decoder the report times (the grid, the sampling table, the
     context sweep, the batch rows and samples/s) runs compiled steps, and no call it times compiles

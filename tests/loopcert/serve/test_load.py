@@ -47,6 +47,7 @@ def check(res: dict, clients: int) -> None:
     assert h["waiting"] == 0 and h["running"] == 0
 
 
+@pytest.mark.tier2
 def test_short_load(tmp_path):
     rc, res = run_bench(tmp_path, clients=8, seconds=3, requests=40, tokens=8)
     assert rc == 0 and res["passed"]

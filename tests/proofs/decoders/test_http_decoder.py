@@ -241,6 +241,7 @@ def test_vllms_block_size_is_read_from_its_metrics():
     assert _vllm_blocks(Metrics(None)) == () and _vllm_blocks(Metrics("vllm:other 1.0\n")) == ()
 
 
+@pytest.mark.tier2
 def test_a_server_is_certified_from_python_with_typed_options(good_server):
     """loopcert.api.certify(model, URL, http=HTTPOptions(...)): the command's HTTP flags as data;
     the stamp names the server and dialect as the command's does, and the next call without
