@@ -775,7 +775,7 @@ class PositionsDetails(Details):
     martingale: tuple[MartingaleTest, ...] = ()
     drift_power: tuple[DriftPower, ...] = ()  # the whole horizon's, then each band's
     planned_by: str = "binned"  # what set N: "binned" (every band's TV) or "martingale" (the drift)
-    pilot_varentropy: float | None = None  # mean Var_p(log p) over the pilot's positions, nats^2
+    pilot_varentropy: float | None = None  # mean Var_p(log p) over the planning samples (first call), nats^2
     stopped_early: bool = False  # a test rejected before N: sampling stopped there (valid: e-values)
     martingale_rejected: tuple[str, ...] = ()
 

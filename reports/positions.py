@@ -27,7 +27,7 @@ def leaning(r: MartingaleTest) -> str:
     where = f"[{r.band[0]}, {r.band[1]})" + ("" if r.half == "whole" else f" {r.half}")
     if r.z is None:
         return f"{r.statistic} {where}"
-    return f"{r.statistic} {where} (z {r.z:+.1f}: {LEANS[r.statistic][0 if r.z > 0 else 1]})"
+    return f"{r.statistic} {where} ({LEANS[r.statistic][0 if r.z > 0 else 1]})"  # z: the report's table
 
 
 def summary_notes(d: PositionsDetails) -> list[str]:

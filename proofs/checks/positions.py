@@ -52,6 +52,10 @@ from refdec.score import continuation_laws
 from refdec.validate import check_int, check_number
 
 PLAUSIBILITY = 1e-3  # the simulated false-alarm count fails the check when its binomial tail is below
+# N and the stated power are planned once, after the first call, from the laws of at most this many of
+# its samples (the pilot first): one sample's laws misjudged a tiny model's varentropy by 2x. Only the
+# laws enter the plan, never a test's outcome; the e-processes are valid at any N, however chosen
+PLANNING_SAMPLES = 4
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,8 @@ class Transforms:
     u: list[np.ndarray]
     entropy: list[np.ndarray]
     steps: list[mg.Increments] = field(default_factory=list)
-    pilot_laws: np.ndarray | None = None  # (n, V) float64: the pilot's laws, for planning and power
+    pilot_laws: np.ndarray | None = None  # (k n, V) float64: the planning samples' laws (PLANNING_SAMPLES)
+    planning: list[mg.Increments] = field(default_factory=list)  # their null increments
     impossible: int = 0
     first_impossible: str | None = None
     malformed: int = 0
@@ -187,8 +192,9 @@ def score(
             i = int(zero[0])
             t.first_impossible = f"seed {seed} position {len(prompt) + i} token {toks[i]}"
         return False
-    if t.pilot_laws is None:
-        t.pilot_laws = laws
+    if len(t.planning) < PLANNING_SAMPLES:  # the laws N and the power are planned from
+        t.pilot_laws = laws if t.pilot_laws is None else np.concatenate([t.pilot_laws, laws])
+        t.planning.append(mg.increments(laws, toks, u))
     t.u.append(u)
     t.entropy.append(pit.entropies(laws))
     t.steps.append(mg.increments(laws, toks, u))
@@ -250,12 +256,11 @@ def planned_samples(
     samples, by = lay.samples, "binned"
     if drift is not None and t.pilot_laws is not None:
         lo, hi = lay.target_span
-        sel = slice(lo - lay.start, hi - lay.start)
-        null = sliced(t.steps[0], sel)
+        laws, null = planning_view(t, lay, lo, hi)
         alpha = plan.alpha / 2 / lay.martingale_tests
         width = hi - lo
         cap = plan.max_samples * width
-        need = mg.tokens_needed(t.pilot_laws[sel], null, alpha, plan.power, (1 + drift, 1 - drift), cap)
+        need = mg.tokens_needed(laws, null, alpha, plan.power, (1 + drift, 1 - drift), cap)
         if need > cap:
             why = (
                 f"a temperature off by {drift:.0%} over [{lo}, {hi}) needs more than max_samples="
@@ -268,8 +273,13 @@ def planned_samples(
     return min(samples, plan.max_samples), by, None
 
 
-def sliced(inc: mg.Increments, sel) -> mg.Increments:
-    return mg.Increments(inc.d[:, sel], inc.v[:, sel], inc.hi[:, sel], inc.lo[:, sel])
+def planning_view(t: Transforms, lay: Layout, lo: int, hi: int) -> tuple[np.ndarray, mg.Increments]:
+    """The planning samples' laws and null increments at positions [lo, hi), every sample's."""
+    sel = slice(lo - lay.start, hi - lay.start)
+    k = len(t.planning)
+    laws = t.pilot_laws.reshape(k, lay.n, -1)[:, sel].reshape(-1, t.pilot_laws.shape[1])
+    parts = [(inc.d[:, sel], inc.v[:, sel], inc.hi[:, sel], inc.lo[:, sel]) for inc in t.planning]
+    return laws, mg.Increments(*(np.concatenate([p[i] for p in parts], axis=1) for i in range(4)))
 
 
 def drift_power(
@@ -279,15 +289,18 @@ def drift_power(
     band, at the tokens each stratum's score test holds (the pilot's laws as their model)."""
     if t.pilot_laws is None:
         return []
-    null = t.steps[0]
     alpha = plan.alpha / 2 / lay.martingale_tests
     positions = lay.start + np.arange(lay.n)
     out = []
     for row in tested:
         if row.statistic != "score" or row.half not in ("all", "whole", "tail"):
             continue
-        sel = (positions >= row.band[0]) & (positions < row.band[1])
-        laws, sub = t.pilot_laws[sel], sliced(null, sel)
+        if row.half == "all":  # a band: its positions
+            inside = (positions >= row.band[0]) & (positions < row.band[1])
+            lo, hi = int(positions[inside][0]), int(positions[inside][-1]) + 1
+        else:
+            lo, hi = row.band
+        laws, sub = planning_view(t, lay, lo, hi)
         hot, cold = (math.inf, 0.0)
         if row.tokens:
             hot, cold = mg.detectable_factors(laws, sub, row.tokens, alpha, plan.power)
@@ -403,26 +416,28 @@ def check_positions(
     t = Transforms([], [])
     drawn, decode_s, error, stopped, early = 0, 0.0, None, False, False
     rows = plan.rows if max_rows is None else max(1, min(plan.rows, max_rows))
-    planned, planned_by, cannot = lay.samples, "binned", None
+    planned, planned_by, cannot = lay.samples, None, None
     mart: Martingales | None = None
     alpha_m = plan.alpha / 2
     while drawn < planned:
         if time.perf_counter() >= deadline:
             stopped = True
             break
-        k = 1 if drawn == 0 else min(rows, planned - drawn)  # the pilot alone: N follows from it
+        k = min(rows, planned - drawn)
         d = draw(decoder, prompt, lay.n, sampling, base_seed + drawn, k, deadline, rows)
         decode_s += d.seconds
         if d.refused:
             error = f"refused: {d.refused}"
             break
         for i, sample in enumerate(d.samples):
-            kept = score(reference, prompt, sample, lay.n, sampling, base_seed + drawn + i, t)
-            if kept and mart is None and len(t.u) == 1:  # the pilot: thresholds and N
+            if not score(reference, prompt, sample, lay.n, sampling, base_seed + drawn + i, t):
+                continue
+            if mart is None:  # the pilot: its laws set the entropy cuts; its tokens are not tested
                 mart = Martingales(lay, thresholds_of(t, lay))
-                planned, planned_by, cannot = planned_samples(plan, lay, drift, t)
-            elif kept and mart is not None:
+            else:
                 mart.feed(t.steps[-1], t.entropy[-1])
+        if planned_by is None and t.planning:  # N, once, from the first call's laws
+            planned, planned_by, cannot = planned_samples(plan, lay, drift, t)
         drawn += len(d.samples)
         if progress:
             progress(f"  {name}: {drawn}/{planned} samples of {lay.n} tokens ({decode_s:.1f}s decoding)")
@@ -455,7 +470,7 @@ def check_positions(
     m_rejected = tuple(martingale_label(r) for r in mrows if r.holm_rejected)
     worst = max((s.detectable_tv for s in bands), default=math.inf)
     implausible = alarms is not None and min(alarms.tail_p, alarms.tail_p_second_level) < PLAUSIBILITY
-    pilot_ve = float(t.steps[0].v[0].mean()) if t.steps else None
+    pilot_ve = float(np.mean([inc.v[0].mean() for inc in t.planning])) if t.planning else None
     details = PositionsDetails(
         model=model,
         setting=setting,
@@ -495,7 +510,7 @@ def check_positions(
         martingale_alpha=alpha_m,
         martingale=tuple(mrows),
         drift_power=tuple(power_rows),
-        planned_by=planned_by,
+        planned_by=planned_by or "binned",
         pilot_varentropy=pilot_ve,
         stopped_early=early,
         martingale_rejected=m_rejected,

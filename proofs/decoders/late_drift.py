@@ -32,7 +32,7 @@ from proofs.decoder_attributes import (
     declared_sampling,
 )
 from proofs.decoders.protocol import tokens_of
-from refdec.sampling import SamplingParams
+from refdec.sampling import ENGINE_FIELDS, SamplingParams
 
 POSITION = 200  # not a power of two, no window of the default model: a boundary nobody declared
 TEMPERATURE_FACTOR = 1.3
@@ -59,8 +59,8 @@ class LateDrift:
         self.max_batch = declared_max_batch(inner)
         self.compute_dtype = declared_compute_dtype(inner)
         if declare_sampling:  # the engines' other parameters, as the inner decoder honours them
-            got = declared_sampling(inner)
-            self.sampling_fields = tuple(sorted(got.fields))
+            got = declared_sampling(inner)  # fastdec declares nothing: it honours every one
+            self.sampling_fields = tuple(sorted(got.fields)) or ENGINE_FIELDS
             self.min_p_order, self.penalty_scope = got.min_p_order, got.penalty_scope
             self.penalty_window = got.penalty_window
 

@@ -21,6 +21,9 @@ from loopcert.testing import SMOKE_PLAN, assert_lossless
 from refdec.sampling import SamplingParams
 
 PLAIN = ("T=0.7", SamplingParams(temperature=0.7), 3)
+# the smoke plan without its long samples: these tests are about the API, not the per-position test
+# (tests/loopcert/test_smoke_plan.py runs assert_lossless's default whole)
+FAST = dataclasses.replace(SMOKE_PLAN, positions=None)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "decoders.md"
 
 
@@ -59,7 +62,7 @@ def ouro():
 
 @pytest.mark.tier2
 def test_a_lossless_decoder_object_passes_and_its_certificate_is_returned(ouro):
-    cert = assert_lossless(FastWrapper(ouro), "tiny-ouro", plan=SMOKE_PLAN)
+    cert = assert_lossless(FastWrapper(ouro), "tiny-ouro", plan=FAST)
     s = cert.stamp
     assert cert.verdict == "PASS" and s.decoder == f"{__name__}.FastWrapper" and s.mode == "smoke"
     assert s.settings == (f"{__name__}.FastWrapper",)
@@ -70,16 +73,16 @@ def test_a_lossless_decoder_object_passes_and_its_certificate_is_returned(ouro):
 @pytest.mark.tier2
 def test_a_decoder_at_the_wrong_temperature_fails_naming_the_sampling_check(ouro):
     with pytest.raises(AssertionError) as e:
-        assert_lossless(Hot(ouro), "tiny-ouro", plan=SMOKE_PLAN, label="hot")
+        assert_lossless(Hot(ouro), "tiny-ouro", plan=FAST, label="hot")
     lines = str(e.value).splitlines()
     assert lines[0] == "hot on tiny-ouro (smoke plan, seed 0): FAIL"
-    assert "  sampling[tiny-ouro: hot]: rejected: T=1 top-k=4" in lines
+    assert any(line.startswith("  sampling[tiny-ouro: hot]: rejected: ") and "T=1 top-k=4" in line for line in lines)
     assert not any(line.startswith("  greedy") for line in lines)  # greedy does not see a temperature
 
 
 def test_a_factory_deciding_at_a_shallower_depth_fails_naming_the_greedy_checks():
     with pytest.raises(AssertionError) as e:
-        assert_lossless(shallow, "tiny-ouro", plan=SMOKE_PLAN)
+        assert_lossless(shallow, "tiny-ouro", plan=FAST)
     message = str(e.value)
     assert message.startswith(f"{__name__}.shallow on tiny-ouro (smoke plan, seed 0): FAIL")
     assert re.search(r"^  greedy_float64: \d+ real bug\(s\)", message, re.M), message
@@ -88,14 +91,14 @@ def test_a_factory_deciding_at_a_shallower_depth_fails_naming_the_greedy_checks(
 @pytest.mark.tier2
 def test_certify_takes_a_factory_class_and_runs_it_on_every_model():
     """A factory is called on each model, as --decoder module:make is: the plan's presets too."""
-    plan = dataclasses.replace(SMOKE_PLAN, greedy_presets=("tiny-raven",))
+    plan = dataclasses.replace(FAST, greedy_presets=("tiny-raven",))
     cert = certify("tiny-ouro", FastWrapper, plan=plan)
     assert cert.passed and cert.stamp.decoder == f"{__name__}.FastWrapper"
     assert {r.model for r in cert.check("greedy_float64").details.runs} == {"tiny-ouro", "tiny-raven"}
 
 
 def test_an_object_runs_on_its_own_model_only(ouro):
-    plan = dataclasses.replace(SMOKE_PLAN, greedy_presets=("tiny-raven",))
+    plan = dataclasses.replace(FAST, greedy_presets=("tiny-raven",))
     cert = certify("tiny-ouro", FastWrapper(ouro), plan=plan)
     details = cert.check("greedy_float64").details
     assert cert.passed and [r.model for r in details.runs] == ["tiny-ouro"]
@@ -105,7 +108,7 @@ def test_an_object_runs_on_its_own_model_only(ouro):
 @pytest.mark.tier2
 def test_an_object_runs_in_forked_workers_to_the_same_certificate(ouro):
     """jobs=2: the workers fork this process, the object with it (a Ray worker could not)."""
-    plan = dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
+    plan = dataclasses.replace(FAST, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
     serial, forked = (certify("tiny-ouro", FastWrapper(ouro), plan=plan, jobs=j) for j in (1, 2))
     assert serial.passed and serial.stamp.work_units > 2
     assert untimed(json.loads(forked.dumps())) == untimed(json.loads(serial.dumps()))
@@ -115,7 +118,7 @@ def test_an_object_built_for_another_model_is_a_usage_error():
     raven = FastWrapper(load_model("tiny-raven"))
     applies = r"does not apply to the certified model tiny-ouro: .*built for another model \(tiny-raven\)"
     with pytest.raises(LoopcertError, match=applies):
-        certify("tiny-ouro", raven, plan=SMOKE_PLAN)
+        certify("tiny-ouro", raven, plan=FAST)
 
 
 @pytest.mark.tier2
@@ -123,25 +126,25 @@ def test_predict_costs_what_certify_would_run_with_the_same_arguments(ouro):
     """loopcert.api.predict(model, decoder, plan=...): certify()'s arguments, a decoder object and a
     CertifyPlan among them; certifies nothing; predicts every check the certificate then has, and
     samples the object's own decoder (no fastdec setting) at a positive rate."""
-    plan = dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
+    plan = dataclasses.replace(FAST, sampling_cases=(*SMOKE_PLAN.sampling_cases, PLAIN))
     got = predict("tiny-ouro", FastWrapper(ouro), plan=plan, slice_seconds=0.2, measured=True)
     assert isinstance(got, Prediction) and not got.stopped
     assert (got.mode, got.model, got.target_tv) == ("smoke", "tiny-ouro", plan.tv)
-    assert {u.setting for u in got.units} == {f"{__name__}.FastWrapper"} and len(got.units) == 2
+    assert {u.setting for u in got.units} == {f"{__name__}.FastWrapper"} and len(got.units) == 3
     assert all(u.slice > 0 and u.samples_per_s > 0 for u in got.units)
     cert = certify("tiny-ouro", FastWrapper(ouro), plan=plan)
     assert {c.check for c in got.checks} == {c.name for c in cert.checks}
     with pytest.raises(LoopcertError, match="not with executor 'ray'"):
         predict("tiny-ouro", FastWrapper(ouro), plan=plan, executor="ray")
-    with pytest.raises(LoopcertError, match="plan must be one of .* got 'smoke'"):
-        predict("tiny-ouro", plan="smoke")
+    with pytest.raises(LoopcertError, match="plan must be one of .* got 'nightly'"):
+        predict("tiny-ouro", plan="nightly")
 
 
 def test_usage_errors_name_the_bad_value(ouro):
     with pytest.raises(LoopcertError, match="decoder must be a spec string, a decoder .* got 'int'"):
-        certify("tiny-ouro", 3, plan=SMOKE_PLAN)
-    with pytest.raises(LoopcertError, match="plan must be one of .* got 'smoke'"):
-        certify("tiny-ouro", FastWrapper(ouro), plan="smoke")
+        certify("tiny-ouro", 3, plan=FAST)
+    with pytest.raises(LoopcertError, match="plan must be one of .* got 'nightly'"):
+        certify("tiny-ouro", FastWrapper(ouro), plan="nightly")
     with pytest.raises(LoopcertError, match="label='x' names a decoder object or factory"):
         certify("tiny-ouro", "tests:make", label="x")
     with pytest.raises(LoopcertError, match="not with executor 'ray'"):
@@ -157,7 +160,7 @@ def test_usage_errors_name_the_bad_value(ouro):
 def test_the_old_keywords_still_work_with_a_warning(monkeypatch):
     import proofs.run.plan as plan_mod
 
-    monkeypatch.setitem(plan_mod.PLANS, "quick", SMOKE_PLAN)
+    monkeypatch.setitem(plan_mod.PLANS, "quick", FAST)
     with pytest.warns(DeprecationWarning, match=r"certify\(mode=...\) is deprecated: pass plan="):
         cert = certify("tiny-ouro", FastWrapper, mode="quick")
     assert cert.passed and cert.stamp.mode == "smoke" and isinstance(SMOKE_PLAN, CertifyPlan)
