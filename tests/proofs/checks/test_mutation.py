@@ -131,6 +131,7 @@ def test_whole_library_at_the_full_target(model):
     assert r.passed, r.details.wrong
 
 
+@pytest.mark.tier2
 def test_false_alarm_rate_of_the_lossless_controls_is_plausible(model):
     r = check_false_alarm(25, Target(0.1), 0, model=model)
     d = r.details

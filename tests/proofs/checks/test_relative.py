@@ -155,6 +155,7 @@ def test_a_lossy_speculative_mode_is_rejected_against_its_lossless_plain_mode(se
     assert c.seeds == ((0, n[0] - 1), (reference_seed(0, n[0]), reference_seed(0, n[0]) + n[0] - 1))
 
 
+@pytest.mark.tier2
 def test_refdec_and_fastdec_pipelined_pass_as_two_lossless_modes(setup):
     """Two real lossless decoders of the same model: refdec's reference decoder and fastdec's
     pipelined speculative decoder (false-alarm rate <= alpha 1e-3 as above; seed 0)."""

@@ -73,6 +73,7 @@ def test_lossy_server_is_rejected(request, tmp_path_factory, tmp_path, http_plan
     assert "reproducibility" not in cert.failed
 
 
+@pytest.mark.tier2
 def test_seed_ignoring_server_is_non_reproducible_not_wrong(request, tmp_path_factory, tmp_path, http_plan):
     server = start(request, tmp_path_factory, *TINY, "--ignore-request-seed")
     rc, cert = certify_json(server.url, tmp_path)

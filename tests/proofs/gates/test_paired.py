@@ -173,6 +173,7 @@ def head_has_the_worker() -> bool:
     return got.returncode == 0
 
 
+@pytest.mark.tier2
 @pytest.mark.skipif(not head_has_the_worker(), reason="needs a git checkout whose HEAD has the round worker")
 def test_an_exported_commit_is_a_reference_that_imports_its_own_code(tmp_path):
     tree = paired.export_tree("HEAD", tmp_path / "ref")
