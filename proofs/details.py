@@ -202,6 +202,35 @@ class SamplingView(Record):
     empirical_tv: float | None
     has_power: bool  # detectable_tv <= target_tv
     holm_rejected: bool
+    # requests of its case raised: the TV by which dropping them can move this view's law of the
+    # completed samples (RaisedRequests); Holm's rejection counts only past it. None: none raised
+    bias_bound: float | None = None
+
+
+@dataclass(frozen=True)
+class RaisedRequests(Record):
+    """Requests of a case (or a per-position run) that raised: skipped, not replaced
+    (proofs/decoders/draw.py), with what the completed samples show about the law.
+
+    Why `bias_bound` is the failed fraction f = failed / requests: let p be the (empirical) law of
+    the outputs the M requests' seeds would have given and A the event that a request completed.
+    The kept samples follow p(.|A), and p = (1 - f) p(.|A) + f p(.|not A), so for every set B
+    p(B|A) - p(B) = f (p(B|A) - p(B|not A)), whose size is at most f: TV(p(.|A), p) <= f, reached
+    when the failing requests' outputs lie where the completed ones never do. (f / (1 - f) bounds
+    the ratio p(B|A) / p(B) - 1, a looser statement than the TV.) A view that counts only the
+    samples on a prefix conditions further: all the failed requests may have been on it, so its
+    bound is failed / (counted + failed). A deviation of the kept samples within the bound can be
+    the selection alone, so the law is judged "rejected" only past it (or on impossible tokens)."""
+
+    failed: int  # requests that raised
+    requests: int  # requests made: the samples kept and the ones that raised
+    first_seed: int
+    first_message: str  # "<exception type>: <message>"
+    bias_bound: float  # failed / requests: the TV by which the selection can move the kept law
+    # what the completed samples show: "rejected" (past the bound, or impossible tokens), "not
+    # rejected" (the usual power statement holds for them), or "within the bias bound" (rejected,
+    # but by no more than dropping the failed requests could explain: not judged beyond it)
+    law: str
 
 
 @dataclass(frozen=True)
@@ -224,6 +253,7 @@ class SamplingCase(CaseSpec):
     order: str = "temperature-first"  # the sampler convention of its law (refdec.sampling)
     params: dict | None = None  # its SamplingParams as SamplingParams.describe() (None: written before)
     refused: str | None = None  # the engine refused its parameters (protocol.Refused): not sampled
+    raised: RaisedRequests | None = None  # some requests raised (skipped): the case failed on them
 
 
 def nothing_sampled(model: str, why_this_model: str, budget_s: float) -> dict:
@@ -272,6 +302,8 @@ class SamplingDetails(Details):
     incomplete: tuple[str, ...] = ()
     # cases whose engine refused their core parameters, "<parameters> (<case>)": the check failed
     refused_core: tuple[str, ...] = ()
+    # cases some requests of which raised (SamplingCase.raised): the check failed on the exceptions
+    raised: tuple[str, ...] = ()
 
     @classmethod
     def unsampled(cls, model: str, why_this_model: str, budget_s: float) -> SamplingDetails:
@@ -763,7 +795,7 @@ class PositionsDetails(Details):
     impossible: int  # tokens of probability 0 under the reference law
     first_impossible: str | None  # "seed S position P token X"
     malformed: int  # samples of a wrong length or an id outside the vocabulary
-    decoder_error: str | None  # the decoder failed (sampling stopped there)
+    decoder_error: str | None  # the decoder failed past draw's cap (sampling stopped there)
     stopped_by_deadline: bool
     decode_seconds: float
     reference_seconds: float  # the teacher-forced float64 passes
@@ -778,6 +810,7 @@ class PositionsDetails(Details):
     pilot_varentropy: float | None = None  # mean Var_p(log p) over the planning samples (first call), nats^2
     stopped_early: bool = False  # a test rejected before N: sampling stopped there (valid: e-values)
     martingale_rejected: tuple[str, ...] = ()
+    raised: RaisedRequests | None = None  # requests that raised (skipped): the check failed on them
 
 
 KINDS: dict[str, type[Details]] = {

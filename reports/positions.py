@@ -9,6 +9,7 @@ from proofs.details import MartingaleTest, PositionsDetails
 from proofs.result import CheckResult
 from proofs.stats.pit import LEVEL_MARGIN
 from reports.markdown import DASH, fmt, heading, outcome, section, table
+from reports.sampling_checks import MESSAGE_CHARS, raised_text
 
 HEADERS = ["band", "half", "entropy cut (nats)", "tokens", "p-value", "Holm", "detects TV >=", "observed TV"]
 MARTINGALE_HEADERS = ["statistic", "positions", "stratum", "tokens", "z", "log sup E", "p-value", "Holm"]
@@ -31,8 +32,15 @@ def leaning(r: MartingaleTest) -> str:
 
 
 def summary_notes(d: PositionsDetails) -> list[str]:
-    """Why a per-position check failed, for the summary: each cause named apart."""
+    """Why a per-position check failed, for the summary: each cause named apart, requests that
+    raised first (with what the completed samples say)."""
     out = []
+    if d.raised:
+        reached = (
+            f"every band detects a binned TV >= {fmt(d.detectable_tv, 3)} with probability "
+            f"{fmt(d.power_level)}"
+        )
+        out.append(raised_text(d.raised, d.samples, reached, MESSAGE_CHARS))
     m_rejected = [r for r in d.martingale if r.holm_rejected]
     if m_rejected:
         early = f" (stopped early at {d.samples} of {d.planned_samples} samples)" if d.stopped_early else ""

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 
 from proofs.details import (
+    RaisedRequests,
     RelativeCase,
     RelativeDetails,
     RelativeView,
@@ -37,15 +38,51 @@ def failure_notes(d: SamplingDetails | RelativeDetails, rejected: str, failed: s
     return [f"{label}: " + ", ".join(cases) for label, cases in named if cases]
 
 
+MESSAGE_CHARS = 120  # of a request's exception in a summary line (the case's note has it whole)
+
+
+def raised_text(r: RaisedRequests, samples: int, reached: str, message_chars: int | None = None) -> str:
+    """Requests that raised and what the completed samples say, in one sentence: "N of M requests
+    raised (first seed S: message); the K completed samples: <law>; bias bound ...". `reached`: the
+    power statement of the completed samples (what they detect), said when nothing rejected."""
+    message = r.first_message
+    if message_chars is not None and len(message) > message_chars:
+        message = message[: message_chars - 3] + "..."
+    law = {
+        "rejected": "rejected, past the bias bound or on impossible tokens",
+        "not rejected": f"not rejected ({reached})",
+        "within the bias bound": "not judged beyond the bias bound (a deviation no larger than dropping the "
+        "failed requests can explain)",
+    }[r.law]
+    return (
+        f"{r.failed} of {r.requests} requests raised (first seed {r.first_seed}: {message}); the {samples} "
+        f"completed samples: {law}; bias bound TV <= {fmt(r.bias_bound, 3)} (the failed fraction: the kept "
+        "samples follow the law given that no request failed)"
+    )
+
+
+def case_reached(r: SamplingCase, d: SamplingDetails | None) -> str:
+    """What a case's samples detect: the worst view's binned TV at the check's power."""
+    power = f" with probability {fmt(d.power_level)}" if d is not None else ""
+    return f"they detect a binned TV >= {fmt(r.detectable_tv, 3)}{power}"
+
+
 def summary_notes(d: SamplingDetails) -> list[str]:
-    """Why a sampling check failed, for the summary: rejected on its samples is named as such,
-    never as "no power"; a refusal of core parameters, which fails it; and the other cases the
-    engine refused (a pass or a failure says nothing of them)."""
+    """Why a sampling check failed, for the summary: requests that raised, with what the completed
+    samples say (first: the console's line); rejected on its samples is named as such, never as
+    "no power"; a refusal of core parameters, which fails it; and the other cases the engine
+    refused (a pass or a failure says nothing of them)."""
     refused = [  # refused_core's entries are "<parameters> (<case>)"
         c.case for c in d.cases if c.refused and not any(e.endswith(f" ({c.case})") for e in d.refused_core)
     ]
+    raised = [
+        f"{c.case}: " + raised_text(c.raised, c.samples, case_reached(c, d), MESSAGE_CHARS)
+        for c in d.cases
+        if c.raised
+    ]
     return (
-        failure_notes(d, "rejected", "impossible samples or decoder errors")
+        raised
+        + failure_notes(d, "rejected", "impossible samples or decoder errors")
         + (["refused core parameters: " + "; ".join(d.refused_core)] if d.refused_core else [])
         + (["refused by the engine: " + ", ".join(refused)] if refused else [])
     )
@@ -116,7 +153,9 @@ def no_power_note(name: str, r: SamplingCase | RelativeCase, drawn: str, per: st
     return [f"- {name} {r.case}: {why}: {reached}; needs N = {fmt(r.needed_n)}{per}"]
 
 
-def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[str]]:
+def case_rows_and_notes(
+    name: str, r: SamplingCase, d: SamplingDetails | None = None
+) -> tuple[list[list], list[str]]:
     """One case's table rows (one per view) and its notes."""
     broken = bool(r.impossible or r.error)
     rows = [
@@ -129,6 +168,13 @@ def case_rows_and_notes(name: str, r: SamplingCase) -> tuple[list[list], list[st
         return rows, [f"- {name} {r.case}: refused by the engine: `{r.refused}`"]
     if r.error:
         notes.append(f"- {name} {r.case}: the decoder failed: `{r.error}`")
+    if r.raised:  # the check fails on them; each view is judged within its bias bound
+        bounds = ", ".join(f"{v.view} {fmt(v.bias_bound, 3)}" for v in r.views if v.bias_bound is not None)
+        notes.append(
+            f"- {name} {r.case}: "
+            + raised_text(r.raised, r.samples, case_reached(r, d))
+            + f"; per view (failed / (counted + failed): a prefix's view may have held them all): {bounds}"
+        )
     if r.impossible:
         notes.append(f"- {name} {r.case}: {r.impossible} sample(s) of probability 0 under the reference law")
     return rows, notes + no_power_note(name, r, f"{r.samples} samples in {fmt(r.seconds, 3)} s")
@@ -140,7 +186,7 @@ def rows_and_notes(c: CheckResult) -> tuple[list[list], list[str]]:
         c,
         sampled(c),
         len(HEADERS),
-        lambda r: case_rows_and_notes(c.name, r),
+        lambda r: case_rows_and_notes(c.name, r, c.details),
         lambda d: f"; {fmt(d.samples_per_s, 3)} samples/s",
     )
 

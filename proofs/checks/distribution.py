@@ -33,7 +33,14 @@ import numpy as np
 
 from proofs.decoders.draw import draw
 from proofs.decoders.protocol import Decoder
-from proofs.details import CaseSpec, RelativeDetails, SamplingCase, SamplingDetails, SamplingView
+from proofs.details import (
+    CaseSpec,
+    RaisedRequests,
+    RelativeDetails,
+    SamplingCase,
+    SamplingDetails,
+    SamplingView,
+)
 from proofs.result import CheckResult
 from proofs.stats.chisquare import chisquare_gof, detectable_tv, holm, required_samples
 from proofs.stats.views import Case, CaseLaw, View, case_law, malformed
@@ -121,7 +128,7 @@ def sample_tally(
     c = law.case
     fails = law.fails if stop_early else None
     d = draw(decoder, c.prompt, c.n, c.sampling, base_seed, n_samples, deadline, max_rows, fails)
-    bad = malformed_samples(d.samples, law, base_seed)
+    bad = malformed_samples(d.samples, law, d.seeds or [])
     return {
         **law.tally(d.samples),
         "planned": n_samples,
@@ -132,16 +139,24 @@ def sample_tally(
         "stopped_by_deadline": d.stopped_by_deadline,
         "seeds": [base_seed, base_seed + n_samples - 1],
         **({"refused": d.refused} if d.refused else {}),  # the engine refused the case's parameters
+        # requests that raised, skipped (proofs.decoders.draw): the case fails on them, and its views
+        # judge the completed samples within the bias bound (raised_law)
+        **({"raised": d.failed, "first_raised": [d.first_failed_seed, d.first_failure]} if d.failed else {}),
     }
 
 
-def malformed_samples(samples: Sequence, law: CaseLaw, base_seed: int, shown: int = 3) -> str | None:
+def malformed_samples(
+    samples: Sequence, law: CaseLaw, seeds: int | Sequence[int], shown: int = 3
+) -> str | None:
     """The samples that break the protocol, named for what they are (proofs.stats.views.malformed:
-    a wrong length, an id outside the vocabulary, a negative or non-integer id) with their seeds;
-    None when there are none. A case with any fails as the decoder's error."""
+    a wrong length, an id outside the vocabulary, a negative or non-integer id) with their seeds
+    (`seeds`: each sample's, Draw.seeds, or the first of consecutive ones); None when there are
+    none. A case with any fails as the decoder's error."""
+    if isinstance(seeds, int):
+        seeds = range(seeds, seeds + len(samples))
     bad = [
-        (base_seed + i, why)
-        for i, s in enumerate(samples)
+        (seed, why)
+        for seed, s in zip(seeds, samples, strict=True)
         if (why := malformed(s, law.case.n, law.V, law.case.sampling.stop_ids()))
     ]
     if not bad:
@@ -196,18 +211,48 @@ def view_row(
     )
 
 
+def view_bias_bound(failed: int, counted: int) -> float:
+    """The TV by which dropping `failed` requests can move the law a view sees of its `counted`
+    completed samples (proofs.details.RaisedRequests derives it): failed / (counted + failed), all
+    of the failed ones on the view's prefix at worst; the failed fraction for an unconditional view."""
+    return failed / (counted + failed)
+
+
+def beyond_bias(v) -> bool:
+    """Holm rejected the view, by more than the selection of the completed requests can explain
+    (its observed TV past its bias bound, when requests raised)."""
+    if not v.holm_rejected:
+        return False
+    bound = getattr(v, "bias_bound", None)
+    return bound is None or v.empirical_tv is None or v.empirical_tv > bound
+
+
+def raised_requests(tally: dict, views: Sequence[SamplingView]) -> RaisedRequests | None:
+    """What the requests that raised leave of the case (None: none raised): their count, the first
+    seed and message, the bias bound, and the completed samples' verdict on the law."""
+    failed = tally.get("raised", 0)
+    if not failed:
+        return None
+    seed, message = tally["first_raised"]
+    requests = tally["samples"] + failed
+    if tally["impossible"] or any(beyond_bias(v) for v in views):
+        law = "rejected"
+    elif any(v.holm_rejected for v in views):
+        law = "within the bias bound"
+    else:
+        law = "not rejected"
+    return RaisedRequests(failed, requests, seed, message, failed / requests, law)
+
+
 def judged(cases: Sequence, fatal: list[str], target: Target, alpha_test: float) -> dict:
     """The verdict fields of a sampling check's details (SamplingDetails, RelativeDetails) from its
     Holm-judged cases and the ones that failed on their samples (`fatal`). A case that failed on its
     samples (rejected, impossible or malformed, an error) is named for that; "no power" names only
     the cases that could have passed unseen. Passes iff all three lists are empty."""
-    rejected = sorted({v.case for c in cases for v in c.views if v.holm_rejected})
+    rejected = sorted({v.case for c in cases for v in c.views if beyond_bias(v)})
     refused = [c.case for c in cases if getattr(c, "refused", None)]  # judged by evaluate
-    short = [
-        c
-        for c in cases
-        if not c.has_power and c.case not in fatal and c.case not in rejected and c.case not in refused
-    ]
+    raised = [c.case for c in cases if getattr(c, "raised", None)]  # failed on the exceptions
+    short = [c for c in cases if not c.has_power and c.case not in fatal + rejected + refused + raised]
     # cut by the time budget, every view able to reach the target at its N: more samples would
     # decide it; a view of one bin or a case without samples for another reason never would
     incomplete = [
@@ -236,7 +281,8 @@ def judged_result(name: str, details: SamplingDetails | RelativeDetails, power: 
     reached the target TV. When the only shortfall is cases the time budget cut (incomplete), the
     result is incomplete, not failed: `incomplete` says how far each got."""
     refused_core = getattr(details, "refused_core", ())  # the relative check's engines refuse nothing
-    failed = details.rejected or details.no_power or details.failed_samples or refused_core
+    raised = getattr(details, "raised", ())  # a request that raised is a finding: the check fails
+    failed = details.rejected or details.no_power or details.failed_samples or refused_core or raised
     measured = min((v.p_value for c in details.cases for v in c.views), default=0.0)
     short = None if failed else shortfall(details)
     passed = not failed and short is None
@@ -289,6 +335,12 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     p_values = [v.p_value for views in per_case for v in views]
     rejected = iter(holm(p_values, target.alpha) if p_values else [])
     per_case = [[replace(v, holm_rejected=bool(next(rejected))) for v in views] for views in per_case]
+    per_case = [  # where requests raised, each view's bias bound: a rejection counts only past it
+        [replace(v, bias_bound=view_bias_bound(t["raised"], v.counted)) for v in views]
+        if t.get("raised")
+        else views
+        for views, t in zip(per_case, tallies, strict=True)
+    ]
     cases = [
         SamplingCase(
             **vars(case_spec(law.case)),
@@ -310,6 +362,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
             order=law.case.sampling.order,
             params=law.case.sampling.describe(),
             refused=t.get("refused"),
+            raised=raised_requests(t, views),
         )
         for law, t, views in zip(laws, tallies, per_case, strict=True)
     ]
@@ -321,6 +374,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
         if is_core:
             core[c.case] = params
     refused_core = tuple(f"{', '.join(params)} ({case})" for case, params in core.items())
+    verdict["raised"] = tuple(c.case for c in cases if c.raised)
     # a refusal of core parameters is its own failure, not named again as "no power"
     verdict["no_power"] = tuple(n for n in verdict["no_power"] if n not in core)
     worst = verdict["detectable_tv"]

@@ -485,10 +485,10 @@ def exact_shift(decoder, law: CaseLaw) -> dict:
 
 
 def _rejects(dist: CheckResult | None) -> bool:
-    """The sampling check rejected the law (Holm, an impossible sample, a decoder error), as
-    opposed to failing for want of power."""
+    """The sampling check rejected the law (Holm, an impossible sample, a decoder error or a request
+    that raised), as opposed to failing for want of power."""
     return dist is not None and any(
-        v.holm_rejected or c.impossible or c.error for c in dist.details.cases for v in c.views
+        v.holm_rejected or c.impossible or c.error or c.raised for c in dist.details.cases for v in c.views
     )
 
 

@@ -37,9 +37,16 @@ import numpy as np
 
 from proofs.boundaries import collect as collect_boundaries
 from proofs.decoder_attributes import prepare_decoder
-from proofs.decoders.draw import draw
+from proofs.decoders.draw import RUNAWAY, RateDeadline, draw, too_many_failures
 from proofs.decoders.protocol import Decoder
-from proofs.details import DriftPower, MartingaleTest, PositionAlarms, PositionsDetails, PositionStratum
+from proofs.details import (
+    DriftPower,
+    MartingaleTest,
+    PositionAlarms,
+    PositionsDetails,
+    PositionStratum,
+    RaisedRequests,
+)
 from proofs.result import CheckResult
 from proofs.stats import martingale as mg
 from proofs.stats import pit
@@ -412,25 +419,31 @@ def check_positions(
     sampling = plan.sampling
     drift = plan.drift
     lay = layout(plan, len(prompt), reference.cfg.max_seq_len, boundaries)
-    deadline = time.perf_counter() + plan.budget_s
+    t0 = time.perf_counter()
+    deadline = t0 + plan.budget_s
     t = Transforms([], [])
     drawn, decode_s, error, stopped, early = 0, 0.0, None, False, False
+    # requests that raised: skipped, not replaced (draw), so `tried` seeds gave `drawn` samples
+    tried, failed, first_failed = 0, 0, None
     rows = plan.rows if max_rows is None else max(1, min(plan.rows, max_rows))
     planned, planned_by, cannot = lay.samples, None, None
     mart: Martingales | None = None
     alpha_m = plan.alpha / 2
-    while drawn < planned:
+    while tried < planned:
+        if tried:  # the budget follows the measured rate (a busy machine takes longer, up to a cap)
+            rate = RateDeadline(t0, plan.budget_s, planned, RUNAWAY * plan.budget_s)
+            deadline = rate(tried, time.perf_counter() - t0)
         if time.perf_counter() >= deadline:
             stopped = True
             break
-        k = min(rows, planned - drawn)
-        d = draw(decoder, prompt, lay.n, sampling, base_seed + drawn, k, deadline, rows)
+        k = min(rows, planned - tried)
+        d = draw(decoder, prompt, lay.n, sampling, base_seed + tried, k, deadline, rows)
         decode_s += d.seconds
         if d.refused:
             error = f"refused: {d.refused}"
             break
-        for i, sample in enumerate(d.samples):
-            if not score(reference, prompt, sample, lay.n, sampling, base_seed + drawn + i, t):
+        for seed, sample in zip(d.seeds or [], d.samples, strict=True):
+            if not score(reference, prompt, sample, lay.n, sampling, seed, t):
                 continue
             if mart is None:  # the pilot: its laws set the entropy cuts; its tokens are not tested
                 mart = Martingales(lay, thresholds_of(t, lay))
@@ -439,16 +452,29 @@ def check_positions(
         if planned_by is None and t.planning:  # N, once, from the first call's laws
             planned, planned_by, cannot = planned_samples(plan, lay, drift, t)
         drawn += len(d.samples)
+        if d.failed and first_failed is None:
+            first_failed = (d.first_failed_seed, d.first_failure)
+        failed += d.failed
+        tried += d.requests
         if progress:
             progress(f"  {name}: {drawn}/{planned} samples of {lay.n} tokens ({decode_s:.1f}s decoding)")
         if d.error:
             error = d.error
             break
+        if too_many_failures(failed, tried):  # draw's cap, over this check's calls together
+            error = (
+                f"{failed} of {tried} requests raised (first seed {first_failed[0]}: {first_failed[1]}): "
+                "sampling stopped there, past the cap of half the requests"
+            )
+            break
         if t.impossible or t.malformed:
             break  # no further sample can change the verdict
-        if mart is not None and any(mart.rejected(alpha_m)):
+        if not failed and mart is not None and any(mart.rejected(alpha_m)):
+            # valid at any stopping time (Ville): a lossy decoder fails here. Not where requests
+            # raised: the kept samples' law may then differ by the selection alone, so the check
+            # goes on to N for the binned test, whose TV is weighed against the bias bound
             early = drawn < planned
-            break  # valid at any stopping time (Ville): a lossy decoder fails here
+            break
         if d.stopped_by_deadline:
             stopped = True
             break
@@ -464,10 +490,15 @@ def check_positions(
         and (target is None or target.hotter > 1 + drift or target.colder < 1 - drift)
     ):
         no_power.append(f"[{lay.target_span[0]}, {lay.target_span[1]}): temperature +-{drift:.0%}")
-    if t.impossible or t.malformed or error or early:
+    raised = None
+    if failed and not error:  # past the cap, the error says it all
+        raised = raised_requests(failed, tried, first_failed, strata, mrows, t, lay)
+    if t.impossible or t.malformed or error or early or raised:
         no_power = []  # the evidence is decisive: what N it planned no longer matters
-    rejected = tuple(label(s) for s in strata if s.holm_rejected)
-    m_rejected = tuple(martingale_label(r) for r in mrows if r.holm_rejected)
+    rejected = tuple(label(s) for s in strata if beyond_bias(s, raised, lay))
+    # the e-processes weigh no TV: under a selection of the requests, their rejection is not
+    # decisive (raised.law says "within the bias bound"; the rows keep holm_rejected)
+    m_rejected = () if raised else tuple(martingale_label(r) for r in mrows if r.holm_rejected)
     worst = max((s.detectable_tv for s in bands), default=math.inf)
     implausible = alarms is not None and min(alarms.tail_p, alarms.tail_p_second_level) < PLAUSIBILITY
     pilot_ve = float(np.mean([inc.v[0].mean() for inc in t.planning])) if t.planning else None
@@ -491,7 +522,7 @@ def check_positions(
         needed_per_band=lay.need,
         planned_samples=planned,
         samples=drawn,
-        seeds=(base_seed, base_seed + drawn - 1) if drawn else None,
+        seeds=(base_seed, base_seed + tried - 1) if tried else None,
         uniforms=f"numpy default_rng([{pit.PIT_STREAM:#x}, seed]) per sample",
         strata=tuple(strata),
         detectable_tv=worst,
@@ -514,8 +545,10 @@ def check_positions(
         pilot_varentropy=pilot_ve,
         stopped_early=early,
         martingale_rejected=m_rejected,
+        raised=raised,
     )
-    against = bool(rejected or m_rejected or t.impossible or t.malformed or error or implausible)
+    # a request that raised is a finding: the check fails on it, whatever the completed samples say
+    against = bool(rejected or m_rejected or t.impossible or t.malformed or error or implausible or raised)
     short = stopped and not against  # the budget ran out first: no verdict on the law
     failed = against or (bool(no_power) and not short) or cannot is not None
     passed = not failed and not short
@@ -529,12 +562,51 @@ def check_positions(
     incomplete = None
     if short and not failed:
         incomplete = (
-            f"stopped by its time budget ({plan.budget_s:g}s) after {drawn} of {planned} samples with "
+            f"stopped by its time budget ({plan.budget_s:g}s, stretched to the measured rate up to "
+            f"{RUNAWAY:g}x) after {drawn} of {planned} samples with "
             f"nothing rejected; reached: {reached_text(target, worst)}"
         )
     elif short:
         passed = False
     return CheckResult(name, measured, bound, passed, details, power, incomplete=incomplete)
+
+
+def stratum_bias_bound(row: PositionStratum, raised: RaisedRequests, lay: Layout) -> float:
+    """The TV by which dropping the failed requests can move a stratum's transforms' law (see
+    proofs.details.RaisedRequests): each failed sample would have added at most the band's width of
+    tokens, so failed w / (tokens + failed w); the failed fraction for a band's "all" stratum."""
+    positions = lay.start + np.arange(lay.n)
+    w = int(((positions >= row.band[0]) & (positions < row.band[1])).sum())
+    return raised.failed * w / (row.tokens + raised.failed * w)
+
+
+def beyond_bias(row: PositionStratum, raised: RaisedRequests | None, lay: Layout) -> bool:
+    """Holm rejected the stratum by more than the selection of completed requests can explain."""
+    if not row.holm_rejected or raised is None:
+        return row.holm_rejected
+    return row.empirical_tv is None or row.empirical_tv > stratum_bias_bound(row, raised, lay)
+
+
+def raised_requests(
+    failed: int,
+    tried: int,
+    first: tuple[int, str],
+    strata: Sequence[PositionStratum],
+    mrows: Sequence[MartingaleTest],
+    t: Transforms,
+    lay: Layout,
+) -> RaisedRequests:
+    """The requests that raised and what the completed samples show: "rejected" on impossible or
+    malformed tokens, or a stratum past its bias bound; "within the bias bound" when a test rejected
+    by no more (the martingale tests weigh no TV: their rejection alone is never past it)."""
+    bound = RaisedRequests(failed, tried, first[0], first[1], failed / tried, "")
+    if t.impossible or t.malformed or any(beyond_bias(s, bound, lay) for s in strata):
+        law = "rejected"
+    elif any(s.holm_rejected for s in strata) or any(r.holm_rejected for r in mrows):
+        law = "within the bias bound"
+    else:
+        law = "not rejected"
+    return replace(bound, law=law)
 
 
 def reached_text(target: DriftPower | None, worst: float) -> str:

@@ -64,7 +64,15 @@ def relative_tally(
         out[side] = {
             **law.open_tally(d.samples),
             "seconds": d.seconds,
-            "error": d.error,
+            # requests that raised fail the case as the decoder's error (draw skipped them); the
+            # one-sample checks judge the completed samples within a bias bound, this one not yet
+            "error": d.error
+            or (
+                f"{d.failed} of {d.requests} requests raised (first seed {d.first_failed_seed}: "
+                f"{d.first_failure})"
+                if d.failed
+                else None
+            ),
             "stopped_by_deadline": d.stopped_by_deadline,
             "seeds": [seed, seed + n_samples - 1],
         }
