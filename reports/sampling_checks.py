@@ -44,10 +44,17 @@ MESSAGE_CHARS = 120  # of a request's exception in a summary line (the case's no
 def raised_text(r: RaisedRequests, samples: int, reached: str, message_chars: int | None = None) -> str:
     """Requests that raised and what the completed samples say, in one sentence: "N of M requests
     raised (first seed S: message); the K completed samples: <law>; bias bound ...". `reached`: the
-    power statement of the completed samples (what they detect), said when nothing rejected."""
+    power statement of the completed samples (what they detect), said when nothing rejected.
+    `message_chars`: the summary's form (one console line), the message cut there, the bound not
+    explained."""
     message = r.first_message
     if message_chars is not None and len(message) > message_chars:
         message = message[: message_chars - 3] + "..."
+    why = (
+        ""
+        if message_chars is not None
+        else (" (the failed fraction: the kept samples follow the law given that no request failed)")
+    )
     law = {
         "rejected": "rejected, past the bias bound or on impossible tokens",
         "not rejected": f"not rejected ({reached})",
@@ -56,8 +63,7 @@ def raised_text(r: RaisedRequests, samples: int, reached: str, message_chars: in
     }[r.law]
     return (
         f"{r.failed} of {r.requests} requests raised (first seed {r.first_seed}: {message}); the {samples} "
-        f"completed samples: {law}; bias bound TV <= {fmt(r.bias_bound, 3)} (the failed fraction: the kept "
-        "samples follow the law given that no request failed)"
+        f"completed samples: {law}; bias bound TV <= {fmt(r.bias_bound, 3)}{why}"
     )
 
 
@@ -124,6 +130,16 @@ def table_and_notes(checks: list[CheckResult], rows_and_notes, headers: list[str
     return [table(rows, headers), "\n".join(notes)]
 
 
+def holm_cell(v: SamplingView | RelativeView) -> str:
+    """Holm's decision; a rejection no larger than the view's bias bound (requests raised) says so."""
+    if not v.holm_rejected:
+        return "kept"
+    bound = getattr(v, "bias_bound", None)
+    if bound is not None and v.empirical_tv is not None and v.empirical_tv <= bound:
+        return f"rejected, within the bias bound {fmt(bound, 3)}"
+    return "rejected"
+
+
 def judged_cells(v: SamplingView | RelativeView, broken: bool, cut: bool = False) -> list:
     """A view's JUDGED cells: its p-value, Holm's decision, the TV it detects and the N it needs,
     the TV observed, and its result (`broken`: its case failed on its samples, which fails it;
@@ -135,7 +151,7 @@ def judged_cells(v: SamplingView | RelativeView, broken: bool, cut: bool = False
         res = "INCOMPLETE (time budget)" if cut and v.needed_n else "**FAIL** (no power)"
     return [
         v.p_value,
-        "rejected" if v.holm_rejected else "kept",
+        holm_cell(v),
         v.detectable_tv,
         v.needed_n,
         v.empirical_tv,
@@ -177,6 +193,8 @@ def case_rows_and_notes(
         )
     if r.impossible:
         notes.append(f"- {name} {r.case}: {r.impossible} sample(s) of probability 0 under the reference law")
+    if r.raised:  # failed on the exceptions: the power of its completed samples is said above
+        return rows, notes
     return rows, notes + no_power_note(name, r, f"{r.samples} samples in {fmt(r.seconds, 3)} s")
 
 

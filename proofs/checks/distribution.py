@@ -16,6 +16,10 @@ passed. A case the time budget cut short of N whose samples reject nothing is IN
 target): the budget guards against a runaway run, and the machine's load is no evidence against
 the decoder. Samples that already reject (Holm) fail the check, cut short or not.
 
+Requests that raised (skipped by proofs/decoders/draw.py, below its cap) fail the case, and its
+completed samples are judged too: a view's rejection counts only past its bias bound, the TV by which
+dropping the failed requests can move the law it sees (proofs.details.RaisedRequests derives it).
+
 A case the engine refused (proofs.decoders.protocol.Refused) is not sampled. When it sets the
 engines' other parameters (refdec.sampling.ENGINE_FIELDS), which a decoder may decline, that is
 named and neither passes nor fails; a refusal of a case that sets only the core ones (temperature,
