@@ -551,13 +551,16 @@ class CertifyRun:
         own (T=1 without a filter; name ""), then, when the plan asks (`cases`), every sampling
         case of the certified model the decoder declares, as the sampling check resolved it (its
         logit bias on the model's own tokens), without its stop tokens: a long sample must run to
-        its horizon (a stop inside an accepted block is the sampling check's and the mutants')."""
+        its horizon (a stop inside an accepted block is the sampling check's and the mutants'). The
+        cases the plan adds at boundaries are the first case again after other prompts: their
+        positions are read by the long samples already."""
         p = self.plan.positions
         if p is None:
             return []
         out = [("", p.sampling, p.drift)]
         if p.cases:
-            for law in self.sampling_setup(self.model_name).laws:
+            entries = len(self.declared[0].sampling_cases)  # the plan's own cases, not those at boundaries
+            for law in self.sampling_setup(self.model_name).laws[:entries]:
                 out.append((law.case.name, replace(law.case.sampling, stop_token_ids=()), p.case_drift))
         return out
 
