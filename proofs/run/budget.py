@@ -31,29 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+# the rate-following deadline lives beside the draw that asks it (the checks use it too)
+from proofs.decoders.draw import RATE_SLACK, RUNAWAY, RateDeadline  # noqa: F401
+
 SHARE_SLACK = 2.0  # a sampling unit may use up to 2x its proportional share of the pool left
 # (out of what earlier units left unused: the units after it keep their floors)
-RATE_SLACK = 1.5  # under the plan's budget a unit may take its N's time at its measured rate x this
-RUNAWAY = 4.0  # ... but never more than this x its part of the plan's budget (WorkUnit.budget_s)
-
-
-@dataclass(frozen=True)
-class RateDeadline:
-    """A unit's deadline under the plan's budget, asked again before each call (proofs.decoders.draw):
-    its share of the pool, stretched to its planned N at the rate measured so far x RATE_SLACK, and
-    at most `cap` (RUNAWAY x its part of the plan's budget). Before its first sample it has no rate:
-    the cap, so that it measures one even when earlier units used up the pool."""
-
-    start: float  # time.perf_counter() when the unit started
-    share: float  # seconds the pool handed it
-    planned: int  # its N
-    cap: float  # seconds it never runs past
-
-    def __call__(self, drawn: int, elapsed: float) -> float:
-        if drawn <= 0 or elapsed <= 0:
-            return self.start + max(self.share, self.cap)
-        need = RATE_SLACK * self.planned * elapsed / drawn
-        return self.start + max(self.share, min(need, self.cap))
 
 
 @dataclass
