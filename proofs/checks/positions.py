@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 import numpy as np
 
@@ -63,6 +64,10 @@ PLAUSIBILITY = 1e-3  # the simulated false-alarm count fails the check when its 
 # its samples (the pilot first): one sample's laws misjudged a tiny model's varentropy by 2x. Only the
 # laws enter the plan, never a test's outcome; the e-processes are valid at any N, however chosen
 PLANNING_SAMPLES = 4
+# what the mixture over the grid and Bennett's charge cost over the normal approximation's tokens:
+# tokens_needed / that approximation, measured 1.2 on the default model and 1.5 on tiny-ouro (T=1,
+# the quick plan's 10% drift; docs/measurements.md): --predict's estimate only
+MIXTURE_COST = 1.4
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,29 @@ def ladder_samples(plan: PositionsPlan, prompt_len: int) -> int:
     horizon = prompt_len + plan.tokens
     ladder = [2**k for k in range(horizon.bit_length()) if 2**k <= horizon]
     return layout(plan, prompt_len, horizon, ladder).samples
+
+
+def estimated_samples(
+    plan: PositionsPlan, prompt_len: int, varentropy: float | None, max_seq_len: int | None = None
+) -> int:
+    """The samples `plan` would plan after a prompt of prompt_len tokens on a law of this mean
+    varentropy (nats^2): the binned test's at the powers-of-two bands, or the martingale tests' for
+    the tail (a normal approximation of the score's sum: tokens ~ ((sqrt(2 log(2J m / alpha)) +
+    z_power) / (drift sqrt(varentropy)))^2, times MIXTURE_COST), at most max_samples; the samples
+    cut to max_seq_len. What --predict scales a probe by (proofs/cost/predict.py): the run itself
+    plans from its first call's laws."""
+    if max_seq_len is not None:
+        plan = replace(plan, tokens=max(1, min(plan.tokens, max_seq_len - prompt_len)))
+    binned = ladder_samples(plan, prompt_len)
+    if plan.drift is None or not varentropy or varentropy <= 0:
+        return min(binned, plan.max_samples)
+    horizon = prompt_len + plan.tokens
+    lay = layout(plan, prompt_len, horizon, [2**k for k in range(horizon.bit_length()) if 2**k <= horizon])
+    alpha = plan.alpha / 2 / lay.martingale_tests
+    z = math.sqrt(2 * math.log(2 * len(mg.ETA) / alpha)) + NormalDist().inv_cdf(plan.power)
+    tokens = MIXTURE_COST * (z / (plan.drift * math.sqrt(varentropy))) ** 2
+    width = lay.target_span[1] - lay.target_span[0]
+    return min(max(binned, 1 + math.ceil(tokens / width)), plan.max_samples)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from proofs.checks.distribution import sample_tally
 from proofs.checks.mutation import LIBRARY, Mutant
-from proofs.checks.positions import ladder_samples
+from proofs.checks.positions import PositionsPlan, estimated_samples, ladder_samples
 from proofs.cost import estimate as cut_estimate
 from proofs.cost.estimate import HOUR, model_config  # HOUR: past it a prediction names what to do
 from proofs.cost.need import FIT_HINT, run_need, sampling_rows
@@ -75,9 +75,11 @@ def probe_plan(
     probe_r = max(1, math.ceil(r / PROBE_DIVISOR))
     cut["speed"] = replace(plan.speed, repeats=probe_r)
     scale["speed"] = (f"repeats {probe_r} of {r}", r / probe_r)
-    if plan.positions is not None:  # the per-position test (issue 36 item 4b): shorter samples
-        pos = plan.positions
-        short = replace(pos, tokens=max(pos.min_band, math.ceil(pos.tokens / PROBE_DIVISOR)))
+    if plan.positions is not None:  # the per-position test: shorter samples, N of the binned test
+        pos = plan.positions  # (its drift's N is scaled in from the probe's varentropy: positions_factor)
+        short = replace(
+            pos, tokens=max(pos.min_band, math.ceil(pos.tokens / PROBE_DIVISOR)), drift=None, case_drift=None
+        )
         work = ladder_samples(pos, PROMPT_LEN) * pos.tokens
         cut["positions"] = short
         scale["positions"] = (
@@ -151,7 +153,7 @@ def predict(
     unit_seconds.update(used)
 
     probe, scale = probe_plan(plan, run.mutant_library())
-    probed, probe_seconds, mutant_s = probe_checks(run.with_plan(probe), scale, dname)
+    probed, probe_seconds, mutant_s = probe_checks(run.with_plan(probe), scale, dname, plan.positions)
     checks += probed
     unit_seconds.update(probe_seconds)
     per_mutant = mutant_s / max(1, len(run.mutant_library()))
@@ -366,8 +368,28 @@ def verdict(got: dict, hour: float = HOUR) -> list[str]:
     return out
 
 
+def positions_factor(
+    full: PositionsPlan, short: PositionsPlan, raw: dict, how: str, factor: float, max_seq_len: int
+) -> tuple[str, float]:
+    """A per-position probe's time factor: the probe drew the binned test's N of `short` samples;
+    the run draws what `full`'s drift needs on this law (estimated_samples, from the varentropy of
+    the probe's laws), of full length."""
+    d = raw.get("details") or {}
+    ve, drawn = d.get("pilot_varentropy"), d.get("samples") or 0
+    if not drawn:
+        return how, factor
+    drift = full.case_drift if d.get("case") else full.drift
+    prompt_len = len(d.get("prompt") or ())
+    planned = estimated_samples(replace(full, drift=drift), prompt_len, ve, max_seq_len)
+    tokens, probed = (min(p.tokens, max_seq_len - prompt_len) for p in (full, short))
+    return f"{how}, {planned} samples (drift {drift})", planned * tokens / (drawn * probed)
+
+
 def probe_checks(
-    probe_run: CertifyRun, scale: dict[str, tuple[str, float]], dname: str
+    probe_run: CertifyRun,
+    scale: dict[str, tuple[str, float]],
+    dname: str,
+    full_positions: PositionsPlan | None = None,
 ) -> tuple[list[dict], dict[str, float], float]:
     """(one prediction per check but sampling, {unit id: predicted seconds}, the mutation check's
     predicted seconds): every unit of the probe run but the sampling ones, run and timed, its time
@@ -378,7 +400,7 @@ def probe_checks(
         if uid.startswith("sampling/"):
             continue
         t = time.perf_counter()
-        fn()
+        raw = fn()
         took = time.perf_counter() - t
         if uid.startswith("mutant/"):
             mutant_t += took
@@ -386,6 +408,10 @@ def probe_checks(
         name = uid.removeprefix("check/")
         row = row_of(name)
         how, factor = scale.get(name if row is None else row.check.removesuffix("["), ("whole", 1.0))
+        if name.startswith("positions[") and full_positions is not None and isinstance(raw, dict):
+            how, factor = positions_factor(
+                full_positions, probe_run.plan.positions, raw, how, factor, probe_run.model64.cfg.max_seq_len
+            )
         checks.append(
             {"check": name, "predicted_seconds": took * factor, "how": f"probe {how} in {took:.1f}s"}
         )

@@ -289,3 +289,19 @@ def test_a_law_too_concentrated_for_the_target_has_no_power(tiny):
     plan = replace(plan_mod.QUICK.positions, drift=0.01, max_samples=10, cases=False)
     r = run(dec, m64, [1, 2], plan)
     assert r.failed and "no power" in r.power and "max_samples=10" in r.power
+
+
+def test_predict_estimates_the_drift_n_from_the_varentropy():
+    """--predict scales a probe by estimated_samples: the binned N without a drift (or a varentropy),
+    more samples for a smaller drift or a flatter law's smaller varentropy, cut to the model's
+    length and capped at max_samples; within 1.5x of what the run plans (tiny-ouro, T=1: the run
+    planned 156 samples at varentropy about 0.7, docs/measurements.md)."""
+    from proofs.checks.positions import estimated_samples, ladder_samples
+
+    q = plan_mod.QUICK.positions
+    assert estimated_samples(replace(q, drift=None), 32, 1.7) == ladder_samples(q, 32)
+    assert estimated_samples(q, 32, None) == ladder_samples(q, 32)
+    assert estimated_samples(q, 32, 1.7) < estimated_samples(q, 32, 0.4) < estimated_samples(q, 32, 0.1)
+    assert estimated_samples(replace(q, drift=0.2), 32, 0.4) < estimated_samples(q, 32, 0.4)
+    assert estimated_samples(q, 32, 1e-6) == q.max_samples
+    assert 156 / 1.5 <= estimated_samples(q, 2, 0.7, max_seq_len=128) <= 156 * 1.5
