@@ -20,11 +20,17 @@ from loopcert.commands import common
 from proofs.moved import MovedWarning
 from refdec.errors import LoopcertError
 
+# what `loopcert --help` says above the commands (the module's docstring is for its readers)
+DESCRIPTION = (
+    "Certify that a decoder for looped transformers is lossless against the reference decoder. "
+    "`loopcert COMMAND --help` says what each command takes."
+)
+
 COMMANDS = ("generate", "inspect", "train", "certify", "speculate", "bench", "serve", "merge")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopcert", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="loopcert", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         mod = importlib.import_module(f"loopcert.commands.{name}")

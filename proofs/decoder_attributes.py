@@ -59,9 +59,19 @@ def has_generate(obj) -> bool:
 
 
 def declared_max_batch(decoder) -> int | None:
-    """The decoder's `max_batch` when it declares a usable one (an int >= 1), else None."""
+    """The decoder's `max_batch` (an int >= 1); None when it declares none (absent or None). Any
+    other value is a LoopcertError naming it."""
     cap = getattr(decoder, "max_batch", None)
-    return cap if isinstance(cap, int) and cap >= 1 else None
+    if cap is None:
+        return None
+    if not is_int(cap, 1):
+        raise LoopcertError(f"{who_of(decoder)}.max_batch must be an int >= 1, got {cap!r}")
+    return int(cap)
+
+
+def who_of(decoder) -> str:
+    """What an error calls a decoder, or its factory or class: its name, else its type's."""
+    return getattr(decoder, "__name__", None) or type(decoder).__name__
 
 
 def declared_batch_queue(decoder) -> bool:
@@ -85,14 +95,21 @@ def _dtype(value) -> torch.dtype | None:
 
 def declared_compute_dtype(decoder) -> torch.dtype | None:
     """The dtype the decoder computes in (a torch dtype, or its name with or without "torch."):
-    its `compute_dtype`, else fastdec's `dtype`; None when it declares no usable one. The greedy
+    its `compute_dtype`, else fastdec's `dtype`; None when it declares neither. The greedy
     checks' tie tolerance: a decoder handed float64 weights that computes in float32 is judged
-    with float32's tolerance (proofs/checks/greedy.py)."""
-    for name in ("compute_dtype", "dtype"):
-        d = _dtype(getattr(decoder, name, None))
-        if d is not None:
-            return d
-    return None
+    with float32's tolerance (proofs/checks/greedy.py). A `compute_dtype` that names no dtype is
+    a LoopcertError naming it; a `dtype` that is none is not read (the name means other things
+    elsewhere: a numpy dtype, an engine's own type)."""
+    given = getattr(decoder, "compute_dtype", None)
+    if given is not None:
+        d = _dtype(given)
+        if d is None or not d.is_floating_point:
+            raise LoopcertError(
+                f"{who_of(decoder)}.compute_dtype must be a floating torch.dtype or its name "
+                f'("float32", "torch.bfloat16", ...), got {given!r}'
+            )
+        return d
+    return _dtype(getattr(decoder, "dtype", None))
 
 
 def declared_sampler_order(decoder, only_if_declared: bool = False) -> str | None:
@@ -141,7 +158,7 @@ def declared_sampling(decoder, only_if_declared: bool = False) -> SamplingSuppor
     when it declares nothing. only_if_declared: None unless `sampling_fields` is there itself (a
     class or factory that declares it for every decoder it builds). A bad declaration is a
     LoopcertError naming it."""
-    who = f"{getattr(decoder, '__name__', type(decoder).__name__)}"
+    who = who_of(decoder)
     fields = getattr(decoder, "sampling_fields", None)
     if only_if_declared and not isinstance(fields, (str, tuple, list, set, frozenset)):
         return None

@@ -225,6 +225,10 @@ def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool
     from config.json and the safetensors headers (describe's reading; no weights loaded)."""
     name = str(name_or_path)
     folder = Path(name_or_path)
+    if name == "default":  # the shipped model, as load_model reads the name
+        from refdec.load import DEFAULT_MODEL_DIR  # load imports this module
+
+        folder = DEFAULT_MODEL_DIR
     stored_dtypes: dict[str, int] = {}
     tokenizer = None
     if name in PRESETS:
@@ -259,7 +263,9 @@ def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool
         files = len(stored.files)
         tokenizer = (folder / "tokenizer.json").is_file()
     else:
-        raise LoopcertError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a model folder")
+        from refdec.load import not_a_model  # load imports this module
+
+        raise not_a_model(name)
     return cfg, source, stored_dtypes, files, tokenizer
 
 

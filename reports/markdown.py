@@ -38,9 +38,19 @@ def fmt(x, digits: int = 4) -> str:
     return str(x)
 
 
+def cell(text: str) -> str:
+    """A table cell's text that cannot break its table: a `|` (a case's or a sampling view's
+    name may hold one) escaped, line breaks as spaces."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
 def table(rows: list[list], headers: list[str]) -> str:
+    """A github table of `rows` under `headers`, each value through fmt and every cell escaped."""
     return tabulate(
-        [[fmt(v) for v in r] for r in rows], headers=headers, tablefmt="github", disable_numparse=True
+        [[cell(fmt(v)) for v in r] for r in rows],
+        headers=[cell(h) for h in headers],
+        tablefmt="github",
+        disable_numparse=True,
     )
 
 

@@ -25,7 +25,15 @@ from proofs.decoder_attributes import (
     declared_sampling,
     has_generate,
 )
-from proofs.decoders.protocol import Decoder, Factory, NotApplicable, build_decoder, load_factory
+from proofs.decoders.protocol import (
+    Decoder,
+    Factory,
+    NotADecoder,
+    NotApplicable,
+    build_decoder,
+    check_factory,
+    load_factory,
+)
 from refdec.errors import LoopcertError
 from speed.settings import fastdec_configs  # the settings certify samples and bench times
 
@@ -49,6 +57,9 @@ class Candidate:
     # what its spec was given beside it (an http:// spec's HTTPOptions): a worker in another
     # process tree rebuilds it from the spec and these (proofs/run/remote.py)
     options: Any = None
+    # True: a user's Python decoder (a factory, an object), whose generate() is asked for one token
+    # before any check (proofs.decoders.protocol.probe_generate); loopcert's engines are not
+    probe: bool = False
 
 
 def fastdec_candidate(config: DecodeConfig, lossless: bool = True, compile: bool = False) -> Candidate:
@@ -167,10 +178,12 @@ def factory_candidate(factory: Factory, label: str) -> Candidate:
     """A factory `make(model) -> decoder` (imported from a --decoder spec, or handed to
     certify() from Python) as a candidate called `label`."""
 
+    check_factory(factory, label)
+
     def build(model):
         try:
             return build_decoder(factory, model, label)
-        except NotApplicable:
+        except (NotApplicable, NotADecoder):
             raise
         except Exception as e:  # noqa: BLE001 - named as the factory's, never as the decoder's output
             raise DecoderFactoryError(factory_failure(model.cfg.name, e)) from e
@@ -178,7 +191,7 @@ def factory_candidate(factory: Factory, label: str) -> Candidate:
     # a factory (a class, a function) may declare its decoders' convention; else a built one says
     declared = declared_sampler_order(factory, only_if_declared=True)
     sampling = declared_sampling(factory, only_if_declared=True)
-    return Candidate(label, build, {"decoder": label}, sampler_order=declared, sampling=sampling)
+    return Candidate(label, build, {"decoder": label}, sampler_order=declared, sampling=sampling, probe=True)
 
 
 def python_candidate(decoder, label: str | None = None) -> Candidate:
@@ -229,6 +242,7 @@ def object_candidate(decoder: Decoder, label: str) -> Candidate:
         own_model=True,
         sampler_order=declared_sampler_order(decoder),
         sampling=declared_sampling(decoder),
+        probe=True,
     )
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from proofs.decoder_attributes import (
     SamplingSupport,
     close_decoder,
+    declared_compute_dtype,
+    declared_max_batch,
     declared_pairs,
     declared_sampler_order,
     declared_sampling,
@@ -19,7 +21,7 @@ from proofs.decoder_attributes import (
     speculation_widths,
 )
 from proofs.decoders.candidates import DecoderFactoryError
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.protocol import NotApplicable, probe_generate
 from refdec.sampling import TEMPERATURE_FIRST
 
 
@@ -38,11 +40,14 @@ class Declared:
         return self.not_applicable is None and self.factory_error is None
 
 
-def declared_by(build: Callable, model) -> Declared:
+def declared_by(build: Callable, model, probe: str | None = None) -> Declared:
     """Build a decoder with `build(model)` and read what it declares. A factory that declines the
     model, or a `module:factory` that fails (DecoderFactoryError: the checks that build it report
     it as the decoder's failure), is said in the result; anything else raises, as building it
-    raises (a server of another model, a bad declaration: usage errors)."""
+    raises (a server of another model, a factory that returns no decoder, a bad declaration:
+    usage errors). Every declaration is read, so that a wrong one stops the run here; with
+    `probe` (the decoder's name: a user's Python decoder) its generate() is asked for one token
+    too (proofs.decoders.protocol.probe_generate)."""
     try:
         decoder = build(model)
     except NotApplicable as e:
@@ -50,6 +55,10 @@ def declared_by(build: Callable, model) -> Declared:
     except DecoderFactoryError as e:
         return Declared(factory_error=str(e))
     try:
+        declared_max_batch(decoder)
+        declared_compute_dtype(decoder)
+        if probe is not None:
+            probe_generate(decoder, probe)
         return Declared(
             declared_sampler_order(decoder),
             declared_sampling(decoder),

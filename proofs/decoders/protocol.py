@@ -9,6 +9,7 @@ fastdec result). A BatchDecoder also has `generate_batch`, many seeds in one cal
 from __future__ import annotations
 
 import importlib
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -149,10 +150,70 @@ class Refused(LoopcertError):
     engine: <message>", neither a pass nor a crash (docs/certify.md#sampling-parameters)."""
 
 
+class NotADecoder(LoopcertError):
+    """A factory that cannot be called as `factory(model)`, one that returned something without a
+    callable `generate`, or a decoder whose `generate` breaks the protocol on a one-token request
+    (probe_generate): a usage error before any check, never a finding of the run."""
+
+
 def check_decoder(obj, where: str) -> Decoder:
     if not has_generate(obj):
-        raise LoopcertError(f"{where} returned {type(obj).__name__!r}, which has no generate() method")
+        what = "None" if obj is None else f"a {type(obj).__name__!r}"
+        raise NotADecoder(
+            f"{where} returned {what}, not a decoder: a factory returns an object with a callable "
+            "generate(prompt, max_new_tokens, sampling, seed)"
+        )
     return obj
+
+
+def check_factory(factory: Factory, where: str) -> None:
+    """A NotADecoder unless `factory` can be called as factory(model) (a class: its __init__);
+    a callable whose signature Python cannot read (a builtin) passes."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(object())
+    except TypeError:
+        raise NotADecoder(
+            f"{where}: a factory is called as factory(model) -> decoder, and "
+            f"{getattr(factory, '__name__', type(factory).__name__)}{sig} cannot be called so"
+        ) from None
+
+
+def probe_generate(decoder: Decoder, where: str) -> None:
+    """Ask `decoder` for one greedy token after a one-token prompt, before any check: a NotADecoder
+    when `generate` cannot take the protocol's four arguments, or returns anything but one token
+    id (a list of ints; a 1-D numpy array or torch tensor of integers is converted, as every check
+    converts it: refdec.decode.tokens_of). An exception raised inside it is left to the checks,
+    which report it as their finding with its own text."""
+    try:
+        inspect.signature(decoder.generate).bind([0], 1, SamplingParams(), 0)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, TypeError):
+            raise NotADecoder(
+                f"{where}: generate must take (prompt, max_new_tokens, sampling, seed); "
+                f"generate{inspect.signature(decoder.generate)} cannot ({e})"
+            ) from None
+    try:
+        got = decoder.generate([0], 1, SamplingParams(), 0)
+    except Exception:  # noqa: BLE001 - the decoder's own failure: the checks report it
+        return
+    try:
+        tokens = tokens_of(got)
+    except LoopcertError as e:
+        raise NotADecoder(f"{where}: asked for 1 greedy token after a 1-token prompt, {e}") from None
+    if len(tokens) != 1:
+        asked = "asked for 1 greedy token after a 1-token prompt"
+        raise NotADecoder(f"{where}: {asked}, generate() {length_note(len(tokens), 1)}")
+
+
+def length_note(got: int, asked: int) -> str:
+    """ "returned N tokens, expected M" and, where N is M plus a prompt, "(the prompt included?)":
+    the words of a wrong length, before the run and in a check's failure."""
+    said = f"returned {got} token{'s' if got != 1 else ''}, expected {asked}"
+    return said + (" (the prompt included? generate returns the new tokens only)" if got > asked else "")
 
 
 def run_generate(
@@ -171,7 +232,9 @@ def load_factory(spec: str) -> Factory:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise LoopcertError(f"--decoder {spec!r}: cannot import {module_name!r} ({e})") from None
+        raise LoopcertError(
+            f"--decoder {spec!r}: cannot import {module_name!r} ({e}){import_hint(module_name, e)}"
+        ) from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -180,6 +243,21 @@ def load_factory(spec: str) -> Factory:
     if not callable(obj):
         raise LoopcertError(f"--decoder {spec!r}: {attr!r} is not callable")
     return obj
+
+
+def import_hint(module_name: str, error: ImportError) -> str:
+    """What to do about a --decoder module that cannot be imported: when the missing module is the
+    spec's own (or a package above it), where Python looks for it; else nothing (the module was
+    found and an import inside it failed: the error says which)."""
+    missing = getattr(error, "name", None)
+    parts = module_name.split(".")
+    if missing is not None and missing not in {".".join(parts[: i + 1]) for i in range(len(parts))}:
+        return ""
+    return (
+        f"; Python looks for it on sys.path: run loopcert from the folder that holds "
+        f"{parts[0]}.py (or the {parts[0]}/ package), or add that folder to PYTHONPATH "
+        f"(PYTHONPATH=/path/to/folder loopcert certify ...)"
+    )
 
 
 def build_decoder(factory: Factory, model, spec: str) -> Decoder:

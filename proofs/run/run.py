@@ -290,7 +290,7 @@ class CertifyRun:
             model = self.model_dt if self.model_dt is not None else self.model64
 
             def ask() -> Declared:
-                return declared_by(candidate.build, model)
+                return declared_by(candidate.build, model, candidate.label if candidate.probe else None)
 
             got[candidate.label] = (
                 in_child(ask, f"reading what {candidate.label} declares") if self.forks else ask()

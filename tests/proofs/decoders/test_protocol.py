@@ -61,8 +61,10 @@ def test_which_decoders_are_batch_decoders():
 
 def test_optional_attributes_bound_the_calls():
     assert batch_call_limit(Batched(max_batch=3)) == 3
-    for unusable in (0, -2, "8", 2.5):
-        assert declared_max_batch(Batched(max_batch=unusable)) is None
+    for wrong in (0, -2, "8", 2.5, True):  # a wrong declaration is named, never ignored
+        with pytest.raises(LoopcertError, match="max_batch must be an int >= 1"):
+            declared_max_batch(Batched(max_batch=wrong))
+    assert declared_max_batch(Batched(max_batch=None)) is None  # None: not declared
     capped = Batched(max_batch=3)
     got = draw(capped, [1, 2], 2, T1, base_seed=10, n_samples=8)
     assert got.batched and got.samples == [[s % 5] * 2 for s in range(10, 18)]
@@ -83,10 +85,11 @@ def test_a_declared_compute_dtype_is_read_by_name_or_dtype():
         plain = GenerateOnly()
         plain.compute_dtype = declared
         assert declared_compute_dtype(plain) is want
-    for unusable in ("float99", "nn", 16):
+    for wrong in ("float99", "nn", 16, torch.int64):  # a wrong declaration is named, never ignored
         plain = GenerateOnly()
-        plain.compute_dtype = unusable
-        assert declared_compute_dtype(plain) is None
+        plain.compute_dtype = wrong
+        with pytest.raises(LoopcertError, match="compute_dtype must be a floating torch.dtype"):
+            declared_compute_dtype(plain)
     assert declared_compute_dtype(GenerateOnly()) is None
 
 

@@ -1,0 +1,179 @@
+"""The mistakes a decoder author makes (issue 50), each ending in a one-line usage error (exit 2)
+before any check runs, or in a failure line that says its cause: a factory of the wrong shape, a
+generate() that returns no token ids or the prompt too, a wrong declaration, a module not on the
+path; and the small ones: markdown cells, `inspect default`, `--help`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import proofs.run.certify as certify_mod
+from loopcert.cli import main
+from loopcert.testing import SMOKE_PLAN
+from proofs.run.certify import certify
+from refdec.errors import LoopcertError
+from reports.markdown import table
+
+PLAN = SMOKE_PLAN  # positions=None in the smoke plan: seconds on tiny-ouro
+
+
+class Started(Exception):
+    pass
+
+
+@pytest.fixture
+def no_checks(monkeypatch):
+    """Any check starting is a test failure: the error must come before the plan runs."""
+
+    def started(*_a, **_k):
+        raise Started("the plan ran before the decoder was checked")
+
+    monkeypatch.setattr(certify_mod, "plan_units", started)
+
+
+class Echo:
+    """A greedy decoder that answers token 1 at every step; `returns` shapes what generate gives."""
+
+    def __init__(self, returns=list, prompt_too=False):
+        self.returns, self.prompt_too = returns, prompt_too
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        out = [1] * max_new_tokens
+        return self.returns((list(prompt) if self.prompt_too else []) + out)
+
+
+def certify_tiny(decoder, **kw):
+    return certify("tiny-ouro", decoder, plan=PLAN, **kw)
+
+
+def two_args(model, extra):
+    return Echo()
+
+
+def returns_none(model):
+    return None
+
+
+class NoGenerate:
+    def __init__(self, model):
+        self.model_name = model.cfg.name
+
+
+def one_line(e: pytest.ExceptionInfo) -> str:
+    text = str(e.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize(
+    "factory, said",
+    [
+        (two_args, "a factory is called as factory(model) -> decoder, and two_args(model, extra) cannot"),
+        (returns_none, "returned None, not a decoder"),
+        (NoGenerate, "returned a 'NoGenerate', not a decoder"),
+    ],
+)
+def test_a_factory_of_the_wrong_shape_is_a_usage_error_before_any_check(no_checks, factory, said):
+    with pytest.raises(LoopcertError) as e:
+        certify_tiny(factory)
+    assert said in one_line(e)
+
+
+def test_a_factory_of_the_wrong_shape_exits_2_on_the_command_line(tmp_path, monkeypatch, capsys, no_checks):
+    (tmp_path / "wrongdec.py").write_text("def make(model):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["certify", "tiny-ouro", "--decoder", "wrongdec:make", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "returned None, not a decoder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_module_not_on_the_path_gets_a_pythonpath_hint(no_checks):
+    with pytest.raises(LoopcertError) as e:
+        certify_tiny("no_such_decoder_module:make")
+    assert "cannot import 'no_such_decoder_module'" in one_line(e) and "PYTHONPATH" in str(e.value)
+
+
+def test_a_generate_with_the_wrong_arguments_or_returns_is_refused_before_any_check(no_checks):
+    class TwoArgs:
+        def generate(self, prompt, max_new_tokens):
+            return [1] * max_new_tokens
+
+    with pytest.raises(LoopcertError, match=r"generate must take \(prompt, max_new_tokens, sampling, seed\)"):
+        certify_tiny(TwoArgs())
+    with pytest.raises(LoopcertError) as e:
+        certify_tiny(Echo(prompt_too=True))
+    assert "returned 2 tokens, expected 1 (the prompt included?" in one_line(e)
+    with pytest.raises(LoopcertError, match="not token ids"):
+        certify_tiny(Echo(returns=lambda toks: " ".join(map(str, toks))))
+    with pytest.raises(LoopcertError, match="non-integer token 1.0"):
+        certify_tiny(Echo(returns=lambda toks: np.array(toks, dtype=np.float32)))
+
+
+class Greedy:
+    """refdec's greedy tokens, returned through `returns` (docs/decoders.md: a 1-D numpy array or
+    torch tensor of integers is converted, as a list is read)."""
+
+    def __init__(self, model, returns):
+        self.model, self.returns = model, returns
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        from refdec.decode import generate
+
+        return self.returns(generate(self.model, prompt, max_new_tokens, sampling, seed))
+
+
+@pytest.mark.parametrize(
+    "returns",
+    [lambda t: np.array(t, dtype=np.int64), lambda t: torch.tensor(t, dtype=torch.int32)],
+    ids=["numpy", "torch"],
+)
+def test_integer_arrays_and_tensors_are_converted_before_the_run(monkeypatch, returns):
+    import proofs.decoders.declared as declared_mod
+
+    asked = []
+    probe = declared_mod.probe_generate
+    monkeypatch.setattr(declared_mod, "probe_generate", lambda d, w: asked.append(w) or probe(d, w))
+    monkeypatch.setattr(certify_mod, "plan_units", lambda *_a, **_k: (_ for _ in ()).throw(Started()))
+    with pytest.raises(Started):  # through the probe, to the plan
+        certify_tiny(lambda model: Greedy(model, returns), label="arrays")
+    assert asked == ["arrays"]
+
+
+@pytest.mark.parametrize(
+    "attribute, value, said",
+    [
+        ("max_batch", 0, "max_batch must be an int >= 1, got 0"),
+        ("max_batch", "8", "max_batch must be an int >= 1, got '8'"),
+        ("compute_dtype", "float33", "compute_dtype must be a floating torch.dtype or its name"),
+        ("compute_dtype", torch.int64, "compute_dtype must be a floating torch.dtype"),
+        ("sampling_fields", ("min_p", "top_q"), "sampling_fields names top_q"),
+    ],
+)
+def test_a_wrong_declaration_is_an_error_naming_it(no_checks, attribute, value, said):
+    dec = Echo()
+    setattr(dec, attribute, value)
+    with pytest.raises(LoopcertError) as e:
+        certify_tiny(dec)
+    assert said in one_line(e) and attribute in str(e.value)
+
+
+def test_a_pipe_in_a_cell_does_not_break_the_table():
+    out = table([["T=1 | top-k=2", "x\ny"]], ["case | view", "v"])
+    lines = out.splitlines()
+    assert r"T=1 \| top-k=2" in out and r"case \| view" in out and "x y" in out
+    assert len(lines) == 3 and {line.replace(r"\|", "").count("|") for line in lines} == {3}
+
+
+def test_inspect_default_reads_the_shipped_model(capsys):
+    assert main(["inspect", "default"]) == 0
+    assert "recognised as" in capsys.readouterr().out
+
+
+def test_help_is_complete_sentences(capsys):
+    from loopcert.cli import build_parser
+
+    text = build_parser().format_help()
+    description = text.split("\n\n")[1]
+    assert " ".join(description.split()).endswith(".") and "COMMAND --help" in description
