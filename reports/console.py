@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from proofs.details import (
     BitwiseDetails,
+    Divergence,
     GreedyDetails,
     MutationDetails,
     ReproducibilityDetails,
@@ -22,6 +23,17 @@ from reports.render import status
 MAX_CHARS = 300  # one terminal line or two: the certificate has the rest
 
 
+def divergence_text(v: Divergence) -> str:
+    """One greedy divergence in the user's terms: what generate() did at which new token."""
+    if v.reference is None and v.candidate is None and v.why:  # nothing to compare: it raised
+        return f"generate() raised {v.why}"
+    if v.reference is None and v.candidate is None:
+        return f"new token {v.position}: no token to compare"
+    mine = "none" if v.candidate is None else v.candidate
+    ref = "" if v.reference is None else f"the reference's {v.reference}, "
+    return f"new token {v.position}: {ref}the decoder's {mine}" + (f" ({v.why})" if v.why else "")
+
+
 def failure_line(c: CheckResult) -> str:
     """Why check `c` failed, on one line."""
     d = c.details
@@ -32,8 +44,7 @@ def failure_line(c: CheckResult) -> str:
         v = next((v for v in d.divergences if v.classified == "real bug"), d.divergences[0])
         why = (
             f"{d.real_bugs} real bug(s) in {len(d.divergences)} divergence(s); first: {v.setting} on "
-            f"{v.model} ({v.dtype}) at token {v.position}: refdec {v.reference}, candidate {v.candidate}"
-            + (f" ({v.why})" if v.why else "")
+            f"{v.model} ({v.dtype}), prompt of {len(v.prompt)} token(s): {divergence_text(v)}"
         )
     elif isinstance(d, BitwiseDetails) and d.mismatches:
         m = d.mismatches[0]

@@ -108,6 +108,8 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes += relative_checks.summary_notes(d)
     if isinstance(d, PositionsDetails):  # issue 36 item 4b
         notes += positions_report.summary_notes(d)
+    if isinstance(d, SpeedDetails):
+        notes += speed_notes(d)
     if c.error is not None:
         notes.append(f"could not run: {c.error}")
     if c.incomplete is not None:
@@ -125,6 +127,17 @@ def status(c: CheckResult) -> tuple[str, str]:
     else:
         result = "pass"
     return result, " / ".join(notes) or DASH
+
+
+def speed_notes(d: SpeedDetails) -> list[str]:
+    """Each timed setting's own speedup over the baseline, a slowdown flagged, and each setting
+    that could not run with its error."""
+    rows = [r for r in d.rows if r.setting != f"{d.baseline} (baseline)"]
+    notes = [
+        f"{r.setting} x{r.speedup:.2f}" + (" (slower than the baseline)" if r.speedup < 1 else "")
+        for r in rows
+    ]
+    return notes + [f"{e.setting} could not run: {e.error}" for e in d.errors]
 
 
 def summary_section(cert: Certificate) -> str:

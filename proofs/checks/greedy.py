@@ -21,7 +21,7 @@ import torch
 
 from proofs.decoder_attributes import declared_compute_dtype
 from proofs.decoders.candidates import Candidate, DecoderFactoryError, build_or_failure
-from proofs.decoders.protocol import Decoder, NotApplicable, run_generate
+from proofs.decoders.protocol import Decoder, NotApplicable, length_note, run_generate
 from proofs.details import Divergence, GreedyDetails, GreedyRun
 from proofs.result import CheckResult
 from proofs.stats.exact_laws import Oracle
@@ -91,6 +91,9 @@ def judge(
         if cache is not None:
             cache[key] = scores
     mismatches, after = scores
+    # a wrong count said beside the first real bug it explains (a decoder that returns the prompt
+    # too diverges at its first token)
+    wrong_length = length_note(len(got), n) if len(got) != n else None
     out = []
     for t, ref, cand, margin, gap in mismatches:
         tie = gap < tol
@@ -102,6 +105,7 @@ def judge(
                 "top2_margin": margin,
                 "candidate_gap": gap,
                 "classified": "numerical tie" if tie else "real bug",
+                **({} if tie or wrong_length is None else {"why": wrong_length}),
             }
         )
         if not tie:
@@ -111,7 +115,7 @@ def judge(
         why = "token id outside the vocabulary"
         out.append(unjudged(t, None, got[t], why))
     elif len(got) != n:
-        why = f"returned {len(got)} tokens, expected {n}"
+        why = length_note(len(got), n)
         out.append(unjudged(min(n, len(got)), after, got[n] if len(got) > n else None, why))
     return out
 

@@ -177,3 +177,66 @@ def test_help_is_complete_sentences(capsys):
     text = build_parser().format_help()
     description = text.split("\n\n")[1]
     assert " ".join(description.split()).endswith(".") and "COMMAND --help" in description
+
+
+def test_a_decoder_returning_the_prompt_too_is_told_so_in_its_failure_line():
+    """The greedy check's line names the length (the probe catches it first on a 1-token request;
+    a decoder that gets that one right and adds the prompt later still reads why)."""
+    import refdec
+    from proofs.checks.greedy import check_greedy
+    from proofs.stats.exact_laws import Oracle
+    from refdec.decode import generate
+    from reports.console import failure_line
+
+    model = refdec.load_model("tiny-ouro", dtype="float64")
+
+    class PromptToo:
+        def generate(self, prompt, n, sampling, seed):
+            return list(prompt) + generate(model, prompt, n, sampling, seed)
+
+    runs = [("tiny-ouro", "prompt-too", PromptToo(), Oracle(model), torch.float64)]
+    c = check_greedy("greedy_float64", runs, lambda _o: [[5, 6, 7]], 4)
+    line = failure_line(c)
+    assert not c.passed and "tokens, expected 4 (the prompt included?" in line, line
+
+
+def test_an_exception_reads_as_what_generate_raised_not_none():
+    from proofs.details import Divergence
+    from reports.console import divergence_text
+
+    v = Divergence(
+        "tiny-ouro", "mine", (1, 2), "float32", 0, None, None, None, None, "real bug", "ValueError: boom"
+    )
+    assert divergence_text(v) == "generate() raised ValueError: boom"
+
+
+def test_the_speed_row_gives_each_settings_own_ratio_and_flags_a_slowdown():
+    """A decoder at half the baseline's speed reads x0.5 (measured), never the baseline's 1."""
+    import time
+
+    import refdec
+    from fastdec.config import DecodeConfig
+    from proofs.checks.speed import check_speed
+    from proofs.decoders.candidates import Candidate, fastdec_candidate
+    from refdec.decode import generate
+    from reports.render import status
+    from speed.timing import Workload
+
+    class Slow:
+        def generate(self, prompt, n, sampling, seed):
+            until = time.process_time() + 0.2  # busy: far slower than fastdec, on any clock
+            while time.process_time() < until:
+                pass
+            return generate(self.model, prompt, n, sampling, seed)
+
+    def build(model):
+        dec = Slow()
+        dec.model = model
+        return dec
+
+    model = refdec.load_model("tiny-ouro")
+    base = fastdec_candidate(DecodeConfig("autoregressive"))
+    c = check_speed("speed", [Candidate("slow", build)], base, model, [[1, 2, 3]], Workload(1, 3, 2, 1))
+    assert c.measured < 1, c.measured
+    _, note = status(c)
+    assert note.startswith("slow x0.") and "(slower than the baseline)" in note, note
