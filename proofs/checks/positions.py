@@ -467,6 +467,18 @@ def check_positions(
         k = min(rows, planned - tried)
         d = draw(decoder, prompt, lay.n, sampling, base_seed + tried, k, deadline, rows)
         decode_s += d.seconds
+        if d.refused and not t.u:  # the engine refused the law's parameters outright
+            # the sampling check judges a refusal (a core parameter fails there, and
+            # assert_lossless's allow_refused excuses it there): this check has no samples to judge
+            return CheckResult(
+                name,
+                math.nan,
+                math.nan,
+                True,
+                kind="positions",
+                skipped=f"the decoder refused this law's parameters ({d.refused}); the sampling check "
+                "judges the refusal",
+            )
         if d.refused:
             error = f"refused: {d.refused}"
             break

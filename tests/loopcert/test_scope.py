@@ -54,8 +54,13 @@ class NoMinP(Wrapper):
         return super().generate_batch(prompts, max_new_tokens, sampling, seeds)
 
 
+# the smoke plan's first case (T=1 top-k=4) alone and no long samples: the cases these tests add are
+# then the only ones a refusal can come from
+BASE = dataclasses.replace(SMOKE_PLAN, sampling_cases=SMOKE_PLAN.sampling_cases[:1], positions=None)
+
+
 def plan_with(*cases):
-    return dataclasses.replace(SMOKE_PLAN, sampling_cases=(*SMOKE_PLAN.sampling_cases, *cases))
+    return dataclasses.replace(BASE, sampling_cases=(*BASE.sampling_cases, *cases))
 
 
 @pytest.fixture(scope="module")
