@@ -63,6 +63,15 @@ from refdec.files import FORMAT, parse_dtype, read_config, refuse_pickles, write
 from refdec.model import LoopedLM
 from refdec.validate import is_int
 
+DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"  # the shipped model (refdec.load's)
+
+
+def not_a_model(name: str) -> LoopcertError:
+    """The error of a name that load_model cannot load: it lists every kind of name it takes."""
+    return LoopcertError(
+        f"{name!r} is neither a preset ({sorted(PRESETS)}), 'default' (the shipped model) nor a model folder"
+    )
+
 
 # -- the public entry points ------------------------------------------------------------------
 def load_published(folder, raw: dict, dtype: torch.dtype, *, recurrence: int | None = None) -> LoopedLM:
@@ -226,8 +235,6 @@ def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool
     name = str(name_or_path)
     folder = Path(name_or_path)
     if name == "default":  # the shipped model, as load_model reads the name
-        from refdec.load import DEFAULT_MODEL_DIR  # load imports this module
-
         folder = DEFAULT_MODEL_DIR
     stored_dtypes: dict[str, int] = {}
     tokenizer = None
@@ -263,8 +270,6 @@ def recognise(name_or_path) -> tuple[ModelConfig, str, dict[str, int], int, bool
         files = len(stored.files)
         tokenizer = (folder / "tokenizer.json").is_file()
     else:
-        from refdec.load import not_a_model  # load imports this module
-
         raise not_a_model(name)
     return cfg, source, stored_dtypes, files, tokenizer
 

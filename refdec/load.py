@@ -26,7 +26,8 @@ from refdec.model import LoopedLM
 from refdec.validate import check_seed
 from refdec.values import dtype_name
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "weights" / "default"
+DEFAULT_MODEL_DIR = checkpoints.DEFAULT_MODEL_DIR  # the shipped model's folder (defined below load)
+not_a_model = checkpoints.not_a_model
 
 
 def save_model(model: LoopedLM, folder, *, dtype=None) -> Path:
@@ -103,13 +104,6 @@ def load_model(name_or_path, *, seed: int = 0, dtype=torch.float32) -> LoopedLM:
         model.source_folder = folder.resolve()
         return model
     raise not_a_model(name)
-
-
-def not_a_model(name: str) -> LoopcertError:
-    """The error of a name that load_model cannot load: it lists every kind of name it takes."""
-    return LoopcertError(
-        f"{name!r} is neither a preset ({sorted(PRESETS)}), 'default' (the shipped model) nor a model folder"
-    )
 
 
 # Two fingerprints, for two questions:

@@ -126,6 +126,7 @@ def test_check_result_serialises_plain_values():
         "error": None,
         "skipped": None,
         "not_applicable": None,
+        "incomplete": None,
     }
     with pytest.raises(LoopcertError, match="name"):
         CheckResult("", 0.0, 1.0, True, {})
