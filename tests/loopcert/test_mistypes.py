@@ -109,6 +109,6 @@ def test_the_console_says_why_each_failed_check_failed(tmp_path, capsys, importa
     lines = {name: next(ln for ln in said if ln.startswith(f"failed: {name}: ")) for name in cert["failed"]}
     assert len(said) == len(cert["failed"]) and "greedy_float64" in lines
     greedy = lines["greedy_float64"]
-    assert "real bug(s)" in greedy and "at token" in greedy and "refdec" in greedy, greedy
+    assert "real bug(s)" in greedy and "new token" in greedy and "the reference's" in greedy, greedy
     for name, line in lines.items():  # every one with a reason, on one line
         assert len(line) > len(f"failed: {name}: ") + 10, line

@@ -76,7 +76,9 @@ def test_a_decoder_at_the_wrong_temperature_fails_naming_the_sampling_check(ouro
         assert_lossless(Hot(ouro), "tiny-ouro", plan=FAST, label="hot")
     lines = str(e.value).splitlines()
     assert lines[0] == "hot on tiny-ouro (smoke plan, seed 0): FAIL"
-    assert any(line.startswith("  sampling[tiny-ouro: hot]: rejected: ") and "T=1 top-k=4" in line for line in lines)
+    assert any(
+        line.startswith("  sampling[tiny-ouro: hot]: rejected: ") and "T=1 top-k=4" in line for line in lines
+    )
     assert not any(line.startswith("  greedy") for line in lines)  # greedy does not see a temperature
 
 
