@@ -27,6 +27,7 @@ def test_the_smoke_plan_reads_long_samples_past_64_and_samples_every_core_field(
     assert SMOKE_PLAN.depth_context > 64 and SMOKE_PLAN.positions.tokens > 64 and SMOKE_PLAN.positions.cases
 
 
+@pytest.mark.tier2  # ~11 s: the smoke plan's every check, the drifted decoder failing early
 def test_assert_lossless_by_default_rejects_a_drift_after_40_tokens(inner):
     with pytest.raises(AssertionError) as e:
         assert_lossless(LateDrift(inner, position=42, temperature_factor=1.3), "tiny-ouro")
