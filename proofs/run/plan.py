@@ -169,16 +169,20 @@ SIDE_BY_SIDE = {
 # -- the per-position test on long samples (proofs/checks/positions.py) ----------------------------
 # Every token of long samples judged under its exact law: martingale evidence (score, PIT moments)
 # and the binned PIT (docs/certify.md#the-per-position-test). T=1 without a filter is the plan's own
-# law: every token in play, laws spread enough that a drift shows. N is planned from the pilot
-# sample's laws so that the tail (from 48 tokens after the prompt to the horizon) detects a
+# law: every token in play, laws spread enough that a drift shows. N is planned from the first
+# call's laws so that the tail (from 48 tokens after the prompt to the horizon) detects a
 # temperature off by `drift` with probability 0.99: a drift that starts anywhere in the first 48
 # tokens, or earlier, is caught. Each of the plan's sampling cases is also sampled at depth
-# (case_drift): a filter or a penalty that goes wrong past some position shows there, as impossible
-# tokens (a filter) or as a drift of the score.
+# (`cases`; N for a drift of case_drift, or the binned test's): a filter or a penalty that goes
+# wrong past some position shows there, as impossible tokens (a filter) or as a drift of the score.
 # QUICK: 320 tokens after the 32-token prompt, through the grid's last setting (the most
-# speculative); the tail detects a 10% drift (on the default model about 16 samples, on the tiny
-# presets 20-110; docs/measurements.md), each sampling case a 25% drift; every band a binned TV 0.15.
-# FULL: 1,024 tokens, every setting, a 3% drift, each case 10%.
+# speculative); the tail detects a 10% drift (on the default model 16 samples, on the tiny presets
+# 37-160; docs/measurements.md); each sampling case at depth draws the binned test's N (8 samples
+# on the default model: a filter or penalty gone wrong shows as impossible tokens in the first
+# call), its temperature power stated, not planned (at 25% the engines' case needed 21 samples on
+# the default model and 238 on tiny-ouro: minutes of the quick plan and of every engine row in
+# CI); every band a binned TV 0.15. FULL: 1,024 tokens, every setting, a 3% drift, each
+# case 10%.
 POSITIONS_QUICK = PositionsPlan(
     SamplingParams(temperature=1.0),
     tokens=320,
@@ -187,7 +191,6 @@ POSITIONS_QUICK = PositionsPlan(
     budget_s=120.0,
     drift=0.1,
     cases=True,
-    case_drift=0.25,
 )
 POSITIONS_FULL = PositionsPlan(
     SamplingParams(temperature=1.0),
