@@ -69,6 +69,7 @@ def test_with_a_pool_of_constants_the_search_draws_otherwise(monkeypatch):
 
     real = theorem1.local_constants
     examples = 200  # the quick plan's; at 60 the draws of constants happen not to move the maximum
-    empty = theorem1.check_theorem1_search(examples, SEED).measured
+    seeds = (SEED, SEED + 1, SEED + 2)  # one seed's maximum can land on the same value by chance
+    empty = [theorem1.check_theorem1_search(examples, s).measured for s in seeds]
     monkeypatch.setattr(theorem1, "local_constants", lambda: real(pool))
-    assert theorem1.check_theorem1_search(examples, SEED).measured != empty
+    assert [theorem1.check_theorem1_search(examples, s).measured for s in seeds] != empty
