@@ -10,20 +10,22 @@ prefix. Two families of tests read every token, each at half the check's level, 
   moments of the randomized PIT, each summed per stratum as an e-process, valid at any stopping
   time. Sampling stops as soon as one rejects (a lossy decoder fails early); otherwise it goes on to
   the planned N. Strata: each position band (cut at the run's boundaries), each band's entropy
-  halves, and the whole horizon.
+  halves, the whole horizon, and the tail (below).
 - the binned randomized PIT (proofs/stats/pit.py), the omnibus test: per band and entropy half,
   chi-square against uniform at the planned N.
 
-Sample 0 (seed base) is the pilot, never tested: the entropy thresholds (the median entropy of its
-laws in each band) and the plan's N come from it. N is the larger of what the binned test needs for
-every band to detect a binned TV >= plan.tv, and what the martingale tests need for the tail (the
+Sample 0 (seed base) is the pilot, never tested: its laws set the entropy thresholds (the median
+entropy of its laws in each band). N is planned once, after the first call, from the laws of up to
+PLANNING_SAMPLES of its samples (then frozen): the larger of what the binned test needs for every
+band to detect a binned TV >= plan.tv, and what the martingale tests need for the tail (the
 positions from plan.drift_from tokens after the prompt to the horizon, a stratum of its own) to
-detect a temperature off by 1 +- plan.drift with probability plan.power (from the pilot's own laws:
-martingale.tokens_needed): a drift that starts anywhere up to the tail's start is then caught. The
-power the run reached is stated for the tail, the whole horizon and each band, as temperature
-factors and per-token KL. A run its time budget stops before N,
-with nothing rejected, is incomplete (neither passed nor failed); a plan whose N exceeds
-plan.max_samples has no power and fails.
+detect a temperature off by 1 +- plan.drift with probability plan.power (martingale.tokens_needed):
+a drift that starts anywhere up to the tail's start is then caught. Only laws enter the plan, never
+a test's outcome. The power the run reached is stated for the tail, the whole horizon and each
+band, as temperature factors and per-token KL. A run its time budget (following the measured rate,
+up to RUNAWAY x) stops before N with nothing rejected is incomplete (neither passed nor failed); a
+plan whose N exceeds plan.max_samples has no power and fails; a law the engine refuses outright is
+skipped here (the sampling check judges the refusal).
 """
 
 from __future__ import annotations
