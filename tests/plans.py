@@ -67,3 +67,19 @@ def untimed(x):
     if isinstance(x, list):
         return [untimed(v) for v in x]
     return x
+
+
+class FastdecWrapper:
+    """A user's decoder as tests write it: fastdec's draft-verify behind the protocol, batched (its
+    first call draws 64 seeds). Tests subclass it to declare attributes or to turn it lossy."""
+
+    def __init__(self, model):
+        from fastdec import Decoder
+
+        self.inner = Decoder(model, "draft-verify")
+
+    def generate_batch(self, prompts, max_new_tokens, sampling, seeds):
+        return self.inner.generate_batch(prompts, max_new_tokens, sampling, seeds)
+
+    def generate(self, prompt, max_new_tokens, sampling, seed):
+        return self.generate_batch([prompt], max_new_tokens, sampling, [seed])[0]

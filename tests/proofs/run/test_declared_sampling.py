@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from plans import SMALL_PLAN
+from plans import SMALL_PLAN, FastdecWrapper
 
-from fastdec import Decoder as FastDecoder
 from proofs.decoder_attributes import ALL_FIELDS, SamplingSupport, declared_sampling
 from proofs.decoders.candidates import Candidate, user_candidate
 from proofs.decoders.protocol import Refused
@@ -31,17 +30,8 @@ MIN_P = ("T=1 min-p=0.2", SamplingParams(temperature=1.0, min_p=0.2), 3)
 PLAN = replace(SMALL_PLAN, sampling_cases=(PLAIN, MIN_P))
 
 
-class FastWrapper:
+class FastWrapper(FastdecWrapper):
     """fastdec behind the protocol, declaring what its subclasses say."""
-
-    def __init__(self, model):
-        self.inner = FastDecoder(model, "draft-verify")
-
-    def generate_batch(self, prompts, max_new_tokens, sampling, seeds):
-        return self.inner.generate_batch(prompts, max_new_tokens, sampling, seeds)
-
-    def generate(self, prompt, max_new_tokens, sampling, seed):
-        return self.generate_batch([prompt], max_new_tokens, sampling, [seed])[0]
 
 
 class Undeclared(FastWrapper):

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 from certificates import certificate, not_applicable, result
-from plans import SMALL_PLAN
+from plans import SMALL_PLAN, FastdecWrapper
 
 import proofs.run.plan as plan_mod
-from fastdec import Decoder as FastDecoder
 from loopcert.cli import main
 from proofs.certificate import Certificate, Refusal, Scope, read_certificate
 from proofs.result import CheckResult
@@ -31,17 +30,8 @@ SECONDS_PER_SAMPLE = 0.002  # Slow's rate: 500 samples/s at most
 N = 441  # SMALL_PLAN's N on tiny-ouro (T=1, 3 tokens, TV 0.3)
 
 
-class Lossless:
+class Lossless(FastdecWrapper):
     """fastdec's draft-verify behind the protocol: lossless, batched (its first call draws 64 seeds)."""
-
-    def __init__(self, model):
-        self.inner = FastDecoder(model, "draft-verify")
-
-    def generate_batch(self, prompts, max_new_tokens, sampling, seeds):
-        return self.inner.generate_batch(prompts, max_new_tokens, sampling, seeds)
-
-    def generate(self, prompt, max_new_tokens, sampling, seed):
-        return self.generate_batch([prompt], max_new_tokens, sampling, [seed])[0]
 
 
 class Slow(Lossless):
