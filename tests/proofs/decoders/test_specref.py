@@ -141,8 +141,18 @@ FIELD = [  # bugs of serving stacks' speculative samplers
     (dict(d1=1), Bugs(accept_if_equal=True), T1),
     (dict(d1=3), Bugs(first_unverified=4), T1),
     (dict(d1=1, d2=3, gate="off"), Bugs(stale_second=True), T1),
+    (dict(d1=1), Bugs(ratio_previous_token=True), SamplingParams(temperature=0.5)),
+    (dict(d1=1), Bugs(late_rejection=True), SamplingParams(temperature=0.5)),
 ]
-FIELD_IDS = ["draft-int8", "scored-unfiltered", "accept-if-equal", "first-unverified", "stale-second"]
+FIELD_IDS = [
+    "draft-int8",
+    "scored-unfiltered",
+    "accept-if-equal",
+    "first-unverified",
+    "stale-second",
+    "ratio-on-input-token",
+    "rejection-handled-one-step-late",
+]
 
 
 @pytest.mark.parametrize("kw,bugs,s", BUGGY + FIELD, ids=BUG_IDS + FIELD_IDS)
