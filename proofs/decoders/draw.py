@@ -151,6 +151,7 @@ def draw(
             break
         seeds = list(range(base_seed + tried, base_seed + min(n_samples, tried + chunk)))
         t = time.perf_counter()
+        asked = len(seeds)  # of `seeds`, those asked for (fewer when the cap stops the one-by-one retry)
         try:
             try:
                 got, ok = call(seeds), seeds
@@ -160,9 +161,10 @@ def draw(
                 if len(seeds) == 1:
                     got, ok = [], []
                     failed.append((seeds[0], f"{type(e).__name__}: {e}"))
-                else:  # which seeds raise: each alone, the others kept
+                else:  # which seeds raise: each alone, the others kept, until the cap is passed
+                    # (a server that died would otherwise be asked once per seed of the chunk)
                     got, ok = [], []
-                    for s in seeds:
+                    for asked, s in enumerate(seeds, 1):
                         try:
                             got += call([s])
                             ok.append(s)
@@ -170,6 +172,8 @@ def draw(
                             raise
                         except Exception as e1:  # noqa: BLE001
                             failed.append((s, f"{type(e1).__name__}: {e1}"))
+                            if too_many_failures(len(failed), tried + asked):
+                                break
         except Refused as e:  # the engine refused the parameters: a verdict on the case, when it is one
             if not out:
                 return result(refused=str(e))
@@ -178,7 +182,7 @@ def draw(
             )
         except Malformed as e:  # a result no sample can be read from: the draw stops there
             return result(f"seeds {seeds[0]}..{seeds[-1]}: {e}")
-        tried += len(seeds)
+        tried += asked
         out += got
         kept += ok
         if too_many_failures(len(failed), tried):

@@ -8,6 +8,10 @@ Every request a certify run sends goes through one HTTPClient, so the rules hold
 - a connection error (refused, reset, closed before answering) and HTTP 5xx are retried up
   to `retries` times, `backoff_s` doubling after each; HTTP 4xx is the request's fault and
   fails at once (the server's message quoted);
+- once a request found the server unreachable through all its retries, later requests that
+  cannot reach it fail at their first try, until a request is answered again: a server that
+  died mid-run is named at once by every request still to come, not after a backoff each
+  (thousands of them: a check's requests are skipped one by one, proofs/decoders/draw.py);
 - while requests are outstanding, `say` (refdec.progress.Progress: stderr by default) gets
   one line every `progress_every_s`: "http: 12 requests in flight, 340/2000 samples done,
   oldest 31 s", so a slow server is never a silent wait;
@@ -96,6 +100,7 @@ class HTTPClient:
         self._client_override = None
         key = transport.api_key
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._gone = False  # a request found the server unreachable through all its retries
 
     # -- per-process resources -------------------------------------------------------------------
     def _connect(self) -> None:
@@ -181,10 +186,13 @@ class HTTPClient:
         with self._lock:
             self._flight[rid] = time.monotonic()
         try:
-            last, unreachable = None, False
+            last, unreachable, tries = None, False, 0
             for attempt in range(t.retries + 1):
+                if attempt and unreachable and self._gone:
+                    break  # unreachable before this request too: not retried (module docstring)
                 if attempt:
                     time.sleep(t.backoff_s * 2 ** (attempt - 1))
+                tries += 1
                 try:
                     r = self.client.request(method, url, json=body, headers=self._headers)
                 except httpx.TimeoutException:
@@ -206,6 +214,7 @@ class HTTPClient:
                         r.status_code,
                         r.text[:300],
                     )
+                self._gone = False
                 if text:
                     return r.text
                 try:
@@ -219,10 +228,13 @@ class HTTPClient:
                 with self._lock:
                     self._samples[0] += samples
                 return out
-            tries = t.retries + 1
+            retried = "connection errors and HTTP 5xx are retried"
+            if unreachable and self._gone and tries == 1:
+                retried = "not retried: the server was unreachable through an earlier request's retries"
+            self._gone = self._gone or unreachable
             raise LoopcertError(
                 f"{self.base_url}: {'cannot reach the server: ' * unreachable}{what} failed {tries} "
-                f"time{'s' * (tries > 1)} (connection errors and HTTP 5xx are retried); last error: {last}"
+                f"time{'s' * (tries > 1)} ({retried}); last error: {last}"
             )
         finally:
             with self._lock:

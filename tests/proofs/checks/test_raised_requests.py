@@ -77,6 +77,27 @@ def test_a_decoder_that_always_raises_is_an_error_at_the_cap(oracle):
     )
 
 
+def test_a_batch_decoder_that_always_raises_is_asked_each_seed_alone_only_up_to_the_cap(oracle):
+    """A server that died mid-run raises on every request: the draw retries the first chunk's seeds
+    one by one only until the cap is passed, not once per seed of the chunk (2026-12-07: 64 seeds
+    alone, each after the HTTP client's retries, cost minutes per check in tox -e vllm)."""
+
+    class Dead:
+        calls = 0
+
+        def generate_batch(self, prompts, n, sampling, seeds):
+            Dead.calls += 1
+            raise ConnectionError("cannot reach the server")
+
+        def generate(self, prompt, n, sampling, seed):
+            return self.generate_batch([prompt], n, sampling, [seed])[0]
+
+    d = draw(Dead(), T05.prompt, T05.n, T05.sampling, 0, 1000)
+    assert d.samples == [] and d.failed == FAILURE_GRACE and Dead.calls == 1 + FAILURE_GRACE
+    assert d.requests == FAILURE_GRACE
+    assert d.error.startswith(f"{FAILURE_GRACE} of {FAILURE_GRACE} requests raised")
+
+
 def test_a_lossless_decoder_that_raises_fails_on_the_exceptions_its_samples_not_rejected(oracle):
     r = check_distribution("sampling", RaisesEvery5th(oracle), [case_law(oracle, T05)], TARGET, 0)
     d = r.details

@@ -87,6 +87,38 @@ def test_a_server_that_closes_the_connection_is_retried_then_named():
         stop()
 
 
+def test_a_server_found_dead_is_not_retried_by_later_requests_until_it_answers():
+    """A server that died mid-run: the request that finds it unreachable retries, the ones after it
+    fail at their first try (a check skips thousands of requests one by one, each would wait its
+    backoff), and a request answered again restores the retries."""
+    tries, up = [], [False]
+
+    def handler(req):
+        tries.append(req.url.path)
+        if not up[0]:
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(200, json={"ok": True})
+
+    c = mocked(handler, retries=2)
+    try:
+        retried = r"failed 3 times \(connection errors and HTTP 5xx are retried\)"
+        with pytest.raises(LoopcertError, match=retried):
+            c.post("/a", {}, "POST /a")
+        assert len(tries) == 3
+        once = r"POST /b failed 1 time \(not retried: the server was unreachable"
+        with pytest.raises(LoopcertError, match=once):
+            c.post("/b", {}, "POST /b")
+        assert len(tries) == 4
+        up[0] = True
+        assert c.post("/c", {}, "POST /c") == {"ok": True}
+        up[0] = False
+        with pytest.raises(LoopcertError, match=r"POST /d failed 3 times"):
+            c.post("/d", {}, "POST /d")
+        assert len(tries) == 8
+    finally:
+        c.close()
+
+
 def test_5xx_is_retried_with_backoff_and_can_succeed():
     statuses = [503, 503, 200]
 
