@@ -301,6 +301,19 @@ def sampling_section(checks: list[CheckResult]) -> str:
         "(fewer than 2 bins, or the time budget stopped sampling) FAILS as no power, with the N it "
         "would need."
     )
+    own = {  # cases the plan's N cap holds at their own TV (proofs.checks.distribution.capped)
+        r.case: r.views[0].target_tv
+        for d in map(sampled, checks)
+        if d
+        for r in d.cases
+        if r.views and r.views[0].target_tv != d.target_tv
+    }
+    if own:
+        out.append(
+            "The plan caps N per case: these cases are judged at the binned TV their views reach within "
+            "the cap, not at the plan's (the per-position test under the same case judges every token "
+            "of long samples): " + "; ".join(f"{k}: TV {fmt(v)}" for k, v in own.items()) + "."
+        )
     if advice := budget_advice(checks):
         out.append(advice)
     groups: dict[str, list[CheckResult]] = {}

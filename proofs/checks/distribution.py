@@ -16,6 +16,12 @@ passed. A case the time budget cut short of N whose samples reject nothing is IN
 target): the budget guards against a runaway run, and the machine's load is no evidence against
 the decoder. Samples that already reject (Holm) fail the check, cut short or not.
 
+A plan may cap N per case (CertifyPlan.case_samples_cap, `capped`): a case whose target needs
+more is judged at the smallest binned TV it reaches within the cap (CaseLaw.target_tv, stated in
+each view's row). N grows with the vocabulary; the per-position test under the same case
+(proofs/checks/positions.py) judges every token of long samples, whatever the vocabulary, and
+carries the temperature-drift claim there.
+
 Requests that raised (skipped by proofs/decoders/draw.py, below its cap) fail the case, and its
 completed samples are judged too: a view's rejection counts only past its bias bound, the TV by which
 dropping the failed requests can move the law it sees (proofs.details.RaisedRequests derives it).
@@ -55,7 +61,9 @@ from refdec.validate import check_number
 __all__ = [
     "Case",
     "Target",
+    "capped",
     "case_law",
+    "case_target",
     "check_distribution",
     "evaluate",
     "planned_samples",
@@ -105,15 +113,44 @@ def view_needs(view: View, target: Target, alpha_test: float, samples_per_n: int
     return n
 
 
+def case_target(law: CaseLaw, target: Target) -> Target:
+    """The target `law`'s views are judged at: its own TV when the plan capped its N
+    (CaseLaw.target_tv, `capped`), else the plan's."""
+    return target if law.target_tv is None else replace(target, tv=law.target_tv)
+
+
 def planned_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
     """N of one case: the most any of its views needs (0 when none has 2 bins: no power)."""
+    target = case_target(law, target)
     return max((view_needs(v, target, alpha_test) or 0 for v in law.views), default=0)
 
 
 def relative_samples(law: CaseLaw, target: Target, alpha_test: float) -> int:
     """N per decoder of one case of the engine-relative (two-sample) check: twice the one-sample
     need of its hungriest view (0 when no view has 2 bins)."""
+    target = case_target(law, target)
     return max((view_needs(v, target, alpha_test, 2) or 0 for v in law.views), default=0)
+
+
+def capped(law: CaseLaw, target: Target, alpha_test: float, cap: int | None) -> CaseLaw:
+    """`law` judged at the smallest binned TV (3 significant digits, rounded up) its views reach
+    within `cap` samples, when the plan's target needs more (CaseLaw.target_tv); else `law` as it
+    is. N grows as 1/TV^2 and with the vocabulary: the cap keeps the first-token exact-law test
+    where it is affordable, and the per-position evidence under the same case (proofs/checks/
+    positions.py) carries the temperature-drift claim whatever the vocabulary. A law whose views
+    need more than `cap` at any TV (bins too small for MIN_EXPECTED) keeps the plan's target."""
+    law = replace(law, target_tv=None)
+    n = planned_samples(law, target, alpha_test)
+    if cap is None or n <= cap:
+        return law
+    tv = target.tv * math.sqrt(n / cap)  # N ~ 1/TV^2: a first guess, then up 1% at a time
+    while tv < 1.0:
+        scale = 10 ** (2 - math.floor(math.log10(tv)))  # 3 significant digits
+        tv = math.ceil(tv * scale - 1e-9) / scale
+        if planned_samples(replace(law, target_tv=tv), target, alpha_test) <= cap:
+            return replace(law, target_tv=tv)
+        tv *= 1.01
+    return law
 
 
 def sample_tally(
@@ -332,7 +369,7 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
             []  # refused by the engine: no sample, no view in Holm's family, no power asked of it
             if t.get("refused")
             else [
-                view_row(law.case.name, v, c, target, alpha_test, fatal)
+                view_row(law.case.name, v, c, case_target(law, target), alpha_test, fatal)
                 for v, c in zip(law.views, t["counts"], strict=True)
             ]
         )
@@ -384,10 +421,12 @@ def evaluate(name: str, laws: Sequence[CaseLaw], tallies: Sequence[dict], target
     worst = verdict["detectable_tv"]
     drawn = sum(c.samples for c in cases)
     seconds = sum(c.seconds for c in cases)
+    own = "; ".join(f"{law.case.name}: {law.target_tv:g}" for law in laws if law.target_tv is not None)
     power = (
         f"every view must detect a binned TV >= {target.tv:g} with probability >= {target.power:g} at "
-        f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(views))} Holm); reached: "
-        f"{worst:.3g} (worst case); non-central chi-square"
+        f"alpha {alpha_test:.3g} (= {target.alpha:g}/{max(1, len(views))} Holm)"
+        + (f", the cases the plan's N cap holds at their own TV ({own})" if own else "")
+        + f"; reached: {worst:.3g} (worst case); non-central chi-square"
     )
     details = SamplingDetails(
         **verdict,

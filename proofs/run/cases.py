@@ -21,6 +21,7 @@ from proofs.checks.distribution import (
     Case,
     CaseLaw,
     alpha_per_test,
+    capped,
     case_law,
     planned_samples,
     relative_samples,
@@ -165,6 +166,7 @@ def chosen_cases(
             support,
         )
     alpha = alpha_per_test(laws, plan.target)
+    laws = tuple(capped(law, plan.target, alpha, plan.case_samples_cap) for law in laws)
     return laws, tuple(planned_samples(law, plan.target, alpha) for law in laws)
 
 
@@ -306,6 +308,7 @@ def setup_record(laws: Sequence[CaseLaw], samples: Sequence[int], relative: Sequ
                 "samples": n,
                 **({"relative_samples": relative[i]} if relative else {}),
                 "chosen": law.chosen,
+                **({"target_tv": law.target_tv} if law.target_tv is not None else {}),
                 "bins": support_digest(law),
             }
             for i, (law, n) in enumerate(zip(laws, samples, strict=True))
@@ -335,7 +338,11 @@ def planned_cases(oracle: Oracle, name: str, record: dict) -> tuple[tuple[CaseLa
             **c.get("params", {}),
         )
         prompt = tuple(c.get("prompt", record["prompt"]))
-        law = replace(case_law(oracle, Case(c["name"], sp, prompt, c["tokens"])), chosen=c["chosen"])
+        law = replace(
+            case_law(oracle, Case(c["name"], sp, prompt, c["tokens"])),
+            chosen=c["chosen"],
+            target_tv=c.get("target_tv"),
+        )
         if support_digest(law) != c["bins"]:
             raise LoopcertError(
                 f"case {c['name']} on {name}: this machine's exact law bins its samples otherwise than "

@@ -59,6 +59,9 @@ class CertifyPlan:
     power: float = 0.99  # probability of detecting a binned TV >= tv
     mutant_ids: tuple[str, ...] | None = None  # a subset of proofs.checks.mutation.LIBRARY (None: all)
     case_cap: int | None = None  # a path's options: the first whose N is at most this (choose_case)
+    # N of a sampling case at most this: a case whose target TV needs more is judged at the TV it
+    # reaches here (proofs.checks.distribution.capped), its per-position test at depth beside it
+    case_samples_cap: int | None = None
     # -- greedy at depth and boundary coverage (proofs/checks/depth.py; issue 36, items 2, 3, 5) --
     depth_context: int = 256  # the greedy-at-depth horizon: at least this many context tokens ...
     depth_cap: int = 1024  # ... and two of the largest window, at most this many
@@ -146,6 +149,13 @@ SIDE_BY_SIDE = {
     "bitwise_tokens": (16, 32),
     "sampling_cases": (QUICK_CASES, FULL_CASES),
     "case_cap": (None, FULL_CASE_CAP),
+    # quick: at most 3,000 samples a case. The default model's cases need 4,900-9,100 at TV 0.05
+    # and the tiny presets' engine case ~17,000 (their vocabularies' bins): they are judged at the
+    # TV 3,000 samples reach (0.065-0.09 on the default model, ~0.12 on the tiny presets; each view's
+    # row states it), each case's per-position test at depth beside them. Uncapped, first-token
+    # sampling was half the quick plan's CPU on the default model and 90% of an engine row's
+    # (mlx-lm plain: 40,700 samples, 1,050 CPU-s). FULL: every case at its target
+    "case_samples_cap": (3000, None),
     "tv": (0.05, 0.01),
     "sampling_budget_s": (270.0, 2400.0),
     "sampling_presets": (False, True),

@@ -258,6 +258,9 @@ class CaseLaw:
     nodes: dict[tuple[int, ...], np.ndarray] = field(repr=False)
     V: int
     chosen: str = ""  # a plan path's choice among its options (proofs.run.cases.choose_case)
+    # the binned TV its views are judged at when the plan's target needs more samples than the
+    # plan's first-token cap (proofs.checks.distribution.capped); None: the plan's target
+    target_tv: float | None = None
 
     def _sorted_out(self, samples: Sequence[Sequence[int]], bad) -> tuple[np.ndarray, int]:
         """The samples that keep the protocol (n tokens, or fewer ending at their first stop token;
