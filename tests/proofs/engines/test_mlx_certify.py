@@ -20,8 +20,8 @@ When mlx-lm fixes it, the speculative rows PASS and these tests fail: flip them.
 
 The FAIL rows get a short --time-budget (their failures show in greedy or in the first few hundred
 samples); plain gets a long one, because mlx-lm decodes one sequence per call and the quick plan
-samples ~9,000 (its rate: docs/measurements.md, "mlx-lm"). Certificates and logs: reports/out/mlx/<row>/;
-the rows' verdicts (rows.md) and the engines table (engines.md) beside them.
+samples up to 3,000 a case (its rate: docs/measurements.md, "mlx-lm"). Certificates and logs:
+reports/out/mlx/<row>/; the rows' verdicts (rows.md) and the engines table (engines.md) beside them.
 """
 
 from __future__ import annotations
