@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from proofs.details import (
     BitwiseDetails,
+    DepthDetails,
     Divergence,
     GreedyDetails,
     MutationDetails,
@@ -46,6 +47,18 @@ def failure_line(c: CheckResult) -> str:
             f"{d.real_bugs} real bug(s) in {len(d.divergences)} divergence(s); first: {v.setting} on "
             f"{v.model} ({v.dtype}), prompt of {len(v.prompt)} token(s): {divergence_text(v)}"
         )
+    elif isinstance(d, DepthDetails) and d.divergences:
+        v = next((v for v in d.divergences if v.classified == "real bug"), d.divergences[0])
+        ref = "no token" if v.reference is None else v.reference
+        mine = "no token" if v.candidate is None else v.candidate
+        why = (
+            f"{d.real_bugs} real bug(s) in {len(d.divergences)} divergence(s) at depth; first: {v.setting} "
+            f"({v.dtype}), prompt of {v.prompt_len} token(s) + {v.tokens}: position {v.position} "
+            f"({v.near}): the reference's {ref}, the decoder's {mine}" + (f" ({v.why})" if v.why else "")
+        )
+    elif isinstance(d, DepthDetails) and any(r.error for r in d.runs):
+        r = next(r for r in d.runs if r.error)
+        why = f"{r.setting} ({r.dtype}) could not run: {r.error}"
     elif isinstance(d, BitwiseDetails) and d.mismatches:
         m = d.mismatches[0]
         at = f"an error: {m.error}" if m.first_difference is None else f"token {m.first_difference}"

@@ -240,3 +240,26 @@ def test_the_speed_row_gives_each_settings_own_ratio_and_flags_a_slowdown():
     assert c.measured < 1, c.measured
     _, note = status(c)
     assert note.startswith("slow x0.") and "(slower than the baseline)" in note, note
+
+
+def test_greedy_at_depth_says_where_and_which_tokens_not_a_count_against_zero():
+    """`greedy_depth: measured 3 against bound 0` (2026-12-07, mlx-lm with a near draft) told a user
+    nothing: the line names the first real divergence's placement, position, boundary and tokens."""
+    from certificates import depth
+
+    from proofs.details import DepthRun
+    from proofs.result import CheckResult
+    from reports.console import failure_line
+
+    c = CheckResult("greedy_depth", 1, 0, False, depth())
+    line = failure_line(c)
+    assert line == (
+        "1 real bug(s) in 1 divergence(s) at depth; first: pipelined d1=1 d2=2 (float32), prompt of 7 "
+        "token(s) + 4: position 9 (loop_window_size 8 wraps (position 8) + 1): the reference's 3, the "
+        "decoder's 5"
+    ), line
+    run = DepthRun("mine", "float32", 0, 0, 0, "TypeError: boom")
+    broken = depth(divergences=(), real_bugs=0, runs=(run,))
+    assert failure_line(CheckResult("greedy_depth", 1, 0, False, broken)) == (
+        "mine (float32) could not run: TypeError: boom"
+    )
