@@ -1,4 +1,4 @@
-"""Peak RSS of certify's sampling decoders (issue 30: fastdec's KV caches at scale).
+"""Peak RSS of certify's sampling decoders (fastdec's KV caches at scale).
 
 Builds the quick plan's fastdec candidates the way certify builds its sampling decoders
 (proofs.decoders.candidates.fastdec_grid on the run's float32 model, one decoder per setting, all

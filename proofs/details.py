@@ -697,7 +697,7 @@ class GateDetails(Details):
     rounds: tuple[float, ...] = ()  # speed: this run's per-round ratios (their median is `measured`)
 
 
-# -- the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) ----------
+# -- the per-position test on long samples (proofs/checks/positions.py) ----------------------------
 
 
 @dataclass(frozen=True)
@@ -831,6 +831,6 @@ KINDS: dict[str, type[Details]] = {
         Theorem2TracesDetails,
         Theorem2PublishedDetails,
         SpeedDetails,
-        PositionsDetails,  # issue 36 item 4b
+        PositionsDetails,  # the per-position test
     )
 }

@@ -106,7 +106,7 @@ def status(c: CheckResult) -> tuple[str, str]:
         notes += summary_notes(d)
     if isinstance(d, RelativeDetails):
         notes += relative_checks.summary_notes(d)
-    if isinstance(d, PositionsDetails):  # issue 36 item 4b
+    if isinstance(d, PositionsDetails):  # the per-position test
         notes += positions_report.summary_notes(d)
     if isinstance(d, SpeedDetails):
         notes += speed_notes(d)
@@ -202,7 +202,7 @@ RENDERED = frozenset(
         "theorem2_traces",
         "theorem2_published",
         "speed",
-        "positions",  # issue 36 item 4b
+        "positions",  # the per-position test
     )
 )
 
@@ -236,7 +236,7 @@ def render_certificate(cert: Certificate) -> str:
     parts.append(sampling_section(of("sampling")))
     if relative := of("relative_sampling"):
         parts.append(relative_section(relative))
-    if positions := of("positions"):  # issue 36 item 4b
+    if positions := of("positions"):  # the per-position test
         parts.append(positions_section(positions))
     parts += map(convention_section, of("sampler_convention"))
     parts += map(reproducibility_section, of("reproducibility"))

@@ -584,7 +584,7 @@ def speed(**changes) -> SpeedDetails:
     return replace(d, **changes)
 
 
-# -- the per-position test on long samples (issue 36 item 4b) -------------------------------------
+# -- the per-position test on long samples (proofs/checks/positions.py) ---------------------------
 
 
 def position_stratum(**changes) -> PositionStratum:

@@ -62,7 +62,7 @@ CASES = (
     Case("top-k=2", SamplingParams(temperature=1.0, top_k=2), PROMPT),
     Case("top-p=0.5", SamplingParams(temperature=1.0, top_p=0.5), PROMPT),
     Case("T=1.5 n=2", SamplingParams(temperature=1.5), PROMPT, 2),  # on WIDE only: 61^2 sequences
-    # -- the engines' other parameters (issue 37); token 3 is the likeliest after PROMPT (p 0.29) --
+    # -- the engines' other parameters; token 3 is the likeliest after PROMPT (p 0.29) --
     Case("min-p=0.3", SamplingParams(temperature=1.0, min_p=0.3), PROMPT),
     Case("bias 4 +1", SamplingParams(temperature=1.0, logit_bias={4: 1.0}), PROMPT),
     Case(
@@ -72,7 +72,7 @@ CASES = (
     ),
     Case("stop 3 min-tokens=1", SamplingParams(temperature=1.0, stop_token_ids=[3], min_tokens=1), PROMPT),
     Case("T=1.5 top-k=4 top-p=0.6", SamplingParams(temperature=1.5, top_k=4, top_p=0.6), PROMPT),
-    # issue 49: penalties strong enough that a rejected draft counted by them shows (at the
+    # penalties strong enough that a rejected draft counted by them shows (at the
     # "penalties" case's T=1 the shift sits at the quick plan's detectable TV, here 8x past it)
     Case(
         "T=0.5 penalties",
@@ -238,7 +238,7 @@ LIBRARY = (
         case="T=1.5 n=2",
         model=WIDE,
     ),
-    # -- issue 37: the recovery draw, the acceptance test and the engines' other parameters ---------
+    # -- the recovery draw, the acceptance test and the engines' other parameters -------------------
     Mutant(
         "residual-rejecting-uniform",
         "the residual is drawn with the rejecting uniform",
@@ -314,7 +314,7 @@ LIBRARY = (
         {"d1": 1, "bugs": Bugs(argmax_recovery=True)},
         case="T=0.5",
     ),
-    # -- issue 49: the field's newer classes, each on the model where it lives ----------------------
+    # -- the field's newer classes, each on the model where it lives --------------------------------
     Mutant(
         "ratio-on-input-token",
         "the acceptance ratio read at the wrong token",
@@ -357,7 +357,7 @@ LIBRARY = (
         fastdec={"strategy": "adaptive-verify", "draft_depth": 1, "rewind_depth": 2},
         case="top-k=2",
     ),
-    # -- at boundaries (issue 36): greedy at depth on a LoopCoder of the published window 64 ------
+    # -- at boundaries: greedy at depth on a LoopCoder of the published window 64 -----------------
     Mutant(
         "window-cache-untrimmable",
         "a rotating window cache that cannot be trimmed once it wrapped",

@@ -292,7 +292,7 @@ def run_parts(
     parts["sampling"] = units * max(budget_s / max(1, units), first)
     parts["reproducibility"] = REPRO_DRAWS * at["greedy_token"]
     parts["traces"] = plan.trace_prompts * at["forward64"]
-    if plan.positions is not None:  # the per-position test (issue 36 item 4b): S samples of n tokens
+    if plan.positions is not None:  # the per-position test: S samples of n tokens
         pos = plan.positions  # at the settings' mean rate per token (no batching gain: errs high) ...
         runs = settings if pos.all_settings else 1
         s = ladder_samples(pos, PROMPT_LEN)

@@ -426,6 +426,6 @@ def probe_checks(
         }
     )
     probe_run.say(f"  mutation: probe ({how}) {mutant_t:.1f}s -> {mutant_t * factor / 60:.1f} min")
-    # issue 36: coverage is assembled from greedy_depth's runs and the sampling units: no work of its own
+    # boundary coverage is assembled from greedy_depth's runs and the sampling units: no work of its own
     checks.append({"check": "coverage", "predicted_seconds": 0.0, "how": "assembled from greedy_depth"})
     return checks, unit_seconds, mutant_t * factor

@@ -2,7 +2,7 @@
 each row from its own seed's stream, or (the mutant) every row from one stream (a mutant and its
 control in proofs/checks/mutation.py).
 
-The class of bug (issue 49, class 3; TensorRT-LLM #19487, where rows that set no seed share one
+The class of bug (found in the field; TensorRT-LLM #19487, where rows that set no seed share one
 generator, and vLLM Model Runner V2's one stream for the batch): the batch steps its rows
 together, row after row at each step, and with `shared` all of them draw from
 torch.Generator(seeds[0]). Each row's law is still p_R (every draw takes fresh uniforms), so the

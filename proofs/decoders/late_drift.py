@@ -6,7 +6,7 @@ decoder with the asked SamplingParams, so their law is exact; from `position` on
 continues the same sequence at `temperature_factor` times the temperature, from a seed of its own.
 Greedy (temperature 0) stays greedy, and the first few tokens after a short prompt are exact: the
 greedy check and the 3-token sampling cases cannot see it. Only a test that reads every position
-of long samples can (docs/certify.md, "The per-position test"). It is what the bugs of issue 36
+of long samples can (docs/certify.md, "The per-position test"). It is what bugs at boundaries
 look like from outside: a window that wraps, a cache page that fills, at a position nobody declared.
 
     loopcert certify --decoder proofs.decoders.late_drift:make     # must FAIL on positions[...]

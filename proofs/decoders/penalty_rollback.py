@@ -1,7 +1,7 @@
 """Sampler state and rejected drafts: a speculative decoder whose penalty history is, or is not,
 rolled back when a draft is rejected (a mutant and its control in proofs/checks/mutation.py).
 
-The class of bug (issue 49, class 2): an engine keeps per-sequence sampler state beside the KV
+The class of bug (found in the field): an engine keeps per-sequence sampler state beside the KV
 cache (llama.cpp's penalty ring, grammar and sampler chain), feeds it each drafted token as it is
 proposed, and must roll it back with the cache when the draft is rejected (llama.cpp's
 speculative checkpoints restore the cache; state the restore leaves out keeps the rejected

@@ -71,7 +71,7 @@ class Bugs:
     first_unverified: int = 0  # rounds of this many tokens: each round's first draft is committed as is
     stale_second: bool = False  # after rejecting x2 the context keeps x2 (its lane not rolled back)
     target_top_k_default: int | None = None  # p_R carries this top_k when the user asked for none
-    # -- bugs of the engines' other parameters and of the recovery draw (issue 37) --------------
+    # -- bugs of the engines' other parameters and of the recovery draw -------------------------
     residual_same_uniform: bool = False  # the residual drawn with the uniform that rejected x1
     recovery_draft_noise: bool = False  # the residual drawn with the uniform x1 was drawn with
     coarse_uniform: int = 0  # accept iff u <= ratio, u on a grid of this many steps (u may be 0)
@@ -80,7 +80,7 @@ class Bugs:
     verify_joint_filters: bool = False  # p_R's top-k and top-p both judged on the tempered law
     commit_past_stop: bool = False  # a stop token does not end the sequence: the rest is committed
     argmax_recovery: bool = False  # after a rejection the argmax of the residual, at T > 0
-    # -- the field's newer classes (issue 49, item 4) -------------------------------------------
+    # -- the field's newer classes (bugs found in released engines) -----------------------------
     ratio_previous_token: bool = False  # x1's ratio gathered at the context's last token (the
     #                                     verify row's input id), not at x1 (its output id)
     late_rejection: bool = False  # a rejected x1 dropped one step late: the token committed in its

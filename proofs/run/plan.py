@@ -62,11 +62,11 @@ class CertifyPlan:
     # N of a sampling case at most this: a case whose target TV needs more is judged at the TV it
     # reaches here (proofs.checks.distribution.capped), its per-position test at depth beside it
     case_samples_cap: int | None = None
-    # -- greedy at depth and boundary coverage (proofs/checks/depth.py; issue 36, items 2, 3, 5) --
+    # -- greedy at depth and boundary coverage (proofs/checks/depth.py) --
     depth_context: int = 256  # the greedy-at-depth horizon: at least this many context tokens ...
     depth_cap: int = 1024  # ... and two of the largest window, at most this many
     positions: PositionsPlan | None = None  # the per-position test on long samples (None: not run)
-    # exact-law cases at boundaries (issue 36 item 4a): the plan's first case again, after a prompt
+    # exact-law cases at boundaries: the plan's first case again, after a prompt
     # that ends just before each of this many of the run's boundaries (proofs/run/cases.py
     # boundary_positions: windows first, then the declared ones past the plain prompts)
     boundary_cases: int = 0
@@ -76,7 +76,7 @@ class CertifyPlan:
         return Target(self.tv, self.power, self.alpha)
 
 
-# -- the engines' other parameters (issue 37): the quick plan's case where each one binds --------
+# -- the engines' other parameters: the quick plan's case where each one binds -------------------
 # One case of 3 tokens (the third's penalties count the second, accepted in the same block): N ~9,100
 # on the default model (the two cases above ~4,900 and ~5,500), so the quick plan samples about
 # 1.85x what it did. On a flat law (T=1.5) min-p, top-k and top-p all cut; the repetition penalty

@@ -350,7 +350,7 @@ class CertifyRun:
             references=self.greedy_references,
         )
 
-    # -- 1b. greedy at depth and boundary coverage (issue 36: proofs/boundaries.py, proofs/checks/depth.py)
+    # -- 1b. greedy at depth and boundary coverage (proofs/boundaries.py, proofs/checks/depth.py)
     @functools.cached_property
     def depth_decoders(self) -> list[tuple[str, Decoder | DecoderFactoryError, torch.dtype]]:
         """(setting, decoder, dtype) of the certified model in the run's dtype, built once: the
@@ -380,8 +380,8 @@ class CertifyRun:
         return collect_boundaries(self.model64.cfg, decs, h, raw_config=raw)
 
     def case_boundaries(self) -> list[Boundary]:
-        """The boundaries the plan's exact-law cases are also placed at (issue 36 item 4a:
-        proofs/run/cases.py boundary_positions), none when the plan asks for none."""
+        """The boundaries the plan's exact-law cases are also placed at (proofs/run/cases.py
+        boundary_positions), none when the plan asks for none."""
         if not self.plan.boundary_cases:
             return []
         return boundary_positions(
@@ -537,7 +537,7 @@ class CertifyRun:
             laws[name] = (o, self.sampling_setup(name).laws)
         return check_convention("sampler_convention", laws)
 
-    # -- 3c. the per-position test on long samples (proofs/checks/positions.py; issue 36 item 4b) ----
+    # -- 3c. the per-position test on long samples (proofs/checks/positions.py) ----------------------
     def positions_candidates(self) -> list[Candidate]:
         """The settings the per-position test samples: the user's decoder, or fastdec's grid (the
         quick plan: only its last setting, the most speculative)."""

@@ -92,7 +92,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     whole("greedy_float64", "greedy", run.greedy_float64)
     if run.model_dt is not None:
         whole(f"greedy_{dname}", "greedy", lambda: run.greedy_low(f"greedy_{dname}"))
-    # -- issue 36: greedy at depth (proofs/checks/depth.py); its coverage is assembled below --
+    # -- greedy at depth (proofs/checks/depth.py); its coverage is assembled below --
     whole("greedy_depth", "greedy_depth", run.greedy_depth)
     whole("bitwise_fixed_width", "bitwise", run.bitwise)
 
@@ -111,7 +111,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
     per_case(sampling_checks(run), "sampling", sampling_unit_result, sampling_result)
     per_case(relative_checks(run), "relative_sampling", relative_unit_result, relative_result)
 
-    # -- issue 36: boundary coverage, from the greedy-at-depth runs, the sampling units and the
+    # -- boundary coverage, from the greedy-at-depth runs, the sampling units and the
     # per-position test's long samples --
     sampled = [u for chk in sampling_checks(run) if chk.model == run.model_name for u in chk.units]
     long_ids = [
@@ -127,7 +127,7 @@ def plan_units(run: CertifyRun, dname: str) -> tuple[list[Unit], list[Assemble]]
             run.say,
         )
     )
-    # -- the per-position test on long samples (issue 36 item 4b): one whole check per setting --
+    # -- the per-position test on long samples (proofs/checks/positions.py): one whole check per setting --
     for c in run.positions_candidates():
         for case in run.positions_cases():
             name = run.positions_name(run.model_name, c.label, case[0])

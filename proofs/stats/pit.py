@@ -107,7 +107,7 @@ def default_boundaries(cfg: ModelConfig, horizon: int) -> list[int]:
     """The boundaries this test bands positions by when the run hands it none: a ladder of powers
     of two up to `horizon`, and every window and length of the model's config (LoopCoder's
     `loop_window_size`, RoPE scaling's original length, max_seq_len) within it. Sorted, distinct.
-    (Issue 36's proofs/boundaries.py collects the run's boundaries from the config, the decoder and
+    (proofs/boundaries.py collects the run's boundaries from the config, the decoder and
     the server; the check takes whichever list it is given: this one is the fallback.)"""
     out = {2**k for k in range(0, max(1, int(horizon)).bit_length()) if 2**k <= horizon}
     if cfg.loop_window_size:

@@ -521,7 +521,7 @@ def test_absurd_config_sizes_are_refused_before_allocating(originals, tmp_path, 
         refdec.load_model(folder)
 
 
-# -- shard.json and the certify flags (issue 41) ----------------------------------------------------
+# -- shard.json and the certify flags ---------------------------------------------------------------
 class ShardText(str):
     def __repr__(self):  # hypothesis prints the arguments of a failing example: not the whole file
         return "ShardText(a tiny-ouro shard 1/6 of the shard plan)"

@@ -1,4 +1,4 @@
-"""The mistakes a decoder author makes (issue 50), each ending in a one-line usage error (exit 2)
+"""The mistakes a decoder author makes, each ending in a one-line usage error (exit 2)
 before any check runs, or in a failure line that says its cause: a factory of the wrong shape, a
 generate() that returns no token ids or the prompt too, a wrong declaration, a module not on the
 path; and the small ones: markdown cells, `inspect default`, `--help`."""

@@ -1,5 +1,5 @@
 """What a user mistypes ends in one clear usage error (exit 2) before any work, and what fails is
-said on the console with its reason (issue 41: the probe's commands, each reproduced here)."""
+said on the console with its reason (the commands of a probe of the CLI, each reproduced here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing a user mistypes costs a finished run (issue 41): every place a command writes is
+"""Nothing a user mistypes costs a finished run: every place a command writes is
 checked before any work (a usage error, exit 2, naming the flag, the path and why); a run whose
 final write still fails keeps its result where it says; the two report files change together.
 

@@ -1,4 +1,4 @@
-"""Scope in the verdict (issue 48 item 5): a refused core parameter is not a PASS; the parameters a
+"""Scope in the verdict: a refused core parameter is not a PASS; the parameters a
 decoder does not declare and the cases its engine refused are named in the verdict line, in
 certificate.md's and in `cert.scope`; assert_lossless raises on any refusal unless its allow-list
 names the parameter. The smoke plan with one more case (seconds on tiny-ouro)."""

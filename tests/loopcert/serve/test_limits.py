@@ -80,7 +80,7 @@ def test_every_route_but_health_refuses_another_key(server, path, auth):
 
 @pytest.mark.parametrize("auth", [f"bearer {KEY}", f"BEARER {KEY}", f"Bearer  {KEY}"])
 def test_the_auth_scheme_is_matched_whatever_its_case(server, auth):
-    """Issue 41: `Authorization: bearer KEY` was refused; HTTP auth schemes are case-insensitive
+    """`Authorization: bearer KEY` was refused; HTTP auth schemes are case-insensitive
     (RFC 9110 section 11.1), the key is not (above)."""
     r = httpx.get(server.root + "/v1/models", headers={"Authorization": auth}, timeout=30)
     assert r.status_code == 200, r.text

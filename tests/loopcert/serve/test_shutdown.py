@@ -1,4 +1,4 @@
-"""`loopcert serve` on SIGTERM with requests in flight (issue 41): before, it waited out uvicorn's
+"""`loopcert serve` on SIGTERM with requests in flight: before, it waited out uvicorn's
 graceful timeout, answered the request 500 and printed a 60-line traceback of the cancelled
 task. Now every request in flight is answered at once (HTTP 503, code "shutting_down"), the log
 holds the start line and one line saying so, and the process exits 143 without the interpreter's

@@ -1,4 +1,4 @@
-"""The sampling check names malformed samples as such (issue 41): a sample of the wrong length,
+"""The sampling check names malformed samples as such: a sample of the wrong length,
 an id outside the vocabulary or a negative one is not "of probability 0 under the reference law"
 (that is for well-formed samples the law rules out), and a non-integer id is the decoder breaking
 the protocol. Either way the case is certain to fail, so the draw stops at the call that returned

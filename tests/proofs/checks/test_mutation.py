@@ -151,7 +151,7 @@ def test_false_alarm_check_fails_on_a_wrong_decoder(model):
     assert not r.passed and r.details.at_alpha.rejections >= 8
 
 
-# -- at boundaries (issue 36): each dies in the quick plan's greedy-at-depth check on a LoopCoder of
+# -- at boundaries: each dies in the quick plan's greedy-at-depth check on a LoopCoder of
 # window 64, at the position its bug lives; the lossless control passes -----------------------------
 
 EDGE_WHERE = {  # mutant -> (the first real bug's absolute position, what it is relative to)
@@ -195,7 +195,7 @@ ISSUE_37 = (
 
 
 def test_quick_kills_the_sampling_parameter_mutants(model):
-    """Issue 37's classes (the recovery draw, the acceptance test, the engines' other parameters),
+    """The classes of the recovery draw, the acceptance test and the engines' other parameters,
     each on the case of its path: every one is rejected at the quick plan's target (and so also by
     the full plan, which requires all)."""
     lib = tuple(m for m in LIBRARY if m.id in ISSUE_37)

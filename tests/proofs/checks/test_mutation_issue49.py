@@ -1,4 +1,4 @@
-"""Issue 49 item 4: the field's newer bug classes as mutants (proofs/checks/mutation.py). Each dies
+"""The field's newer bug classes as mutants (proofs/checks/mutation.py). Each dies
 in the quick plan's mutation check by the check named here, on the model where its class lives,
 and its lossless twin (the control, or the same decoder with the bug off) passes."""
 

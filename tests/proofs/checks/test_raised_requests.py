@@ -1,4 +1,4 @@
-"""Evidence survives exceptions (issue 49 item 1): proofs/decoders/draw.py skips the seeds whose
+"""Evidence survives exceptions: proofs/decoders/draw.py skips the seeds whose
 requests raise and keeps the others (sample seeds stay base + i, the failed ones left out); the
 sampling and per-position checks fail on the exceptions and still say what the completed samples
 show, rejected only past the bias bound (the failed fraction, in TV) or on impossible tokens."""

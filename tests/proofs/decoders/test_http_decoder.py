@@ -116,7 +116,7 @@ def test_http_decoder_refuses_another_model_and_maps_sampling(good_server):
 def test_a_server_of_another_model_is_a_usage_error_and_keeps_the_certificate(
     good_server, tmp_path, capsys, http_plan
 ):
-    """Issue 41: it was a FAIL certificate that replaced a good one in --out; now exit 2 before any
+    """It was a FAIL certificate that replaced a good one in --out; now exit 2 before any
     check, naming what the server serves, the old files untouched."""
     old = {"certificate.md": "# old\n", "certificate.json": '{"old": true}\n'}
     for name, text in old.items():

@@ -1,6 +1,7 @@
 """SpecRef under the engines' sampling parameters: the lossless decoder's exact law is refdec's
-(penalties following the prefix, stops ending the sequence), and each bug of issue 37's classes
-has an exact law that matches its sampler and moves away from the target."""
+(penalties following the prefix, stops ending the sequence), and each bug of the recovery draw,
+the acceptance test and the engines' other parameters has an exact law that matches its sampler
+and moves away from the target."""
 
 from __future__ import annotations
 

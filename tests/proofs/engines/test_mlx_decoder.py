@@ -205,7 +205,7 @@ def test_finding_rejected_drafts_stay_in_the_cache_once_the_window_is_reached(fo
     assert diverged >= first_lost, (diverged, first_lost, trims)
 
 
-# -- the engines' other parameters (issue 37): what mlx-lm 0.32.2 honours, under its conventions --
+# -- the engines' other parameters: what mlx-lm 0.32.2 honours, under its conventions --
 # LONG (34 tokens) is past make_logits_processors' window of 20: its first 14 tokens are counted
 # by a penalty over the whole context and not by mlx-lm's; it repeats tokens (frequency counts).
 LONG = tuple(b"def f(x):\n    return x * x\n\ny = f(")

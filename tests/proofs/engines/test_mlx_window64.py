@@ -1,4 +1,4 @@
-"""mlx-lm and fastdec on a LoopCoder of the published loop window 64 (`tox -e mlx`; issue 36).
+"""mlx-lm and fastdec on a LoopCoder of the published loop window 64 (`tox -e mlx`).
 
 Before the checks at depth, `loopcert certify DIR --quick --decoder mlx-lm:draft=DRAFT,num_draft=3`
 said PASS on such a model: no check reached the window (prompts cut to 32 tokens, 12 greedy

@@ -1,4 +1,4 @@
-"""Exact-law cases at boundaries (issue 36 item 4a): the plan's first case again after a prompt that
+"""Exact-law cases at boundaries: the plan's first case again after a prompt that
 ends just before a boundary, so that its tokens straddle it; placed at windows first, then at the
 declared boundaries past the plain cases' reach; recorded with their own prompt; and they see a
 decoder that turns lossy at a position the plain cases never reach."""

@@ -1,4 +1,4 @@
-"""INCOMPLETE, never FAIL by load (issue 48 item 4): a sampling check that a time budget cuts short
+"""INCOMPLETE, never FAIL by load: a sampling check that a time budget cuts short
 of its planned N with nothing rejected is incomplete, not failed; the verdict is INCOMPLETE (exit 3)
 when nothing failed; partial samples that already reject still FAIL; the plan's budget follows the
 measured rate, a given --time-budget stays a hard limit. The runs use the reduced plan (seconds on

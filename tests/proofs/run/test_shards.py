@@ -144,7 +144,7 @@ def _overcount(d):
     t["counts"][0][0] += t["samples"] + 1
 
 
-# the probe's corruptions (issue 41): each raised KeyError / IndexError / TypeError, or was merged
+# the corruptions a probe of the CLI found: each raised KeyError / IndexError / TypeError, or was merged
 # into a certificate whose check "could not run: KeyError: 'impossible'" without naming the shard
 CORRUPT = {
     "no identity": (_del("identity"), "identity must be a JSON object"),
