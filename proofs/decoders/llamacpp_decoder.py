@@ -15,15 +15,37 @@ preset, a failure on the certified model), as is a Nanbeige with llama3 RoPE sca
 converter does not write it).
 
 What each request sends. Every sampling field llama.cpp has, so no server default decides the law
-(its defaults are top_k 40, top_p 0.95, min_p 0.05, temperature 0.8): temperature, top_k (0: off),
-top_p, min_p 0, typical_p 1, no penalties, dry, xtc, mirostat or dynamic temperature, and the
-sampler chain itself, `samplers: ["top_p", "top_k", "temperature"]`: top-p on the temperature-1
-law, then top-k of what is left, then the temperature. That is refdec's "filters-first"
-convention (refdec.sampling), which this decoder declares (llama.cpp's own default chain runs
-top-k before top-p, which neither refdec convention is). `ignore_eos: true`: llama.cpp then sets
-the logits of end-of-generation tokens to -inf, and the converter's only such token is one it
-appends past the model's vocabulary (llamacpp_gguf's docstring), so the law over the model's
-tokens is untouched. `cache_prompt: false`: no request reuses another's KV cache.
+(its defaults are top_k 40, top_p 0.95, min_p 0.05, temperature 0.8, repeat_last_n 64): temperature,
+top_k (0: off), top_p, typical_p 1, no dry, xtc, mirostat or dynamic temperature, and the sampler
+chain itself, `samplers: ["penalties", "top_p", "min_p", "top_k", "temperature"]`: the penalties,
+then top-p on the temperature-1 law, min-p and top-k masks on the same law, then the temperature.
+That is refdec's "filters-first" convention (refdec.sampling), which this decoder declares
+(llama.cpp's own default chain runs top-k before top-p, which neither refdec convention is).
+`ignore_eos: true`: llama.cpp then sets the logits of end-of-generation tokens to -inf, and the
+converter's only such token is one it appends past the model's vocabulary (llamacpp_gguf's
+docstring), so the law over the model's tokens is untouched. `cache_prompt: false`: no request
+reuses another's KV cache.
+
+The engines' other parameters (refdec.sampling; docs/certify.md#sampling-parameters): all but
+min_tokens (`sampling_fields`), each through its request field, under conventions measured against
+refdec's exact law (tests/proofs/engines/test_llamacpp_decoder.py, from llama.cpp's
+`post_sampling_probs`: the law each token was drawn from). `logit_bias` ([id, bias] pairs) is
+added first, before the chain (common/sampling's logit-bias sampler); then the penalties sampler:
+`repeat_penalty` divides a counted logit > 0 by r and multiplies the others, `frequency_penalty`
+and `presence_penalty` subtract f x count and e, all three over the last `repeat_last_n` tokens of
+prompt + output (the server accepts every prompt token into the sampler before the first token):
+refdec's `penalty_scope = "context"`, with `penalty_window` sent as repeat_last_n (the declared
+window is the server's default, 64; None: the model's context length, all of it; 0, "off", is
+what a request without penalties sends). `min_p` keeps the tokens whose temperature-1 probability
+is >= min_p x the largest (refdec's filters-first min-p). Stop tokens: llama.cpp's `stop` is a
+list of strings, and each token's piece is "<id>" (llamacpp_gguf), which the text of a sequence
+holds only as that token: so `stop_token_ids` are sent as their pieces, and llama.cpp ends the
+sequence at the first (finish_reason "stop"), the stop token the last of the returned ids.
+llama.cpp has no minimum length: `min_tokens` is refused by name, and so is a penalty under the
+"split" scope (`check_honoured`). Greedy (temperature 0) runs the same chain: the argmax of the
+biased, penalised logits. Speculative decoding samples the target with the same sampler at each
+drafted position and accepts a draft token only when it is the one sampled, the penalties
+counting the tokens kept (greedy under penalties is refdec's token for token in each mode).
 
 Seeds: llama.cpp seeds its sampler's generator from the request's `seed` (a uint32; 0xFFFFFFFF
 means "random", so seeds >= 2**32 - 1 are refused), so the same seed gives the same tokens.
@@ -46,16 +68,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from proofs.decoders.llamacpp_gguf import write_gguf
+from proofs.decoders.llamacpp_gguf import piece, write_gguf
 from proofs.decoders.llamacpp_spec import EXTRA, KV_TYPES, NGRAM_KINDS, LlamaCppSpec, parse_llamacpp_spec
 from proofs.decoders.protocol import NotApplicable
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.load import model_fingerprint
-from refdec.sampling import FILTERS_FIRST, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
 
 SEED_LIMIT = 2**32 - 1  # llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) draws a random seed
-SAMPLERS = ["top_p", "top_k", "temperature"]  # filters-first (module docstring)
+# the sampler chain (module docstring): filters-first, the penalties on the biased logits first
+SAMPLERS = ["penalties", "top_p", "min_p", "top_k", "temperature"]
+# The engines' other parameters llama.cpp honours through its request (module docstring): all but
+# min_tokens, which it has no field for
+SAMPLING_FIELDS = tuple(f for f in ENGINE_FIELDS if f != "min_tokens")
+PENALTY_WINDOW = 64  # the server's default repeat_last_n (common_params_sampling.penalty_last_n)
 
 
 def import_xllamacpp():
@@ -152,15 +179,20 @@ class SpecStats:
         return self.accepted / self.proposed if self.proposed else None
 
 
-def request(ids: Sequence[int], max_new_tokens: int, s: SamplingParams, seed: int, vocab_size: int) -> dict:
-    """The completion request of one sequence (module docstring: every field sent)."""
+def request(
+    ids: Sequence[int], max_new_tokens: int, s: SamplingParams, seed: int, vocab_size: int, max_len: int
+) -> dict:
+    """The completion request of one sequence (module docstring: every field sent). `max_len`: the
+    model's context length, the penalties' window when s.penalty_window is None (the whole context)."""
     if s.order_matters and s.order != FILTERS_FIRST:
         raise LoopcertError(
             f"SamplingParams.order {s.order!r}: this decoder runs llama.cpp's sampler chain as "
             f"{SAMPLERS} ({FILTERS_FIRST}); it has no temperature-first chain"
         )
+    check_honoured(s)
     top_k = s.top_k if s.top_k is not None and s.top_k < vocab_size else 0
     top_p = s.top_p if s.top_p is not None else 1.0
+    window = (int(max_len) if s.penalty_window is None else s.penalty_window) if s.penalized else 0  # 0: off
     return {
         "prompt": [int(i) for i in ids],
         "n_predict": int(max_new_tokens),
@@ -168,14 +200,16 @@ def request(ids: Sequence[int], max_new_tokens: int, s: SamplingParams, seed: in
         "temperature": float(s.temperature),
         "top_k": int(top_k),
         "top_p": float(top_p),
-        "min_p": 0.0,
+        "min_p": float(s.min_p),
         "typical_p": 1.0,
         "top_n_sigma": -1.0,
         "dynatemp_range": 0.0,
-        "repeat_penalty": 1.0,
-        "repeat_last_n": 0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
+        "repeat_penalty": float(s.repetition_penalty),
+        "repeat_last_n": int(window),
+        "presence_penalty": float(s.presence_penalty),
+        "frequency_penalty": float(s.frequency_penalty),
+        "logit_bias": [[int(t), float(b)] for t, b in s.logit_bias],
+        "stop": [piece(t) for t in s.stop_token_ids],
         "dry_multiplier": 0.0,
         "xtc_probability": 0.0,
         "mirostat": 0,
@@ -188,10 +222,32 @@ def request(ids: Sequence[int], max_new_tokens: int, s: SamplingParams, seed: in
     }
 
 
+def check_honoured(s: SamplingParams) -> None:
+    """A LoopcertError naming what `s` sets that llama.cpp's request cannot carry: a minimum length
+    (it has no such field), or penalties under a scope other than its "context"."""
+    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
+    if other:
+        raise LoopcertError(
+            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: llama.cpp's completion "
+            f"request has no such field (this decoder sends {', '.join(SAMPLING_FIELDS)}): refused "
+            "rather than sampled without"
+        )
+    if s.penalized and s.penalty_scope != CONTEXT_SCOPE:
+        raise LoopcertError(
+            f"SamplingParams.penalty_scope {s.penalty_scope!r}: llama.cpp's penalties count the last "
+            f"repeat_last_n tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has no "
+            "other scope"
+        )
+
+
 class LlamaCppDecoder:
     """A loopcert Decoder over llama.cpp (module docstring)."""
 
     sampler_order = FILTERS_FIRST  # proofs.decoder_attributes.declared_sampler_order
+    # proofs.decoder_attributes.declared_sampling: the fields llama.cpp's request carries, its scope
+    sampling_fields = SAMPLING_FIELDS
+    penalty_scope = CONTEXT_SCOPE
+    penalty_window = PENALTY_WINDOW
 
     def __init__(self, model, spec: LlamaCppSpec):
         self.xl = import_xllamacpp()  # the extra's message before any conversion
@@ -283,14 +339,15 @@ class LlamaCppDecoder:
             )
         if max_new_tokens == 0:
             return []
-        body = request(ids, max_new_tokens, sampling, seed, self.vocab_size)
+        body = request(ids, max_new_tokens, sampling, seed, self.vocab_size, self.model.cfg.max_seq_len)
         with _LOCK:
             r = self.server.handle_completions(body)
-        return self._tokens(r, max_new_tokens)
+        return self._tokens(r, max_new_tokens, sampling.stop_token_ids)
 
-    def _tokens(self, r: dict, n: int) -> list[int]:
-        """The token ids of a response; anything else (an error, a short run, an id outside the
-        model's vocabulary) is a LoopcertError quoting it."""
+    def _tokens(self, r: dict, n: int, stops: Sequence[int] = ()) -> list[int]:
+        """The token ids of a response; anything else (an error, a short run that did not end at a
+        stop token, an id outside the model's vocabulary) is a LoopcertError quoting it. Tokens past
+        a stop are returned as llama.cpp sent them: certify's checks judge them."""
         if not isinstance(r, dict) or "choices" not in r:
             raise LoopcertError(f"llama.cpp answered without choices: {str(r)[:300]}")
         choice = r["choices"][0]
@@ -298,9 +355,12 @@ class LlamaCppDecoder:
             out = [int(e["id"]) for e in choice["logprobs"]["content"]]
         except (KeyError, TypeError, ValueError) as e:
             raise LoopcertError(f"llama.cpp's answer has no token ids ({e}): {str(choice)[:300]}") from None
-        if len(out) != n or choice.get("finish_reason") != "length":
+        reason = choice.get("finish_reason")
+        stopped = reason == "stop" and 0 < len(out) <= n and out[-1] in stops
+        if not stopped and (len(out) != n or reason != "length"):
             raise LoopcertError(
-                f"llama.cpp returned {len(out)} of {n} tokens (finish_reason {choice.get('finish_reason')!r})"
+                f"llama.cpp returned {len(out)} of {n} tokens (finish_reason {reason!r}"
+                + (f", the last {out[-1]} no stop of {sorted(stops)})" if reason == "stop" and out else ")")
             )
         bad = [t for t in out if not 0 <= t < self.vocab_size]
         if bad:

@@ -28,7 +28,10 @@ ignore_eos on every request, its logit is -inf and the law over ids 0..V-1 is th
 without it, nothing the model emits ends a sequence early. The token pieces are `<id>` placeholders,
 ASCII: loopcert sends and reads token ids only, and llama.cpp's completion `logprobs` give a token
 whose piece opens an incomplete UTF-8 sequence (a byte piece) no entry of its own
-(docs/measurements.md, llama.cpp), so real pieces could lose ids.
+(docs/measurements.md, llama.cpp), so real pieces could lose ids. They also make a token id a stop
+string: "<7>" occurs in the text of a token sequence only as token 7's piece (every piece opens with
+"<" and closes with ">", which no digit run holds), so llama.cpp's string `stop` ends a sequence
+at token 7 exactly (the decoder's stop_token_ids).
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ from refdec.errors import LoopcertError
 ARCH = "nanbeige"
 EOS_PIECE = "<|loopcert_eos|>"
 DTYPES = ("f32", "f16", "bf16")
+
+
+def piece(token: int) -> str:
+    """Token `token`'s piece in the GGUF vocabulary, "<id>" (module docstring): also the stop string
+    that ends a llama.cpp completion at that token."""
+    return f"<{int(token)}>"
 
 
 def import_gguf():
@@ -124,7 +133,7 @@ def write_gguf(model, path, dtype: str = "f32", *, num_loops: int | None = None)
     # the vocabulary (module docstring, EOS)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    w.add_token_list([f"<{i}>" for i in range(cfg.vocab_size)] + [EOS_PIECE])
+    w.add_token_list([piece(i) for i in range(cfg.vocab_size)] + [EOS_PIECE])
     normal, control = int(gguf.TokenType.NORMAL), int(gguf.TokenType.CONTROL)
     w.add_token_types([normal] * cfg.vocab_size + [control])
     # llama.cpp refuses a "gpt2" vocabulary without a merges list (and gguf writes no empty one):

@@ -6,6 +6,7 @@ the GGUF's tensor map and its RoPE permutation, and which models are declined (d
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from proofs.decoders.protocol import NotApplicable
 from refdec.config import TINY_NANBEIGE
 from refdec.errors import LoopcertError
 from refdec.layers import rope_tables
-from refdec.sampling import FILTERS_FIRST, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, FILTERS_FIRST, SPLIT_SCOPE, SamplingParams
 
 
 def test_good_specs(tmp_path):
@@ -70,18 +71,62 @@ def test_user_candidate_parses_a_llamacpp_spec_before_anything_loads():
 
 
 def test_every_request_sends_the_whole_sampler():
-    V = 256
-    r = request([1, 2], 5, SamplingParams(), 7, V)
+    V, L = 256, 128
+    r = request([1, 2], 5, SamplingParams(), 7, V, L)
     assert (r["temperature"], r["top_k"], r["top_p"], r["min_p"], r["seed"]) == (0.0, 0, 1.0, 0.0, 7)
-    assert r["samplers"] == SAMPLERS == ["top_p", "top_k", "temperature"]
+    assert r["samplers"] == SAMPLERS == ["penalties", "top_p", "min_p", "top_k", "temperature"]
+    assert (r["repeat_penalty"], r["repeat_last_n"], r["frequency_penalty"], r["presence_penalty"]) == (
+        1,
+        0,
+        0,
+        0,
+    )
+    assert r["logit_bias"] == [] and r["stop"] == []
     assert r["ignore_eos"] is True and r["cache_prompt"] is False and r["n_predict"] == 5
-    r = request([1], 3, SamplingParams(0.7, top_k=V, top_p=0.9, order=FILTERS_FIRST), 0, V)
+    r = request([1], 3, SamplingParams(0.7, top_k=V, top_p=0.9, order=FILTERS_FIRST), 0, V, L)
     assert (r["top_k"], r["top_p"], r["temperature"]) == (0, 0.9, 0.7)  # top-k >= V: no filter
     with pytest.raises(
         LoopcertError, match="'temperature-first': this decoder runs llama.cpp's sampler chain"
     ):
-        request([1], 3, SamplingParams(0.7, top_p=0.9), 0, V)
-    assert request([1], 3, SamplingParams(0.7, top_k=4), 0, V)["top_k"] == 4  # no top-p: either order
+        request([1], 3, SamplingParams(0.7, top_p=0.9), 0, V, L)
+    assert request([1], 3, SamplingParams(0.7, top_k=4), 0, V, L)["top_k"] == 4  # no top-p: either order
+
+
+def test_the_engines_fields_go_to_llamacpps_request_fields():
+    """The penalties count the last penalty_window tokens (None: the model's context length), a
+    stop token is the stop string of its piece; min_tokens and the "split" scope are refused."""
+    V, L = 256, 128
+    s = SamplingParams(
+        1.5,
+        order=FILTERS_FIRST,
+        min_p=0.05,
+        repetition_penalty=1.3,
+        frequency_penalty=0.4,
+        presence_penalty=0.3,
+        logit_bias={9: -2.0, 1: 1.5},
+        stop_token_ids=(0, 42),
+        penalty_scope=CONTEXT_SCOPE,
+        penalty_window=64,
+    )
+    r = request([1], 3, s, 0, V, L)
+    assert (r["min_p"], r["repeat_penalty"], r["frequency_penalty"], r["presence_penalty"]) == (
+        0.05,
+        1.3,
+        0.4,
+        0.3,
+    )
+    assert (
+        r["repeat_last_n"] == 64 and r["logit_bias"] == [[1, 1.5], [9, -2.0]] and r["stop"] == ["<0>", "<42>"]
+    )
+    assert request([1], 3, replace(s, penalty_window=None), 0, V, L)["repeat_last_n"] == L
+    with pytest.raises(
+        LoopcertError, match=r"min_tokens=1: llama\.cpp's completion request has no such field"
+    ):
+        request([1], 3, replace(s, min_tokens=1), 0, V, L)
+    with pytest.raises(LoopcertError, match="penalty_scope 'split'"):
+        request([1], 3, replace(s, penalty_scope=SPLIT_SCOPE, penalty_window=None), 0, V, L)
+    split = SamplingParams(1.0, logit_bias={3: 1.0})  # no penalty: the scope does not matter
+    assert request([1], 3, split, 0, V, L)["repeat_last_n"] == 0
 
 
 def test_rope_permutation_turns_rotate_half_into_adjacent_pairs():
