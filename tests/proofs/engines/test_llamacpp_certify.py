@@ -6,13 +6,13 @@ a trained LM's activation scales), certified with the quick plan exactly as a us
 (`loopcert certify DIR --quick --decoder SPEC`, a subprocess); llama.cpp runs it from the GGUF the
 decoder converts (f32 weights, its default f16 KV cache):
 
-    plain        llama.cpp                                 must PASS
+    plain        llama.cpp                                 must PASS, the engines' case included
     draft loops  llama.cpp:draft_loops=1                   FAILS only at the context's end (below)
                                                            (self-speculation: the draft is the same
                                                            weights run one loop)
     draft near   llama.cpp:draft=DRAFT,num_draft=3         FAILS only at the context's end (the
                                                            model's weights + 3% noise)
-    ngram        llama.cpp:ngram=simple,num_draft=4        must PASS (prompt lookup)
+    ngram        llama.cpp:ngram=simple,num_draft=4        FAILS only at the context's end (prompt lookup)
     one loop     llama.cpp:config.num_loops=1              the negative control: must FAIL by greedy
     norm once    llama.cpp:config.skip_loop_final_norm=true  a mis-set flag: must FAIL, by sampling.
                                                            Greedy sees it diverge, but within the f16
@@ -23,11 +23,17 @@ decoder converts (f32 weights, its default f16 KV cache):
 
 The context's end (a finding, xllamacpp 2026.10.11549): with a draft model, llama.cpp ends a
 generation that reaches the model's context length (128 here: prompt + new tokens = 128) with
-finish_reason "length" one to num_draft tokens early, where plain and n-gram decoding reach it; every
-other check of those rows passes. The quick plan reaches that end (the boundary "max_seq_len 128:
-the last positions reached": greedy_depth's long continuation, the per-position test's long
-samples), so the two draft rows FAIL there and only there. When this test
+finish_reason "length" one to num_draft tokens early, where plain decoding reaches it; every
+other check of those rows passes. N-gram decoding does too, less often: the per-position test's
+T=0.7 top-k=4 samples (16 + 112 tokens), seed 6, come back 111 of 112 (the same with the chain
+of before the engines' parameters, so not theirs). The quick plan reaches that end (the boundary
+"max_seq_len 128: the last positions reached": greedy_depth's long continuation, the per-position
+test's long samples), so the three speculative rows FAIL there and only there. When this test
 fails because they passed, llama.cpp fixed it: move them back to PASSING.
+
+Every row is sampled under the quick plan's engines' case (min-p, top-k, top-p, the three
+penalties over the last 64 tokens, a logit bias, a stop token; without min_tokens, which llama.cpp
+has no field for): assert_engines_case_sampled.
 
 Each speculative row's draft statistics (llama.cpp's own timings.draft_n / draft_n_accepted) are
 read in the engines-table test, to show drafting happened in each mode. Certificates and logs:
@@ -53,11 +59,11 @@ RUN = EngineRows(ROOT / "reports" / "out" / "llamacpp", "llama.cpp", CERTIFY_TIM
 ROWS, OUT, certify = RUN.rows, RUN.out, RUN.certify
 PASSING = {
     "plain": "llama.cpp",
-    "ngram": "llama.cpp:ngram=simple,num_draft=4",
 }
 CONTEXT_END = {  # rows that fail only where a generation reaches the context's end (module docstring)
     "draft_loops": "llama.cpp:draft_loops=1",
     "draft_near": "llama.cpp:draft={draft},num_draft=3",
+    "ngram": "llama.cpp:ngram=simple,num_draft=4",
 }
 SHORT = "finish_reason 'length'"  # what llama.cpp answers there, in every failed check's evidence
 FAILING = {  # row -> (spec, the check that must fail)
@@ -80,6 +86,25 @@ def test_llamacpp_passes(folders, name):
     sampling = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
     cases = sampling["details"]["cases"]
     assert any(k["top_p"] is not None for k in cases), "no top-p case: the sampler chain went unjudged"
+    assert_engines_case_sampled(cert)
+
+
+ENGINE_PARAMS = ("min_p", "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias")
+
+
+def assert_engines_case_sampled(cert: dict) -> None:
+    """The quick plan's engines' case was sampled with every parameter llama.cpp declares (min-p,
+    the three penalties over the declared window of 64, a bias, a stop), without min_tokens only,
+    and its views have power."""
+    sampling = next(c for c in cert["checks"] if c["name"].startswith("sampling["))
+    case = next(k for k in sampling["details"]["cases"] if "penalties" in k["case"])
+    params = case["params"]
+    assert all(params.get(f) for f in ENGINE_PARAMS) and params["stop_token_ids"], params
+    assert (params["penalty_scope"], params["penalty_window"]) == ("context", 64), params
+    assert "min_tokens" not in params and case["samples"] > 0 and case["has_power"], case["case"]
+    assert cert["stamp"]["not_declared"] == [
+        "T=1.5 min-p top-k top-p penalties bias stop (sampled without min_tokens)"
+    ]
 
 
 @pytest.mark.parametrize("name", CONTEXT_END)
@@ -92,6 +117,7 @@ def test_draft_model_speculation_stops_short_at_the_context_end(folders, name):
     for c in cert["checks"]:
         if c["passed"] is False:
             assert SHORT in json.dumps(c["details"]), (c["name"], ROWS[name]["why"])
+    assert_engines_case_sampled(cert)
 
 
 @pytest.mark.parametrize("name", FAILING)
