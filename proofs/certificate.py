@@ -70,7 +70,7 @@ class Stamp(Record):
     # the engines' other sampling parameters the decoder declares it honours, and its conventions
     # for them (proofs.decoder_attributes.declared_sampling; None: a certificate written before)
     sampling_fields: tuple[str, ...] | None = None
-    sampling_conventions: dict | None = None  # min_p_order, penalty_scope, penalty_window
+    sampling_conventions: dict | None = None  # min_p_order, penalty_scope, penalty_window, penalty_sign
     # the plan's cases it was not sampled under, as "<case> (<fields it does not declare>)"
     not_declared: tuple[str, ...] = ()
 

@@ -24,6 +24,7 @@ from refdec.sampling import (
     ENGINE_FIELDS,
     MIN_P_FIRST,
     SPLIT_SCOPE,
+    SUBTRACT,
     TEMPERATURE_FIRST,
     SamplingParams,
     check_order,
@@ -42,6 +43,7 @@ READERS: dict[str, str] = {
     "min_p_order": "declared_sampling",
     "penalty_scope": "declared_sampling",
     "penalty_window": "declared_sampling",
+    "penalty_sign": "declared_sampling",
     "boundaries": "declared_pairs",
     "server_boundaries": "server_of",
     "speculation_widths": "speculation_widths",
@@ -129,12 +131,13 @@ def declared_sampler_order(decoder, only_if_declared: bool = False) -> str | Non
 @dataclass(frozen=True)
 class SamplingSupport:
     """Which of the engines' other sampling parameters a decoder honours, and under which
-    conventions (`sampling_fields`, `min_p_order`, `penalty_scope`, `penalty_window`)."""
+    conventions (`sampling_fields`, `min_p_order`, `penalty_scope`, `penalty_window`, `penalty_sign`)."""
 
     fields: frozenset[str] = frozenset()  # of refdec.sampling.ENGINE_FIELDS
     min_p_order: str = MIN_P_FIRST
     penalty_scope: str = SPLIT_SCOPE
     penalty_window: int | None = None
+    penalty_sign: str = SUBTRACT
 
     def missing(self, sampling: SamplingParams) -> tuple[str, ...]:
         """The fields `sampling` sets that the decoder does not declare (none: it may be handed it)."""
@@ -147,6 +150,7 @@ class SamplingSupport:
             min_p_order=self.min_p_order,
             penalty_scope=self.penalty_scope,
             penalty_window=self.penalty_window,
+            penalty_sign=self.penalty_sign,
         )
 
 
@@ -181,7 +185,11 @@ def declared_sampling(decoder, only_if_declared: bool = False) -> SamplingSuppor
     except LoopcertError as e:
         raise LoopcertError(f"{who} declares a bad sampling convention: {e}") from None
     return SamplingSupport(
-        frozenset(fields), checked.min_p_order, checked.penalty_scope, checked.penalty_window
+        frozenset(fields),
+        checked.min_p_order,
+        checked.penalty_scope,
+        checked.penalty_window,
+        checked.penalty_sign,
     )
 
 

@@ -30,6 +30,11 @@ each engine's convention, read from its source):
   counts the prompt's and the output's tokens, frequency and presence the output's only;
   "context" (mlx-lm): all three count the last `penalty_window` tokens of prompt + output (mlx-lm's
   default window is 20; None: all of them).
+- How frequency and presence apply (`penalty_sign`): "subtract" (vLLM, SGLang, mlx-lm, llama.cpp):
+  f x count + e subtracted from the logit; "by-sign" (OpenVINO GenAI's LogitTransformers): the
+  presence penalty, then the frequency penalty, each subtracted from a logit >= 0 and added to a
+  negative one, the second judged on the logit as the first left it (so a penalised negative logit
+  rises, and a logit within rounding of 0 may go either way: the law is discontinuous there).
 - `min_p` keeps the tokens of probability >= min_p x the largest. temperature-first: on the
   tempered law, either before top-k / top-p with a renormalisation (`min_p_order`
   "min-p-first", vLLM's argmax-invariant processor) or after them ("min-p-last", transformers'
@@ -62,6 +67,9 @@ MIN_P_ORDERS = (MIN_P_FIRST, MIN_P_LAST)
 SPLIT_SCOPE = "split"  # vLLM, SGLang: repetition counts prompt + output, frequency/presence output only
 CONTEXT_SCOPE = "context"  # mlx-lm: every penalty counts the last penalty_window tokens of the context
 PENALTY_SCOPES = (SPLIT_SCOPE, CONTEXT_SCOPE)
+SUBTRACT = "subtract"  # vLLM, SGLang, mlx-lm, llama.cpp: f x count + e subtracted
+BY_SIGN = "by-sign"  # OpenVINO GenAI: presence, then frequency, each subtracted from a logit >= 0, else added
+PENALTY_SIGNS = (SUBTRACT, BY_SIGN)
 
 
 # the engines' other parameters (the module docstring), each honoured or not by a decoder as a
@@ -76,7 +84,8 @@ ENGINE_FIELDS = (
     "min_tokens",
     "ignore_eos",
 )
-CONVENTION_FIELDS = ("min_p_order", "penalty_scope", "penalty_window")  # how an engine applies them
+# how an engine applies them
+CONVENTION_FIELDS = ("min_p_order", "penalty_scope", "penalty_window", "penalty_sign")
 
 
 def check_order(order, what: str = "order") -> str:
@@ -105,6 +114,7 @@ class SamplingParams:
     min_p_order: str = MIN_P_FIRST  # temperature-first only: MIN_P_ORDERS
     penalty_scope: str = SPLIT_SCOPE  # which tokens the penalties count: PENALTY_SCOPES
     penalty_window: int | None = None  # "context" scope: the last this many tokens (None: all)
+    penalty_sign: str = SUBTRACT  # how frequency and presence apply: PENALTY_SIGNS
 
     def __post_init__(self):
         check_number("temperature", self.temperature, 0)
@@ -130,6 +140,10 @@ class SamplingParams:
         if self.penalty_scope not in PENALTY_SCOPES:
             raise LoopcertError(
                 f"penalty_scope must be one of {', '.join(PENALTY_SCOPES)}, got {self.penalty_scope!r}"
+            )
+        if self.penalty_sign not in PENALTY_SIGNS:
+            raise LoopcertError(
+                f"penalty_sign must be one of {', '.join(PENALTY_SIGNS)}, got {self.penalty_sign!r}"
             )
         if self.penalty_window is not None:
             check_int("penalty_window", self.penalty_window, 1)
@@ -294,7 +308,12 @@ def process_logits(
         if (params.frequency_penalty != 0 or params.presence_penalty != 0) and add:
             idx = torch.tensor(sorted(add), dtype=torch.long)
             n = torch.tensor([add[t] for t in sorted(add)], dtype=torch.float64)
-            x[idx] -= params.frequency_penalty * n + params.presence_penalty
+            if params.penalty_sign == SUBTRACT:
+                x[idx] -= params.frequency_penalty * n + params.presence_penalty
+            else:  # BY_SIGN: presence, then frequency, each toward the side of 0 the logit is on
+                for amount in (params.presence_penalty, params.frequency_penalty * n):
+                    sel = x[idx]
+                    x[idx] = torch.where(sel >= 0, sel - amount, sel + amount)
     if len(context.output) < params.min_tokens:
         stops = sorted(t for t in params.stop_ids(context.eos_token_id) if t < V)
         if len(stops) == V:

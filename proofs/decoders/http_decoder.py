@@ -40,6 +40,7 @@ from refdec.sampling import (
     MIN_P_FIRST,
     MIN_P_LAST,
     SPLIT_SCOPE,
+    SUBTRACT,
     TEMPERATURE_FIRST,
     SamplingParams,
 )
@@ -240,6 +241,11 @@ def _ordered(sampling: SamplingParams) -> SamplingParams:
             f"SamplingParams.penalty_scope {sampling.penalty_scope!r}: vLLM, SGLang and loopcert serve count "
             f"the penalties {SPLIT_SCOPE!r} (repetition over prompt and output, frequency and presence "
             "over the output) and have no field to ask otherwise"
+        )
+    if sampling.penalty_sign != SUBTRACT:
+        raise LoopcertError(
+            f"SamplingParams.penalty_sign {sampling.penalty_sign!r}: vLLM, SGLang and loopcert serve "
+            f"subtract the frequency and presence penalties ({SUBTRACT!r}) and have no field to ask otherwise"
         )
     return sampling
 

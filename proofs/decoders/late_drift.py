@@ -62,7 +62,7 @@ class LateDrift:
             got = declared_sampling(inner)  # fastdec declares nothing: it honours every one
             self.sampling_fields = tuple(sorted(got.fields)) or ENGINE_FIELDS
             self.min_p_order, self.penalty_scope = got.min_p_order, got.penalty_scope
-            self.penalty_window = got.penalty_window
+            self.penalty_window, self.penalty_sign = got.penalty_window, got.penalty_sign
 
     def drifted(self, sampling: SamplingParams) -> SamplingParams:
         top_p = sampling.top_p

@@ -72,7 +72,7 @@ class BatchDecoder(Decoder, Protocol):
                    or "all"; read through `declared_sampling`; absent: none): certify samples it
                    only under the plan's cases whose fields it declares and lists the others as
                    not declared; a parameter the engine refuses at run time raises `Refused`
-    min_p_order, penalty_scope, penalty_window
+    min_p_order, penalty_scope, penalty_window, penalty_sign
                    how it applies them (refdec.sampling's conventions; absent: SamplingParams'
                    defaults, vLLM's): every case it is handed carries them, and is judged under them
     model          the refdec.LoopedLM it decodes (fastdec.Decoder's): a decoder object handed to

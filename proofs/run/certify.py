@@ -466,6 +466,7 @@ def sampling_stamp(run: CertifyRun) -> dict:
             "min_p_order": s.min_p_order,
             "penalty_scope": s.penalty_scope,
             "penalty_window": s.penalty_window,
+            "penalty_sign": s.penalty_sign,
         },
         "not_declared": run.declared[1],
     }

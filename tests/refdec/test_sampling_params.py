@@ -15,12 +15,14 @@ from refdec.config import TINY_PRESETS, get_preset
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 from refdec.sampling import (
+    BY_SIGN,
     CONTEXT_SCOPE,
     FILTERS_FIRST,
     MIN_P_LAST,
     Context,
     SamplingParams,
     draw_uniform,
+    process_logits,
     transform,
 )
 from refdec.score import continuation_laws
@@ -50,7 +52,11 @@ def reference_law(logits, p: SamplingParams, prompt=(), output=(), eos=None) -> 
         if t in rep:
             x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
         c = add.count(t)
-        x[t] -= p.frequency_penalty * c + (p.presence_penalty if c else 0.0)
+        if p.penalty_sign == BY_SIGN:  # presence, then frequency, each toward 0's side it is on
+            for amount in (p.presence_penalty if c else 0.0, p.frequency_penalty * c):
+                x[t] = x[t] - amount if x[t] >= 0 else x[t] + amount
+        else:
+            x[t] -= p.frequency_penalty * c + (p.presence_penalty if c else 0.0)
     stops = set(p.stop_token_ids) | (set() if eos is None or p.ignore_eos else {eos})
     if len(output) < p.min_tokens:
         for t in stops:
@@ -118,6 +124,11 @@ SETTINGS = [
     SamplingParams(1.0, frequency_penalty=-0.5, presence_penalty=1.1, repetition_penalty=1.3, top_p=0.9),
     SamplingParams(1.0, repetition_penalty=1.5, frequency_penalty=0.3, penalty_scope=CONTEXT_SCOPE),
     SamplingParams(1.0, presence_penalty=2.0, penalty_scope=CONTEXT_SCOPE, penalty_window=3),
+    SamplingParams(1.0, frequency_penalty=0.7, presence_penalty=0.4, penalty_sign=BY_SIGN),
+    SamplingParams(
+        1.2, frequency_penalty=-0.5, presence_penalty=1.1, repetition_penalty=1.3, penalty_sign=BY_SIGN
+    ),
+    SamplingParams(0.0, presence_penalty=2.0, penalty_sign=BY_SIGN),
     SamplingParams(1.0, logit_bias={2: 3.0, 7: -1.5}),
     SamplingParams(0.6, logit_bias={0: 2.0}, repetition_penalty=2.0, top_k=3),
     SamplingParams(1.0, stop_token_ids=[1, 4], min_tokens=3),
@@ -159,6 +170,20 @@ def test_defaults_change_nothing():
     assert old.describe() == {"temperature": 0.8, "top_k": 5, "top_p": 0.9}
 
 
+def test_by_sign_applies_presence_then_frequency_each_on_the_side_of_zero_it_finds():
+    """OpenVINO GenAI's rule (penalty_sign="by-sign"): a logit >= 0 loses the amount, a negative
+    one gains it, presence first and frequency judged on what presence left; "subtract" (vLLM's)
+    takes f x count + e off every counted logit."""
+    x = torch.zeros(V, dtype=torch.float64)
+    x[:4] = torch.tensor([1.0, -1.0, 0.3, 0.0], dtype=torch.float64)
+    ctx = Context.of((5,), (0, 1, 2, 3))
+    by_sign = SamplingParams(1.0, presence_penalty=0.5, frequency_penalty=0.4, penalty_sign=BY_SIGN)
+    got = process_logits(x, by_sign, ctx)[:4].tolist()
+    assert got == approx([0.1, -0.1, 0.2, -0.1])  # 0.3 - 0.5 = -0.2 < 0, then -0.2 + 0.4
+    subtract = process_logits(x, SamplingParams(1.0, presence_penalty=0.5, frequency_penalty=0.4), ctx)
+    assert subtract[:4].tolist() == approx([0.1, -1.9, -0.6, -0.9])
+
+
 def test_a_dict_bias_is_a_hashable_sorted_tuple():
     p = SamplingParams(1.0, logit_bias={7: -1.0, 2: 0.5}, stop_token_ids=[9, 3, 3])
     assert p.logit_bias == ((2, 0.5), (7, -1.0)) and p.stop_token_ids == (3, 9)
@@ -189,6 +214,7 @@ def test_a_dict_bias_is_a_hashable_sorted_tuple():
         ({"penalty_scope": "prompt"}, "penalty_scope"),
         ({"penalty_window": 0, "penalty_scope": CONTEXT_SCOPE}, "penalty_window"),
         ({"penalty_window": 20}, "penalty_window=20 applies to penalty_scope 'context'"),
+        ({"penalty_sign": "toward-zero"}, "penalty_sign must be one of subtract, by-sign"),
     ],
 )
 def test_bad_values_are_named(kw, field):
@@ -215,6 +241,7 @@ SEQ_SETTINGS = [
     SamplingParams(1.2, logit_bias={4: 2.5}, stop_token_ids=[4]),
     SamplingParams(1.0, repetition_penalty=1.7, penalty_scope=CONTEXT_SCOPE, penalty_window=4, top_k=5),
     SamplingParams(0.0, repetition_penalty=4.0, frequency_penalty=2.0),
+    SamplingParams(0.9, presence_penalty=1.5, frequency_penalty=0.8, min_p=0.05, penalty_sign=BY_SIGN),
 ]
 
 
