@@ -32,14 +32,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proofs.decoders.openvino_export import EXTRA, OURO, exported_folder, versions
-from proofs.decoders.openvino_spec import BACKENDS, SELF, OpenVINOSpec, parse_openvino_spec
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.openvino_spec import BACKENDS, PLUGIN_PROPERTIES, SELF, OpenVINOSpec, parse_openvino_spec
+from proofs.decoders.protocol import NotApplicable, Refused
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
+from refdec.sampling import BY_SIGN, MIN_P_LAST, SPLIT_SCOPE, TEMPERATURE_FIRST, SamplingParams
 
-PRECISION_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+# coarsest last: the greedy check's tie tolerance is the coarsest float the plugin computes or caches in
+PRECISION_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+# The engines' other parameters GenerationConfig carries (module docstring): all but logit_bias
+SAMPLING_FIELDS = (
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop_token_ids",
+    "min_tokens",
+    "ignore_eos",
+)
 _LOCK = threading.Lock()
+_EFFECTIVE: dict[str, dict[str, str]] = {}  # spec -> the plugin's effective properties (the stamp's)
 
 
 def import_genai():
@@ -60,12 +72,20 @@ def openvino_versions() -> str:
 
 
 def openvino_stamp(spec: str) -> str:
-    """The certificate's word on the pipeline: its properties as set (the precision hint among
-    them) and the versions, e.g. "LLMPipeline ATTENTION_BACKEND=PA, INFERENCE_PRECISION_HINT=f32,
-    plain; openvino-genai 2026.4.1.0, ..."."""
+    """The certificate's word on the pipeline: its properties as set (each precision property
+    among them), the plugin's effective values when a decoder of `spec` was built in this process,
+    and the versions, e.g. "LLMPipeline ATTENTION_BACKEND=PA, INFERENCE_PRECISION_HINT=f32,
+    KV_CACHE_PRECISION=f32, ..., plain; effective: INFERENCE_PRECISION_HINT=f32, ...;
+    openvino-genai 2026.4.1.0, ..."."""
     settings = parse_openvino_spec(spec).settings()
     shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k not in ("decoder", "mode"))
-    return f"LLMPipeline {shown}, {settings['mode']}; {openvino_versions()}"
+    effective = _EFFECTIVE.get(spec)
+    said = f"; effective: {shown_properties(effective)}" if effective else ""
+    return f"LLMPipeline {shown}, {settings['mode']}{said}; {openvino_versions()}"
+
+
+def shown_properties(props: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in props.items())
 
 
 def openvino_factory(spec: str):
@@ -87,20 +107,31 @@ def check_family(model) -> None:
         )
 
 
-def plugin_properties(spec: OpenVINOSpec) -> dict:
-    props = {}
-    if spec.precision != "default":
-        props["INFERENCE_PRECISION_HINT"] = spec.precision
-    if spec.threads is not None:
-        props["INFERENCE_NUM_THREADS"] = spec.threads
-    return props
+def effective_properties(ov, folder: Path, props: dict) -> dict[str, str]:
+    """What the CPU plugin makes of `props` for the IR in `folder`: the model compiled with them
+    (the IR's own runtime options, e.g. optimum-intel's KV_CACHE_PRECISION=f16, apply where
+    `props` does not say), each of PLUGIN_PROPERTIES read back from the compiled model, e.g.
+    {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f16", ...}. One compilation of
+    the model, released before the pipeline compiles it."""
+    compiled = ov.Core().compile_model(str(folder / "openvino_model.xml"), "CPU", props)
+    out = {}
+    for name in PLUGIN_PROPERTIES:
+        v = compiled.get_property(name)
+        if hasattr(v, "get_type_name"):
+            v = v.get_type_name()  # an element type: "f32", "u8"
+        elif hasattr(v, "name"):
+            v = v.name  # an enum: ExecutionMode.PERFORMANCE
+        out[name] = str(v)
+    del compiled
+    return out
 
 
-def plugin_precision(ov, spec: OpenVINOSpec) -> str:
-    """The precision the CPU plugin computes in under `spec`: the hint, or the plugin's default."""
-    if spec.precision != "default":
-        return spec.precision
-    return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()  # e.g. "bf16"
+def coarsest_dtype(effective: dict[str, str]) -> str:
+    """The coarsest float the plugin computes or caches in (PRECISION_DTYPES' order): the greedy
+    check's tie tolerance. A quantized cache (u8, u4, u3) has no float and widens nothing."""
+    got = [effective[k] for k in ("INFERENCE_PRECISION_HINT", "KEY_CACHE_PRECISION", "VALUE_CACHE_PRECISION")]
+    order = list(PRECISION_DTYPES)
+    return PRECISION_DTYPES[max((t for t in got if t in order), key=order.index, default="f32")]
 
 
 @dataclass
@@ -120,6 +151,12 @@ class OpenVINODecoder:
     """A loopcert Decoder over openvino_genai.LLMPipeline (module docstring)."""
 
     sampler_order = TEMPERATURE_FIRST  # proofs.decoder_attributes.declared_sampler_order
+    # proofs.decoder_attributes.declared_sampling (module docstring): what GenerationConfig
+    # carries, under GenAI's conventions
+    sampling_fields = SAMPLING_FIELDS
+    min_p_order = MIN_P_LAST
+    penalty_scope = SPLIT_SCOPE
+    penalty_sign = BY_SIGN
 
     def __init__(self, model, spec: OpenVINOSpec):
         ov, og = import_genai()  # the extra's message before any export
@@ -127,7 +164,8 @@ class OpenVINODecoder:
         self.model, self.spec = model, spec
         self.vocab_size = model.cfg.vocab_size
         self.folder = exported_folder(model, spec.overrides)
-        props = plugin_properties(spec)
+        props = spec.plugin_properties()
+        self.effective = effective_properties(ov, self.folder, props)
         kwargs = dict(props, ATTENTION_BACKEND=BACKENDS[spec.backend])
         if spec.prompt_lookup:
             kwargs["prompt_lookup"] = True
@@ -139,9 +177,10 @@ class OpenVINODecoder:
             self.pipe = og.LLMPipeline(str(self.folder), "CPU", **kwargs)
         except RuntimeError as e:  # a combination GenAI refuses (SDPA with a draft model)
             raise LoopcertError(f"--decoder {spec.spec!r}: LLMPipeline refused it: {first_line(e)}") from None
-        self.precision = plugin_precision(ov, spec)
-        self.compute_dtype = PRECISION_DTYPES.get(self.precision, "float32")
-        self.settings = spec.settings() | {"plugin_precision": self.precision}
+        self.precision = self.effective["INFERENCE_PRECISION_HINT"]
+        self.compute_dtype = coarsest_dtype(self.effective)
+        self.settings = spec.settings() | {"plugin_precision": self.precision, "effective": self.effective}
+        _EFFECTIVE[spec.spec] = self.effective
         self.stats = DraftStats()
 
     def _draft_folder(self, folder: str) -> Path:
@@ -160,19 +199,31 @@ class OpenVINODecoder:
     def description(self) -> str:
         return (
             f"OpenVINO GenAI LLMPipeline ({self.spec.mode}, {BACKENDS[self.spec.backend]}, "
-            f"{self.precision}; {openvino_versions()}) on {self.folder}"
+            f"{shown_properties(self.effective)}; {openvino_versions()}) on {self.folder}"
         )
 
     def generation_config(self, max_new_tokens: int, sampling: SamplingParams, seed: int):
         """A fresh GenerationConfig (not the folder's generation_config.json: its penalties or
-        default top-k would change the law) holding exactly what `sampling` says."""
+        default top-k would change the law) holding exactly what `sampling` says, validated by
+        GenAI (a value it refuses, e.g. a presence penalty outside [-2, 2], raises Refused)."""
+        check_honoured(sampling)
         _, og = import_genai()
         cfg = og.GenerationConfig()
         cfg.max_new_tokens = max_new_tokens
-        cfg.ignore_eos = True
-        cfg.eos_token_id = 0  # never stops: ignore_eos (GenAI refuses the default -1)
-        cfg.stop_token_ids = {0}
+        stops = set(sampling.stop_token_ids)
+        if stops:  # GenAI stops at stop_token_ids unless ignore_eos; its EOS must be one of them
+            cfg.ignore_eos = False
+            cfg.stop_token_ids = stops
+            cfg.eos_token_id = min(stops)
+            cfg.min_new_tokens = int(sampling.min_tokens)  # masks every stop token (-inf) until then
+        else:
+            cfg.ignore_eos = True
+            cfg.eos_token_id = 0  # never stops: ignore_eos (GenAI refuses the default -1)
+            cfg.stop_token_ids = {0}
         cfg.rng_seed = int(seed)
+        cfg.repetition_penalty = float(sampling.repetition_penalty)
+        cfg.presence_penalty = float(sampling.presence_penalty)
+        cfg.frequency_penalty = float(sampling.frequency_penalty)
         if sampling.greedy:
             cfg.do_sample = False
         else:
@@ -182,10 +233,17 @@ class OpenVINODecoder:
                 cfg.top_k = int(sampling.top_k)
             if sampling.top_p is not None and sampling.top_p < 1.0:
                 cfg.top_p = float(sampling.top_p)
+            cfg.min_p = float(sampling.min_p)
         if self.spec.speculative:
             cfg.num_assistant_tokens = self.spec.num_assistant
         if self.spec.prompt_lookup:
             cfg.max_ngram_size = self.spec.max_ngram
+        try:
+            cfg.validate()
+        except RuntimeError as e:
+            raise Refused(
+                f"GenAI's GenerationConfig refused {sampling.describe()}: {first_line(e)}"
+            ) from None
         return cfg
 
     def generate(
@@ -205,6 +263,32 @@ class OpenVINODecoder:
             self.stats.accepted += int(metrics.get_num_accepted_tokens())
             self.stats.drafted += int(metrics.get_num_draft_tokens())
         return [int(t) for t in out.tokens[0]]
+
+
+def check_honoured(s: SamplingParams) -> None:
+    """A LoopcertError naming what `s` sets that GenerationConfig cannot carry (a logit bias: it
+    has none) or a convention other than GenAI's (module docstring)."""
+    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
+    if other:
+        raise LoopcertError(
+            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: OpenVINO GenAI's "
+            f"GenerationConfig has no such field (this decoder sets {', '.join(SAMPLING_FIELDS)}): refused "
+            "rather than sampled without"
+        )
+    if s.order_matters and s.order != TEMPERATURE_FIRST:
+        raise LoopcertError(
+            f"SamplingParams.order {s.order!r}: GenAI's sampler is {TEMPERATURE_FIRST} (top-k, the "
+            "temperature's softmax, min-p, top-p), and it has no other order"
+        )
+    wrong = []
+    if s.penalized and s.penalty_scope != SPLIT_SCOPE:
+        wrong.append(f"penalty_scope {s.penalty_scope!r} (GenAI's is {SPLIT_SCOPE!r})")
+    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != BY_SIGN:
+        wrong.append(f"penalty_sign {s.penalty_sign!r} (GenAI's is {BY_SIGN!r})")
+    if s.min_p > 0 and not s.greedy and s.min_p_order != MIN_P_LAST:
+        wrong.append(f"min_p_order {s.min_p_order!r} (GenAI's is {MIN_P_LAST!r})")
+    if wrong:
+        raise LoopcertError(f"SamplingParams {'; '.join(wrong)}: GenAI has no field to ask otherwise")
 
 
 def first_line(e: BaseException) -> str:

@@ -56,6 +56,14 @@ def test_plain_and_speculative_specs(draft_dir):
         ("openvino:draft=self,num_assistant=0", "num_assistant must be an integer >= 1, got '0'"),
         ("openvino:precision=fp64", "precision must be one of f32, bf16, f16, default, got 'fp64'"),
         ("openvino:threads=all", "threads must be an integer >= 1, got 'all'"),
+        ("openvino:kv=i8", "kv must be one of f32, f16, bf16, u8, u4, u3, default, got 'i8'"),
+        ("openvino:key_cache=f64", "key_cache must be one of f32, f16, bf16, u8, u4, u3, default, got 'f64'"),
+        ("openvino:value_cache=int8", "value_cache must be one of"),
+        ("openvino:kv_group=-1", "kv_group must be an integer >= 0 or default, got '-1'"),
+        ("openvino:dq_group=off", "dq_group must be an integer >= 0 or default, got 'off'"),
+        ("openvino:execution_mode=fast", "execution_mode must be one of performance, accuracy, default"),
+        ("openvino:denormals=true", "denormals must be one of on, off, default, got 'true'"),
+        ("openvino:kv=f32,kv=f16", "kv= given twice"),
         ("openvino:backend=pa,backend=sdpa", "backend= given twice"),
         ("openvino:temperature=1", "unknown key 'temperature'"),
         ("openvino:config.total_ut_steps=x", "config.total_ut_steps must be an integer"),
@@ -79,6 +87,48 @@ def test_the_precision_hint_is_in_the_settings_and_the_stamp():
     assert "prompt_lookup" in stamp and "max_ngram_size=3" in stamp
     with pytest.raises(LoopcertError, match="unknown key 'tempo'"):
         user_candidate("openvino:tempo=1")
+
+
+def test_every_precision_property_is_set_stated_or_left_to_openvino():
+    """loopcert's defaults are the lossless ones (f32 compute and KV cache, no dynamic
+    quantization); each key sets its plugin property; precision=default leaves every property the
+    spec does not give to OpenVINO, and the settings say which ("(OpenVINO's)")."""
+    s = parse_openvino_spec("openvino")
+    want = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "KV_CACHE_PRECISION": "f32",
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
+    }
+    assert s.plugin_properties() == want
+    settings = s.settings()
+    assert settings["KV_CACHE_PRECISION"] == "f32" and settings["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0"
+    assert (
+        settings["EXECUTION_MODE_HINT"] == "(OpenVINO's)"
+        and settings["KEY_CACHE_GROUP_SIZE"] == "(OpenVINO's)"
+    )
+    assert parse_openvino_spec("openvino:precision=default").plugin_properties() == {}
+    assert parse_openvino_spec("openvino:precision=default,kv=f32").plugin_properties() == {
+        "KV_CACHE_PRECISION": "f32"
+    }
+    every = parse_openvino_spec(
+        "openvino:kv=u8,key_cache=f16,value_cache=u4,kv_group=16,dq_group=64,execution_mode=accuracy,"
+        "denormals=on,threads=2"
+    )
+    assert every.plugin_properties() == {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "KV_CACHE_PRECISION": "u8",
+        "KEY_CACHE_PRECISION": "f16",
+        "VALUE_CACHE_PRECISION": "u4",
+        "KEY_CACHE_GROUP_SIZE": 16,
+        "VALUE_CACHE_GROUP_SIZE": 16,
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": 64,
+        "EXECUTION_MODE_HINT": "ACCURACY",
+        "CPU_DENORMALS_OPTIMIZATION": True,
+        "INFERENCE_NUM_THREADS": 2,
+    }
+    stamp = openvino_stamp("openvino:kv=f16,dq_group=default")  # no decoder built: as set only
+    assert "KV_CACHE_PRECISION=f16" in stamp and "DYNAMIC_QUANTIZATION_GROUP_SIZE=(OpenVINO's)" in stamp
+    assert "effective" not in stamp
 
 
 def test_a_missing_openvino_names_the_extra(monkeypatch):

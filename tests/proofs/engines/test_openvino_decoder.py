@@ -12,22 +12,41 @@ finding docs/measurements.md records (draft-model speculative decoding raises un
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
 from openvino_models import require_openvino, write_ouro
 
 import refdec
-from proofs.decoder_attributes import declared_compute_dtype, declared_sampler_order
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoder_attributes import (
+    SamplingSupport,
+    declared_compute_dtype,
+    declared_sampler_order,
+    declared_sampling,
+)
+from proofs.decoders.protocol import NotApplicable, Refused
+from proofs.stats.chisquare import chisquare_gof
 from refdec.config import RopeScaling
 from refdec.errors import LoopcertError
-from refdec.sampling import TEMPERATURE_FIRST, SamplingParams
+from refdec.sampling import (
+    BY_SIGN,
+    CONTEXT_SCOPE,
+    ENGINE_FIELDS,
+    MIN_P_FIRST,
+    MIN_P_LAST,
+    SPLIT_SCOPE,
+    SUBTRACT,
+    TEMPERATURE_FIRST,
+    SamplingParams,
+)
+from refdec.score import continuation_laws
 
 pytestmark = pytest.mark.openvino
 require_openvino()
 
-from proofs.decoders.openvino_decoder import decoder_for  # noqa: E402 - after the skip
+from proofs.decoders.openvino_decoder import decoder_for, import_genai, openvino_stamp  # noqa: E402 - after the skip
 
 PROMPT = (1, 5, 3, 7, 2, 9, 11, 4, 0, 6, 12, 8)
 N = 16
@@ -198,3 +217,242 @@ def test_bf16_default_leaves_refdecs_greedy_by_rounding_only(model):
     assert gaps["f32"] == []
     assert gaps["default"], "bf16 left refdec's greedy on none of 60 prompts: the finding is gone"
     assert max(gaps["default"]) < TIE_TOLERANCE[torch.bfloat16], gaps["default"]
+
+
+# -- the engines' other parameters: what GenerationConfig carries, under GenAI's conventions ------
+# GenAI's sampler (its LogitProcessor): the repetition penalty over the prompt's and the output's
+# tokens, then presence, then frequency over the output's, each "by-sign"; top-k, the temperature's
+# softmax, min-p (a mask against the largest, not renormalised), top-p on what is left.
+GENAI = dict(penalty_scope=SPLIT_SCOPE, penalty_sign=BY_SIGN, min_p_order=MIN_P_LAST)
+ENGINES = dict(repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.3)  # the plan's case's
+PENALTIES = [ENGINES, dict(presence_penalty=2.0), dict(frequency_penalty=0.7, presence_penalty=-1.0)]
+PROMPTS = [PROMPT, (2, 2, 2, 10, 10), (7, 1, 12, 12, 0, 3, 9, 9, 6)]
+
+
+def test_the_declaration_is_what_genai_honours(model):
+    """Every engine field but logit_bias (GenerationConfig has none: refused by name); a value
+    GenAI's own validation refuses (a presence penalty outside [-2, 2]) raises Refused."""
+    dec = decoder_for("openvino:threads=1", model)
+    fields = frozenset(ENGINE_FIELDS) - {"logit_bias"}
+    assert declared_sampling(dec) == SamplingSupport(fields, MIN_P_LAST, SPLIT_SCOPE, None, BY_SIGN)
+    every = SamplingParams(
+        1.0, min_p=0.05, stop_token_ids=(5,), min_tokens=1, ignore_eos=True, **GENAI, **ENGINES
+    )
+    assert set(every.engine_fields()) == fields
+    assert 1 <= len(dec.generate(PROMPT, 3, every, 0)) <= 3
+    with pytest.raises(LoopcertError, match=r"logit_bias=\(\(3, 1.0\),\): OpenVINO GenAI's GenerationConfig"):
+        dec.generate(PROMPT, 3, replace(every, logit_bias={3: 1.0}), 0)
+    with pytest.raises(LoopcertError, match="penalty_sign 'subtract'"):
+        dec.generate(PROMPT, 3, replace(every, penalty_sign=SUBTRACT), 0)
+    with pytest.raises(Refused, match=r"presence_penalty.*within \[-2.0; 2.0\]"):
+        dec.generate(PROMPT, 3, replace(every, presence_penalty=3.0), 0)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["openvino", "openvino:backend=sdpa", "openvino:spec=prompt_lookup", "openvino:draft=self", "DRAFT"],
+)
+def test_greedy_under_penalties_is_refdecs_by_sign_and_split(folders, model, spec):
+    """Greedy is the argmax of the processed logits, token for token refdec's under GenAI's
+    conventions in every mode (drafts rejected and accepted: the penalties count the tokens kept),
+    and not under the others: vLLM's "subtract" and mlx-lm's "context" scope each leave it."""
+    spec = f"openvino:draft={folders[1]}" if spec == "DRAFT" else spec
+    dec = decoder_for(spec + (",threads=1" if ":" in spec else ":threads=1"), model)
+    other = {
+        "subtract": dict(GENAI, penalty_sign=SUBTRACT),
+        "context": dict(GENAI, penalty_scope=CONTEXT_SCOPE),
+    }
+    left = dict.fromkeys(other, 0)
+    for penalties in PENALTIES:
+        for p in PROMPTS:
+            got = dec.generate(p, 24, SamplingParams(**GENAI, **penalties), 0)
+            assert got == refdec.generate(model, p, 24, SamplingParams(**GENAI, **penalties)), (p, penalties)
+            for name, conv in other.items():
+                left[name] += got != refdec.generate(model, p, 24, SamplingParams(**conv, **penalties))
+    assert all(left.values()), left
+
+
+def sequence_law(model, prompt, n, sampling) -> dict[tuple[int, ...], float]:
+    """refdec's exact law of the sequences of up to n tokens (ending early at a stop token)."""
+    stops, out = sampling.stop_ids(), {}
+
+    def walk(prefix: tuple[int, ...], p: float) -> None:
+        if len(prefix) == n or (prefix and prefix[-1] in stops):
+            out[prefix] = p
+            return
+        law = continuation_laws(model, prompt, prefix + (0,), sampling)[-1]
+        for t in torch.nonzero(law > 0).flatten().tolist():
+            walk(prefix + (t,), p * float(law[t]))
+
+    walk((), 1.0)
+    return out
+
+
+def gof_p(counts: Counter, law: dict) -> float:
+    cells = sorted(set(law) | set(counts))
+    return chisquare_gof([counts[c] for c in cells], [law.get(c, 0.0) for c in cells])["p_value"]
+
+
+@pytest.mark.parametrize("spec", ["openvino", "openvino:spec=prompt_lookup"])
+def test_genai_samples_refdecs_law_of_the_sequence_under_its_conventions(model, spec):
+    """1,200 sequences of 2 tokens at T=1.5 with top-k, top-p, min-p, the three penalties and a
+    stop (the most likely first token), chi-square at level 1e-4 against refdec's exact law under
+    GenAI's conventions: it passes; mlx-lm's context scope and no penalties are each at TV >= 0.1
+    from it (asserted) and rejected. (vLLM's subtraction: the greedy test above; min-p's place: the
+    next test.)"""
+    n_samples = 1200
+    sp = SamplingParams(1.5, top_k=8, top_p=0.9, min_p=0.3, **GENAI, repetition_penalty=1.3)
+    sp = replace(sp, presence_penalty=1.2, frequency_penalty=0.6)
+    prompt = (2, 2, 2, 10, 10, 4)
+    sp = replace(sp, stop_token_ids=(int(continuation_laws(model, prompt, (0,), sp)[0].argmax()),))
+    law = sequence_law(model, prompt, 2, sp)
+    controls = {
+        "context scope": replace(sp, penalty_scope=CONTEXT_SCOPE),
+        "no penalties": replace(sp, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0),
+    }
+    dec = decoder_for(spec + (",threads=1" if ":" in spec else ":threads=1"), model)
+    counts = Counter(tuple(dec.generate(prompt, 2, sp, s)) for s in range(n_samples))
+    assert 0.1 < sum(v for k, v in counts.items() if len(k) == 1) / n_samples < 0.9  # the stop binds
+    assert gof_p(counts, law) > 1e-4, counts
+    for name, other in controls.items():
+        wrong = sequence_law(model, prompt, 2, other)
+        tv = 0.5 * sum(abs(law.get(c, 0.0) - wrong.get(c, 0.0)) for c in set(law) | set(wrong))
+        assert tv >= 0.1, (name, tv)
+        assert gof_p(counts, wrong) < 1e-4, name
+
+
+def test_min_p_masks_after_top_k_and_before_top_p_without_renormalising(model):
+    """GenAI's MinPFilter keeps the tokens of the tempered top-k law >= min_p x its largest and
+    leaves top-p the unrenormalised mass: refdec's "min-p-last" law (6 tokens here), where vLLM's
+    "min-p-first" keeps 3. 600 draws at T=3, top-p 0.6, min-p 0.4: chi-square passes against the
+    declared law and rejects the other."""
+    prompt = (7, 1, 12, 12, 0, 3, 9, 9, 6)
+    sp = SamplingParams(3.0, top_p=0.6, min_p=0.4, **GENAI)
+    law = continuation_laws(model, prompt, (0,), sp)[0]
+    first = continuation_laws(model, prompt, (0,), replace(sp, min_p_order=MIN_P_FIRST))[0]
+    assert int((law > 0).sum()) == 6 and int((first > 0).sum()) == 3
+    dec = decoder_for("openvino:threads=1", model)
+    counts = Counter(tuple(dec.generate(prompt, 1, sp, s)) for s in range(600))
+    assert gof_p(counts, {(t,): float(law[t]) for t in range(len(law)) if law[t] > 0}) > 1e-4, counts
+    assert gof_p(counts, {(t,): float(first[t]) for t in range(len(first)) if first[t] > 0}) < 1e-4
+
+
+@pytest.mark.parametrize("spec", ["openvino", "openvino:spec=prompt_lookup", "openvino:draft=self"])
+def test_a_stop_token_ends_the_sequence_and_is_its_last(model, spec):
+    """GenAI's stop_token_ids (ignore_eos off, its EOS one of them): the same greedy tokens cut
+    after the first stop, which is the last returned, in each mode; in plain decoding
+    min_new_tokens masks every stop token until then (refdec's min_tokens)."""
+    dec = decoder_for(spec + (",threads=1" if ":" in spec else ":threads=1"), model)
+    sp = SamplingParams(**GENAI, **ENGINES)
+    full = dec.generate(PROMPT, N, sp, 0)
+    stop = full[3]
+    cut = dec.generate(PROMPT, N, replace(sp, stop_token_ids=(stop, 11)), 0)
+    assert cut == full[: full.index(stop) + 1] and len(cut) < N
+    if spec == "openvino":
+        for m in (2, 4, 6, 9):
+            held = replace(sp, stop_token_ids=(stop, 11), min_tokens=m)
+            got = dec.generate(PROMPT, N, held, 0)
+            assert got == refdec.generate(model, PROMPT, N, held) and stop not in got[:m], (m, got)
+
+
+@pytest.mark.parametrize(
+    "spec, m, want",
+    [
+        ("openvino:spec=prompt_lookup", 6, [3, 4, 5, 9]),  # the stop at 3 < 6: not held back
+        ("openvino:draft=self", 2, [3, 4, 5, 8, 9]),  # the stop at 3 >= 2 held back to 4
+        ("openvino:draft=self", 6, [3, 4, 5, 8, 4, 12, 12, 12, 9]),  # held back to 8, not 6
+    ],
+)
+def test_finding_speculative_decoding_misplaces_min_new_tokens(model, spec, m, want):
+    """The finding (docs/decoders.md, "Certify OpenVINO GenAI"): openvino-genai 2026.4.1's
+    min_new_tokens masks the stop tokens at the right positions in plain decoding only. Greedy,
+    the engines' case's penalties, prompt 1..12 of PROMPT, stop_token_ids (9, 11): refdec's
+    sequence is [3, 4, 5, 8, 9] (min_tokens 2 or 4) / [3, 4, 5, 8, 4, 12, 9] (6), as plain GenAI's;
+    prompt lookup emits the stop where min_tokens forbids it, the draft model holds it back past
+    min_tokens (num_assistant 1 or 3 alike). When GenAI fixes it, this fails: flip it."""
+    dec = decoder_for(f"{spec},threads=1", model)
+    held = SamplingParams(**GENAI, **ENGINES, stop_token_ids=(9, 11), min_tokens=m)
+    got = dec.generate(PROMPT, N, held, 0)
+    assert got == want and got != refdec.generate(model, PROMPT, N, held)
+
+
+# -- the precision properties: set, read back, stated ------------------------------------------------
+
+
+def summed_logprob_error(dec, model, prompt, n=24) -> float:
+    """|GenAI's log-probability of its greedy continuation (EncodedResults.scores, logprobs=1) -
+    refdec's float64 one| (the continuation is the same: greedy at these margins)."""
+    import numpy as np
+
+    from refdec.score import continuation_logits
+
+    ov, _ = import_genai()
+    cfg = dec.generation_config(n, GREEDY, 0)
+    cfg.logprobs = 1
+    out = dec.pipe.generate(ov.Tensor(np.asarray([prompt], dtype=np.int64)), cfg)
+    tokens = [int(t) for t in out.tokens[0]]
+    logits = continuation_logits(model, prompt, tokens)
+    want = sum(float(torch.log_softmax(logits[i], -1)[t]) for i, t in enumerate(tokens))
+    return abs(out.scores[0] - want)
+
+
+def test_each_precision_property_is_read_back_and_stated(model):
+    """The plugin's effective values (the IR compiled with the spec's properties) are in the
+    decoder's settings, its description and the certificate's stamp: loopcert's defaults are f32
+    throughout and no dynamic quantization; precision=default is OpenVINO's own, on this IR the
+    export's KV_CACHE_PRECISION=f16 (its runtime option) whatever the plugin's default; the greedy
+    tie tolerance is the coarsest float among compute and cache."""
+    ov, _ = import_genai()
+    dec = decoder_for("openvino:threads=1", model)
+    assert dec.effective["INFERENCE_PRECISION_HINT"] == "f32" and dec.effective["KV_CACHE_PRECISION"] == "f32"
+    assert dec.effective["KEY_CACHE_PRECISION"] == dec.effective["VALUE_CACHE_PRECISION"] == "f32"
+    assert dec.effective["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0"
+    assert dec.settings["effective"] == dec.effective and "KV_CACHE_PRECISION=f32" in dec.description
+    stamp = openvino_stamp("openvino:threads=1")
+    assert "effective: INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32" in stamp
+    assert declared_compute_dtype(dec) == torch.float32
+
+    own = decoder_for("openvino:precision=default,threads=1", model)
+    core = ov.Core()
+    assert own.effective["KV_CACHE_PRECISION"] == "f16"  # the IR's runtime option, not the plugin's
+    assert own.effective["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == str(
+        core.get_property("CPU", "DYNAMIC_QUANTIZATION_GROUP_SIZE")
+    )
+    hint = core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    assert own.effective["INFERENCE_PRECISION_HINT"] == hint
+    assert declared_compute_dtype(own) == (torch.bfloat16 if hint == "bf16" else torch.float16)
+
+    kv16 = decoder_for("openvino:kv=f16,threads=1", model)
+    assert (
+        kv16.effective["INFERENCE_PRECISION_HINT"] == "f32" and kv16.effective["KV_CACHE_PRECISION"] == "f16"
+    )
+    assert declared_compute_dtype(kv16) == torch.float16
+    split = decoder_for("openvino:backend=sdpa,kv=u8,key_cache=f32,threads=1", model)
+    assert (split.effective["KEY_CACHE_PRECISION"], split.effective["VALUE_CACHE_PRECISION"]) == ("f32", "u8")
+    assert declared_compute_dtype(split) == torch.float32  # a u8 cache widens no float tolerance
+    assert (
+        decoder_for("openvino:dq_group=64,threads=1", model).effective["DYNAMIC_QUANTIZATION_GROUP_SIZE"]
+        == "64"
+    )
+    # EXECUTION_MODE_HINT=ACCURACY overrides a u8 cache: the read-back says so (the spec alone would not)
+    accurate = decoder_for("openvino:kv=u8,execution_mode=accuracy,threads=1", model)
+    assert accurate.effective["EXECUTION_MODE_HINT"] == "ACCURACY"
+    assert accurate.effective["KEY_CACHE_PRECISION"] == accurate.effective["VALUE_CACHE_PRECISION"] == "f32"
+
+
+def test_finding_the_export_caches_keys_and_values_in_f16_unless_told(model):
+    """The finding (docs/decoders.md, "Certify OpenVINO GenAI"): optimum-intel 2.2.0 writes
+    KV_CACHE_PRECISION=f16 into the IR's runtime options and OpenVINO 2026.4.1 applies it, so
+    INFERENCE_PRECISION_HINT=f32 alone (what this decoder set before kv=) still caches in f16:
+    the log-probability of PROMPT's 24-token greedy continuation is off refdec's by more than
+    1e-3 (the plugin's own default, u8, by more), and by less than 1e-4 with kv=f32. Paged
+    attention and SDPA alike."""
+    for backend in ("pa", "sdpa"):
+        errors = {
+            kv: summed_logprob_error(
+                decoder_for(f"openvino:backend={backend},kv={kv},threads=1", model), model, PROMPT
+            )
+            for kv in ("f32", "default", "f16", "u8")
+        }
+        assert errors["f32"] < 1e-4, errors
+        assert errors["default"] > 1e-3 and errors["f16"] > 1e-3 and errors["u8"] > 1e-3, errors
