@@ -116,6 +116,12 @@ def why(cert: dict, engine: str) -> str:
                 + ("; " + "; ".join(bad) if bad else "")
                 + (f" ({notes[:300]})" if notes else "")
             )
+        elif (d.get("raised") or {}).get("failed"):  # positions: requests that raised, skipped and counted
+            r = d["raised"]
+            parts.append(
+                f"{c['name']}: {r['failed']} of {r['requests']} requests raised: "
+                + first_line(r["first_message"])
+            )
         else:
             parts.append(f"{c['name']}: {notes[:200]}" if notes else c["name"])
     return " / ".join(parts) or "—"

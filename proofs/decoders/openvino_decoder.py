@@ -9,18 +9,46 @@ seed), hands the prompt's token ids as an ov.Tensor to `generate` and reads the 
 EncodedResults, so the certificate is about GenAI's code: its paged-attention (default) or SDPA
 backend, its sampler, its prompt-lookup and draft-model speculative decoding.
 
-Precision: the CPU plugin computes in bf16 on a CPU with AMX / AVX512-BF16 unless told otherwise;
-this decoder sets INFERENCE_PRECISION_HINT=f32 unless the spec says `precision=` (the certificate's
-settings state it), and declares the dtype it computes in (`compute_dtype`: the greedy check's tie
-tolerance): the hint, or for `precision=default` the plugin's own (ov.Core's
-INFERENCE_PRECISION_HINT property).
+Precision: every CPU plugin property that changes what it computes is set from the spec or left to
+OpenVINO (openvino_spec.PROPERTIES: INFERENCE_PRECISION_HINT, KV_CACHE_PRECISION, KEY_ / VALUE_
+CACHE_PRECISION and their group sizes, DYNAMIC_QUANTIZATION_GROUP_SIZE, EXECUTION_MODE_HINT,
+CPU_DENORMALS_OPTIMIZATION), passed to LLMPipeline and the draft alike, and read back: the IR is
+compiled once with the same properties and each one's effective value is stated (`effective`, in the
+settings, the description, and the certificate's stamp when this process built the decoder: under
+certify --jobs N the workers build it and the stamp states the properties as set). loopcert's
+defaults are f32 compute, an f32 KV cache and no dynamic quantization; `precision=default` leaves
+every property the spec does not give to OpenVINO. OpenVINO's own are lossy here (OpenVINO 2026.4.1
+on this AVX512-BF16 CPU): bf16 compute, and the KV cache the IR's runtime option says,
+KV_CACHE_PRECISION=f16 in optimum-intel 2.2.0's exports (the plugin's own default is u8), which the
+f32 hint alone leaves in place (tested: the finding in docs/decoders.md). The decoder declares the
+coarsest float it computes or caches in (`compute_dtype`: the greedy check's tie tolerance); a
+quantized cache (u8, u4, u3) widens nothing, so its error shows.
 
-The laws GenAI samples from (its LogitProcessor): top-k, then temperature and softmax, then top-p
-on the renormalised law: loopcert's "temperature-first" (refdec.sampling). Greedy is argmax.
+The laws GenAI samples from (its LogitProcessor): the penalties on the logits, then top-k, the
+temperature's softmax, min-p, top-p on what is left: loopcert's "temperature-first"
+(refdec.sampling). Greedy is the argmax of the penalised logits.
+
+The engines' other parameters (refdec.sampling; docs/certify.md#sampling-parameters): all but
+logit_bias (GenerationConfig has none: refused by name), each a GenerationConfig field, under
+conventions measured against refdec's exact law (tests/proofs/engines/test_openvino_decoder.py).
+`repetition_penalty` divides a logit >= 0 of a token of the prompt or the output by r and
+multiplies a negative one; `presence_penalty`, then `frequency_penalty` (x count) count the
+output's tokens only (refdec's `penalty_scope = "split"`), and each is subtracted from a logit >= 0
+and added to a negative one, the second judged on what the first left (refdec's `penalty_sign =
+"by-sign"`: a penalised negative logit rises); GenAI refuses either outside [-2, 2] (`Refused`).
+`min_p` keeps the tokens of the tempered top-k law >= min_p x its largest, unrenormalised, and
+top-p judges the mass that is left: refdec's `min_p_order = "min-p-last"`. Stop tokens: GenAI
+stops at `stop_token_ids` only without ignore_eos, and its EOS must be one of them, so a request
+with stops sends them with ignore_eos off and the EOS the least of them (the stop is the last id
+returned); `min_tokens` is min_new_tokens, which masks every stop token with -inf until then.
+The model's EOS never reaches GenAI (certify hands none): `ignore_eos` is honoured as it is. In
+speculative decoding the penalties count the tokens kept (greedy under penalties is refdec's token
+for token in every mode), but min_new_tokens is misplaced: prompt lookup lets a stop through
+before it, a draft model holds it back past it (a finding, pinned).
 
 Seeds: GenerationConfig.rng_seed per request; the same seed gives the same tokens (tested).
-One request at a time (a lock): the pipeline is one object. No EOS: ignore_eos, so a request
-stops only at max_new_tokens (stop_token_ids must still hold valid ids: GenAI refuses -1).
+One request at a time (a lock): the pipeline is one object. Without stop tokens: ignore_eos, so a
+request stops only at max_new_tokens (stop_token_ids must still hold valid ids: GenAI refuses -1).
 Families other than Ouro are declined (NotApplicable): optimum-intel 2.2.0 exports Ouro of
 loopcert's looped families.
 """

@@ -7,6 +7,9 @@ time; generate()), on tiny-ouro and on a variant with grouped KV heads, tied emb
 RoPE scaling, so every branch of the code is compared. Then the decoder: greedy equal to refdec for
 every backend and speculative mode GenAI accepts, the combinations it refuses named, seeds, and the
 finding docs/measurements.md records (draft-model speculative decoding raises under sampling).
+Then the engines' other parameters under GenAI's conventions, each pinned against refdec's exact
+law with the other conventions rejected, and the precision properties: set, read back, stated (two
+findings: the export's f16 KV cache under the f32 hint; min_new_tokens misplaced by speculation).
 """
 
 from __future__ import annotations
