@@ -120,7 +120,8 @@ def test_rows_and_engines_table(folders):
     notes = " Draft acceptance (GenAI's counters, greedy, the table's prompts): " + "; ".join(
         f"{k}: {a:.2f}" for k, a in accept.items() if a is not None
     )
-    engine = f"{openvino_versions()} (INFERENCE_PRECISION_HINT=f32, INFERENCE_NUM_THREADS=1, in process)"
+    props = "INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32, INFERENCE_NUM_THREADS=1"
+    engine = f"{openvino_versions()} ({props}, in process)"
     (OUT / "engines.md").write_text(engines_table(rows, str(folders[0]), engine, notes))
     for name, rates in rows.items():
         assert all(r > 0 for r in rates.values()), (name, rates)
