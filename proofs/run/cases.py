@@ -62,16 +62,24 @@ def entry_fields(entry: CaseSpec | tuple[CaseSpec, ...]) -> tuple[str, ...]:
 
 
 # fields a case may be sampled without when the decoder does not declare them: the case's law is
-# then the one without them (mlx-lm has no min_tokens; the quick plan's engine case sets 1, and
-# without it its stop may end a sample at the first token), and the case is named for it
-DROPPABLE = ("min_tokens",)
+# then the one without them, and the case is named for it, so the fields the decoder does offer are
+# still sampled (mlx-lm and llama.cpp have no min_tokens: without it the quick plan's engine case's
+# stop may end a sample at the first token; OpenVINO GenAI has no logit bias, and its penalties
+# would otherwise never be sampled). min-p and the penalties are the case's point: never dropped
+DROPPABLE = ("logit_bias", "stop_token_ids", "min_tokens")
 
 
 def without(entry: CaseSpec | tuple[CaseSpec, ...], fields: Sequence[str]) -> CaseSpec | tuple[CaseSpec, ...]:
-    """`entry` with `fields` at SamplingParams' defaults, each case named "... without <fields>"."""
+    """`entry` with `fields` at SamplingParams' defaults and without the Picks that would set them,
+    each case named "... without <fields>"."""
     default = {f: SamplingParams.__dataclass_fields__[f].default for f in fields}
     said = f" without {', '.join(fields)}"
-    options = tuple((s[0] + said, replace(s[1], **default), *s[2:]) for s in case_options(entry))
+
+    def one(s: CaseSpec) -> CaseSpec:
+        picks = tuple(p for p in (s[3] if len(s) > 3 else ()) if p.field not in fields)
+        return (s[0] + said, replace(s[1], **default), s[2], *((picks,) if len(s) > 3 else ()))
+
+    options = tuple(one(s) for s in case_options(entry))
     return options[0] if isinstance(entry[0], str) else options
 
 

@@ -125,6 +125,25 @@ def test_a_case_missing_only_min_tokens_is_sampled_without_it():
     assert engine[0] not in " ".join(c[0] for c in kept.sampling_cases) and "min_p" in left[0]
 
 
+def test_a_case_missing_a_bias_or_stops_is_sampled_without_them_and_their_picks():
+    """OpenVINO GenAI has no logit bias: the engine case is sampled without it (its Pick of a bias
+    token dropped too, else resolving the case would set the bias again), so the penalties and min-p
+    GenAI offers are still sampled; the same for stops."""
+    (engine,) = ENGINE_CASES
+    no_bias = SamplingSupport(frozenset(ENGINE_FIELDS) - {"logit_bias"})
+    kept, left = declared_plan(QUICK, no_bias)
+    case = kept.sampling_cases[-1]
+    assert case[0] == engine[0] + " without logit_bias" and left == (
+        f"{engine[0]} (sampled without logit_bias)",
+    )
+    assert case[1] == engine[1] and [p.field for p in case[3]] == ["stop_token_ids"]
+    neither = SamplingSupport(frozenset(ENGINE_FIELDS) - {"logit_bias", "stop_token_ids", "min_tokens"})
+    kept, left = declared_plan(QUICK, neither)
+    case = kept.sampling_cases[-1]
+    assert case[0] == engine[0] + " without logit_bias, stop_token_ids, min_tokens" and case[3] == ()
+    assert case[1] == replace(engine[1], min_tokens=0) and case[1].repetition_penalty == 1.3
+
+
 def test_a_case_is_resolved_under_the_decoders_conventions():
     oracle = Oracle(load("tiny-ouro", torch.float64, "cpu"))
     mlx_like = SamplingSupport(frozenset(ENGINE_FIELDS), penalty_scope=CONTEXT_SCOPE, penalty_window=20)
