@@ -74,7 +74,7 @@ from proofs.decoders.protocol import NotApplicable
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.load import model_fingerprint
-from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SUBTRACT, SamplingParams
 
 SEED_LIMIT = 2**32 - 1  # llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) draws a random seed
 # the sampler chain (module docstring): filters-first, the penalties on the biased logits first
@@ -237,6 +237,11 @@ def check_honoured(s: SamplingParams) -> None:
             f"SamplingParams.penalty_scope {s.penalty_scope!r}: llama.cpp's penalties count the last "
             f"repeat_last_n tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has no "
             "other scope"
+        )
+    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != SUBTRACT:
+        raise LoopcertError(
+            f"SamplingParams.penalty_sign {s.penalty_sign!r}: llama.cpp subtracts the frequency and presence "
+            f"penalties ({SUBTRACT!r}) and has no other rule"
         )
 
 

@@ -67,7 +67,7 @@ from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.load import model_fingerprint
-from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SUBTRACT, SamplingParams
 
 EXTRA = "pip install 'loopcert[mlx]'  (mlx[cpu] and mlx-lm; tox -e mlx pins them: constraints-mlx.txt)"
 LOOPCODER = "iquestloopcoder"  # the model_types of the looped families mlx-lm implements, by family
@@ -201,6 +201,11 @@ def check_honoured(s: SamplingParams) -> None:
             f"SamplingParams.penalty_scope {s.penalty_scope!r}: mlx-lm's penalties count the last "
             f"penalty_window tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has "
             "no other scope"
+        )
+    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != SUBTRACT:
+        raise LoopcertError(
+            f"SamplingParams.penalty_sign {s.penalty_sign!r}: mlx-lm subtracts the frequency and presence "
+            f"penalties ({SUBTRACT!r}) and has no other rule"
         )
 
 

@@ -250,6 +250,8 @@ def test_the_declaration_is_what_mlx_lm_honours(model):
         split = SamplingParams(1.0, order=FILTERS_FIRST, repetition_penalty=1.2)
         with pytest.raises(LoopcertError, match="penalty_scope 'split'"):
             dec.generate(SHORT, 3, split, 0)
+        with pytest.raises(LoopcertError, match="penalty_sign 'by-sign': mlx-lm subtracts"):
+            dec.generate(SHORT, 3, replace(every, penalty_sign="by-sign"), 0)
         dec.generate(SHORT, 3, replace(split, repetition_penalty=1.0, logit_bias={3: 1.0}), 0)  # no penalty
 
 
