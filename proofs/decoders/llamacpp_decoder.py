@@ -70,11 +70,11 @@ from pathlib import Path
 
 from proofs.decoders.llamacpp_gguf import piece, write_gguf
 from proofs.decoders.llamacpp_spec import EXTRA, KV_TYPES, NGRAM_KINDS, LlamaCppSpec, parse_llamacpp_spec
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.protocol import NotApplicable, refuse_unhonoured
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.load import model_fingerprint
-from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SUBTRACT, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
 
 SEED_LIMIT = 2**32 - 1  # llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) draws a random seed
 # the sampler chain (module docstring): filters-first, the penalties on the biased logits first
@@ -224,25 +224,9 @@ def request(
 
 def check_honoured(s: SamplingParams) -> None:
     """A LoopcertError naming what `s` sets that llama.cpp's request cannot carry: a minimum length
-    (it has no such field), or penalties under a scope other than its "context"."""
-    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
-    if other:
-        raise LoopcertError(
-            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: llama.cpp's completion "
-            f"request has no such field (this decoder sends {', '.join(SAMPLING_FIELDS)}): refused "
-            "rather than sampled without"
-        )
-    if s.penalized and s.penalty_scope != CONTEXT_SCOPE:
-        raise LoopcertError(
-            f"SamplingParams.penalty_scope {s.penalty_scope!r}: llama.cpp's penalties count the last "
-            f"repeat_last_n tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has no "
-            "other scope"
-        )
-    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != SUBTRACT:
-        raise LoopcertError(
-            f"SamplingParams.penalty_sign {s.penalty_sign!r}: llama.cpp subtracts the frequency and presence "
-            f"penalties ({SUBTRACT!r}) and has no other rule"
-        )
+    (it has no such field), or penalties under a scope or sign other than its own."""
+    lacks = "llama.cpp's completion request has no such field"
+    refuse_unhonoured(s, SAMPLING_FIELDS, "llama.cpp", lacks, scope=CONTEXT_SCOPE)
 
 
 class LlamaCppDecoder:

@@ -62,12 +62,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proofs.decoders.mlx_spec import SELF, MLXSpec, parse_mlx_spec
-from proofs.decoders.protocol import NotApplicable
+from proofs.decoders.protocol import NotApplicable, refuse_unhonoured
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.files import read_config
 from refdec.load import model_fingerprint
-from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SUBTRACT, SamplingParams
+from refdec.sampling import CONTEXT_SCOPE, ENGINE_FIELDS, FILTERS_FIRST, SamplingParams
 
 EXTRA = "pip install 'loopcert[mlx]'  (mlx[cpu] and mlx-lm; tox -e mlx pins them: constraints-mlx.txt)"
 LOOPCODER = "iquestloopcoder"  # the model_types of the looped families mlx-lm implements, by family
@@ -188,25 +188,9 @@ def sampler_args(s: SamplingParams, vocab_size: int) -> dict:
 
 def check_honoured(s: SamplingParams) -> None:
     """A LoopcertError naming what `s` sets that mlx-lm 0.32.2 cannot sample: a minimum length
-    (none of its functions has one), or penalties under a scope other than its "context"."""
-    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
-    if other:
-        raise LoopcertError(
-            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: mlx-lm "
-            f"{mlx_lm_version()} has no such parameter (make_sampler and make_logits_processors "
-            f"offer {', '.join(SAMPLING_FIELDS)}): refused rather than sampled without"
-        )
-    if s.penalized and s.penalty_scope != CONTEXT_SCOPE:
-        raise LoopcertError(
-            f"SamplingParams.penalty_scope {s.penalty_scope!r}: mlx-lm's penalties count the last "
-            f"penalty_window tokens of prompt + output (penalty_scope {CONTEXT_SCOPE!r}), and it has "
-            "no other scope"
-        )
-    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != SUBTRACT:
-        raise LoopcertError(
-            f"SamplingParams.penalty_sign {s.penalty_sign!r}: mlx-lm subtracts the frequency and presence "
-            f"penalties ({SUBTRACT!r}) and has no other rule"
-        )
+    (none of its functions has one), or penalties under a scope or sign other than its own."""
+    lacks = f"mlx-lm {mlx_lm_version()} has no such parameter (make_sampler and make_logits_processors)"
+    refuse_unhonoured(s, SAMPLING_FIELDS, "mlx-lm", lacks, scope=CONTEXT_SCOPE)
 
 
 def processor_args(s: SamplingParams, context_len: int) -> dict:

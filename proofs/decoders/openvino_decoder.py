@@ -61,7 +61,7 @@ from pathlib import Path
 
 from proofs.decoders.openvino_export import EXTRA, OURO, exported_folder, versions
 from proofs.decoders.openvino_spec import BACKENDS, PLUGIN_PROPERTIES, SELF, OpenVINOSpec, parse_openvino_spec
-from proofs.decoders.protocol import NotApplicable, Refused
+from proofs.decoders.protocol import NotApplicable, Refused, refuse_unhonoured
 from refdec.decode import check_generate_args
 from refdec.errors import LoopcertError
 from refdec.sampling import BY_SIGN, MIN_P_LAST, SPLIT_SCOPE, TEMPERATURE_FIRST, SamplingParams
@@ -296,27 +296,15 @@ class OpenVINODecoder:
 def check_honoured(s: SamplingParams) -> None:
     """A LoopcertError naming what `s` sets that GenerationConfig cannot carry (a logit bias: it
     has none) or a convention other than GenAI's (module docstring)."""
-    other = [f for f in s.engine_fields() if f not in SAMPLING_FIELDS]
-    if other:
-        raise LoopcertError(
-            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: OpenVINO GenAI's "
-            f"GenerationConfig has no such field (this decoder sets {', '.join(SAMPLING_FIELDS)}): refused "
-            "rather than sampled without"
-        )
     if s.order_matters and s.order != TEMPERATURE_FIRST:
         raise LoopcertError(
             f"SamplingParams.order {s.order!r}: GenAI's sampler is {TEMPERATURE_FIRST} (top-k, the "
             "temperature's softmax, min-p, top-p), and it has no other order"
         )
-    wrong = []
-    if s.penalized and s.penalty_scope != SPLIT_SCOPE:
-        wrong.append(f"penalty_scope {s.penalty_scope!r} (GenAI's is {SPLIT_SCOPE!r})")
-    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != BY_SIGN:
-        wrong.append(f"penalty_sign {s.penalty_sign!r} (GenAI's is {BY_SIGN!r})")
-    if s.min_p > 0 and not s.greedy and s.min_p_order != MIN_P_LAST:
-        wrong.append(f"min_p_order {s.min_p_order!r} (GenAI's is {MIN_P_LAST!r})")
-    if wrong:
-        raise LoopcertError(f"SamplingParams {'; '.join(wrong)}: GenAI has no field to ask otherwise")
+    lacks = "OpenVINO GenAI's GenerationConfig has no such field"
+    refuse_unhonoured(
+        s, SAMPLING_FIELDS, "OpenVINO GenAI", lacks, scope=SPLIT_SCOPE, sign=BY_SIGN, min_p_order=MIN_P_LAST
+    )
 
 
 def first_line(e: BaseException) -> str:

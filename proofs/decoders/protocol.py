@@ -33,6 +33,7 @@ from refdec.decode import check_generate_args, tokens_of
 from refdec.errors import LoopcertError
 from refdec.model import LoopedLM
 from refdec.sampling import (
+    SUBTRACT,
     SamplingParams,
 )
 
@@ -262,3 +263,35 @@ def import_hint(module_name: str, error: ImportError) -> str:
 
 def build_decoder(factory: Factory, model, spec: str) -> Decoder:
     return check_decoder(factory(model), f"--decoder {spec!r}")
+
+
+def refuse_unhonoured(
+    s: SamplingParams,
+    fields: Sequence[str],
+    engine: str,
+    lacks: str,
+    *,
+    scope: str | None = None,
+    sign: str = SUBTRACT,
+    min_p_order: str | None = None,
+) -> None:
+    """A LoopcertError naming what `s` sets that an engine's request cannot carry: a field outside
+    `fields` ("<field>=<value>: <lacks>"), or a convention other than the engine's own where `s`
+    uses it: the penalties' `scope` (None: any), how frequency and presence apply (`sign`), min-p's
+    order (None: any). Each engine decoder calls it before a request, so a convention it cannot
+    follow is refused by name, never sampled under its own rule instead."""
+    other = [f for f in s.engine_fields() if f not in fields]
+    if other:
+        raise LoopcertError(
+            f"SamplingParams {', '.join(f'{f}={getattr(s, f)!r}' for f in other)}: {lacks} (this decoder "
+            f"sends {', '.join(fields)}): refused rather than sampled without"
+        )
+    wrong = []
+    if scope is not None and s.penalized and s.penalty_scope != scope:
+        wrong.append(f"penalty_scope {s.penalty_scope!r} ({engine}'s is {scope!r})")
+    if (s.frequency_penalty or s.presence_penalty) and s.penalty_sign != sign:
+        wrong.append(f"penalty_sign {s.penalty_sign!r} ({engine}'s is {sign!r})")
+    if min_p_order is not None and s.min_p > 0 and not s.greedy and s.min_p_order != min_p_order:
+        wrong.append(f"min_p_order {s.min_p_order!r} ({engine}'s is {min_p_order!r})")
+    if wrong:
+        raise LoopcertError(f"SamplingParams {'; '.join(wrong)}: {engine} has no field to ask otherwise")

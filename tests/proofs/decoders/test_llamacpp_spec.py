@@ -125,7 +125,7 @@ def test_the_engines_fields_go_to_llamacpps_request_fields():
         request([1], 3, replace(s, min_tokens=1), 0, V, L)
     with pytest.raises(LoopcertError, match="penalty_scope 'split'"):
         request([1], 3, replace(s, penalty_scope=SPLIT_SCOPE, penalty_window=None), 0, V, L)
-    with pytest.raises(LoopcertError, match="penalty_sign 'by-sign': llama.cpp subtracts"):
+    with pytest.raises(LoopcertError, match=r"penalty_sign 'by-sign' \(llama\.cpp's is 'subtract'\)"):
         request([1], 3, replace(s, penalty_sign="by-sign"), 0, V, L)
     split = SamplingParams(1.0, logit_bias={3: 1.0})  # no penalty: the scope does not matter
     assert request([1], 3, split, 0, V, L)["repeat_last_n"] == 0

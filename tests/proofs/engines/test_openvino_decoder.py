@@ -21,6 +21,7 @@ from dataclasses import replace
 import pytest
 import torch
 from openvino_models import require_openvino, write_ouro
+from sequence_laws import gof_p, sequence_law
 
 import refdec
 from proofs.decoder_attributes import (
@@ -30,7 +31,6 @@ from proofs.decoder_attributes import (
     declared_sampling,
 )
 from proofs.decoders.protocol import NotApplicable, Refused
-from proofs.stats.chisquare import chisquare_gof
 from refdec.config import RopeScaling
 from refdec.errors import LoopcertError
 from refdec.sampling import (
@@ -273,27 +273,6 @@ def test_greedy_under_penalties_is_refdecs_by_sign_and_split(folders, model, spe
             for name, conv in other.items():
                 left[name] += got != refdec.generate(model, p, 24, SamplingParams(**conv, **penalties))
     assert all(left.values()), left
-
-
-def sequence_law(model, prompt, n, sampling) -> dict[tuple[int, ...], float]:
-    """refdec's exact law of the sequences of up to n tokens (ending early at a stop token)."""
-    stops, out = sampling.stop_ids(), {}
-
-    def walk(prefix: tuple[int, ...], p: float) -> None:
-        if len(prefix) == n or (prefix and prefix[-1] in stops):
-            out[prefix] = p
-            return
-        law = continuation_laws(model, prompt, prefix + (0,), sampling)[-1]
-        for t in torch.nonzero(law > 0).flatten().tolist():
-            walk(prefix + (t,), p * float(law[t]))
-
-    walk((), 1.0)
-    return out
-
-
-def gof_p(counts: Counter, law: dict) -> float:
-    cells = sorted(set(law) | set(counts))
-    return chisquare_gof([counts[c] for c in cells], [law.get(c, 0.0) for c in cells])["p_value"]
 
 
 @pytest.mark.parametrize("spec", ["openvino", "openvino:spec=prompt_lookup"])
